@@ -1,0 +1,30 @@
+/* Host executor: runs an IrGraph with the fp32 (and integer) reference
+ * kernels of kernels/host, one table entry per IrOp (codegen/hostexec_ops.c).
+ * It is the host backend `hetc run` uses, and const-fold evaluates nodes
+ * through it, so there is one way to compute an op on the host.
+ *
+ * Preconditions: the graph is verified and every value's shape is static
+ * (run shape-infer first).
+ */
+#ifndef HETC_HOSTEXEC_H
+#define HETC_HOSTEXEC_H
+
+#include "ir.h"
+
+/* 1 if the executor has a kernel for op (for table-completeness tests). */
+int hexec_op_supported(IrOp op);
+/* 1 if it can run op on these input dtypes (conformance: "unsupported"). */
+int hexec_node_supported(const IrNode *n, char *why, size_t whylen);
+
+/* Evaluate one node whose inputs all have data (CONST or PARAM values).
+ * Its outputs receive owned data (ir_value_set_data); kinds are unchanged. */
+int hexec_eval_node(IrGraph *g, IrNode *n, IrError *err);
+
+/* Run the whole graph.  inputs are matched to graph inputs by name (every
+ * graph input must be given; dtype and shape must match exactly).  On
+ * success *outputs is a malloc'd array of *noutputs tensors in graph-output
+ * order, each named after its value. */
+int hexec_run(IrGraph *g, IrTensor *const *inputs, int ninputs, IrTensor ***outputs,
+              int *noutputs, IrError *err);
+
+#endif

@@ -1,0 +1,140 @@
+#include "compile_opts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void compile_opts_init(CompileOpts *o) {
+    memset(o, 0, sizeof *o);
+    o->batch = -1;
+    o->seq = -1;
+}
+
+int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i) {
+    const char *v = NULL;
+    int r;
+    if ((r = cli_opt(argc, argv, i, "--batch", &v)) != 0)
+        return r < 0 ? -1 : (cli_parse_i64("--batch", v, &o->batch) ? -1 : 1);
+    if ((r = cli_opt(argc, argv, i, "--seq", &v)) != 0)
+        return r < 0 ? -1 : (cli_parse_i64("--seq", v, &o->seq) ? -1 : 1);
+    if ((r = cli_opt(argc, argv, i, "--bind", &v)) != 0) {
+        if (r < 0) return -1;
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v) {
+            fprintf(stderr, "hetc: --bind expects NAME=VALUE, got '%s'\n", v);
+            return -1;
+        }
+        if (o->nbinds >= CLI_MAX_BINDS) {
+            fprintf(stderr, "hetc: at most %d --bind options\n", CLI_MAX_BINDS);
+            return -1;
+        }
+        int64_t val;
+        if (cli_parse_i64("--bind", eq + 1, &val)) return -1;
+        /* the name points into argv, which outlives the options */
+        char *name = argv[*i] + (v - argv[*i]);
+        name[eq - v] = '\0';
+        o->binds[o->nbinds].name = name;
+        o->binds[o->nbinds].value = val;
+        o->nbinds++;
+        return 1;
+    }
+    if ((r = cli_opt(argc, argv, i, "--passes", &v)) != 0) {
+        o->passes = v;
+        return r;
+    }
+    if ((r = cli_opt(argc, argv, i, "--dump-ir-after", &v)) != 0) {
+        o->dump_after = v;
+        return r;
+    }
+    if ((r = cli_opt(argc, argv, i, "-o", &v)) != 0 ||
+        (r = cli_opt(argc, argv, i, "--output", &v)) != 0) {
+        o->out_dir = v;
+        return r;
+    }
+    if (strcmp(argv[*i], "-v") == 0 || strcmp(argv[*i], "--verbose") == 0) {
+        o->verbose = 1;
+        return 1;
+    }
+    if (strcmp(argv[*i], "--print-ir") == 0) {
+        o->print_ir = 1;
+        return 1;
+    }
+    return 0;
+}
+
+void compile_opts_help(FILE *f) {
+    fprintf(f,
+            "  --batch N              bind the batch dim (dim_params batch, batch_size, B, N)\n"
+            "  --seq N                bind the sequence dim (seq, seq_len, sequence, T, S)\n"
+            "  --bind NAME=N          bind any other symbolic dim by its ONNX dim_param\n"
+            "  --passes a,b,c         run these passes instead of the default pipeline\n"
+            "                         (%s; see --list-passes)\n"
+            "  --dump-ir-after=P|all  write the IR after pass P (or every pass) to\n"
+            "                         OUT/ir/NN-<pass>.ir (00-import.ir is the import)\n"
+            "  -o, --output DIR       output directory (default: build)\n"
+            "  --print-ir             print the final IR on stdout\n"
+            "  -v, --verbose          one line per pass on stderr\n",
+            pass_default_pipeline());
+}
+
+IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int nextra,
+                        int allow_unbound, PassContext *ctx, IrError *err) {
+    HetcImportOptions io;
+    hetc_import_options_default(&io);
+    io.batch = o->batch;
+    io.seq = o->seq;
+    HetcDimBinding all[2 * CLI_MAX_BINDS + 64];
+    int n = 0;
+    for (int i = 0; i < o->nbinds; i++) all[n++] = o->binds[i];
+    for (int i = 0; i < nextra && n < (int)(sizeof all / sizeof all[0]); i++) all[n++] = extra[i];
+    io.bindings = all;
+    io.nbindings = n;
+    io.allow_unbound = allow_unbound;
+    IrGraph *g = hetc_import_onnx(o->model, &io, err);
+    if (!g) return NULL;
+    if (pass_maybe_dump(g, "import", ctx, err) != 0) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int compile_run_passes(IrGraph *g, const CompileOpts *o, PassContext *ctx, IrError *err) {
+    const char *pipe = o->passes ? o->passes : pass_default_pipeline();
+    if (!*pipe) return 0;
+    return pass_run_pipeline(g, pipe, ctx, err);
+}
+
+void compile_print_summary(FILE *f, const IrGraph *g, const char *what) {
+    int count[IR_OP_COUNT] = {0};
+    for (int i = 0; i < g->nnodes; i++) count[g->nodes[i]->op]++;
+    int64_t params = 0, nparam = 0, nconst = 0;
+    for (int i = 0; i < g->nvalues; i++) {
+        const IrValue *v = g->values[i];
+        if (v->kind == IR_VK_PARAM) {
+            nparam++;
+            int64_t ne = ir_shape_numel(&v->shape);
+            if (ne > 0) params += ne;
+        } else if (v->kind == IR_VK_CONST) {
+            nconst++;
+        }
+    }
+    fprintf(f, "%s: %d nodes, %lld parameter tensors (%lld elements), %lld constants\n", what,
+            g->nnodes, (long long)nparam, (long long)params, (long long)nconst);
+    fprintf(f, "  ops:");
+    int col = 6;
+    for (int op = 0; op < IR_OP_COUNT; op++) {
+        if (!count[op]) continue;
+        char item[64];
+        int len = snprintf(item, sizeof item, " %s %d,", ir_op_name((IrOp)op), count[op]);
+        if (col + len > 96) {
+            fprintf(f, "\n      ");
+            col = 6;
+        }
+        fputs(item, f);
+        col += len;
+    }
+    fputc('\n', f);
+}

@@ -1,0 +1,37 @@
+/* Options every subcommand that imports a model shares, and the import +
+ * pass pipeline they run. */
+#ifndef HETC_COMPILE_OPTS_H
+#define HETC_COMPILE_OPTS_H
+
+#include "onnx_import.h"
+#include "pass.h"
+
+#define CLI_MAX_BINDS 32
+
+typedef struct CompileOpts {
+    const char *model;
+    int64_t batch, seq;
+    HetcDimBinding binds[CLI_MAX_BINDS];
+    int nbinds;
+    const char *passes;      /* NULL: the default pipeline */
+    const char *dump_after;  /* NULL, "all" or pass names */
+    const char *out_dir;     /* -o */
+    int verbose;
+    int print_ir;
+} CompileOpts;
+
+void compile_opts_init(CompileOpts *o);
+/* Try to consume argv[*i] as a shared option: 1 consumed, 0 not ours, -1 bad. */
+int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i);
+/* Help text for the shared options. */
+void compile_opts_help(FILE *f);
+
+/* Import o->model (dumping 00-import.ir when asked) with extra bindings. */
+IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int nextra,
+                        int allow_unbound, PassContext *ctx, IrError *err);
+/* Run o->passes (or the default pipeline). */
+int compile_run_passes(IrGraph *g, const CompileOpts *o, PassContext *ctx, IrError *err);
+/* Op histogram summary line on f: "nodes 123: MatMul 12, Add 30, ..." */
+void compile_print_summary(FILE *f, const IrGraph *g, const char *what);
+
+#endif

@@ -1,0 +1,56 @@
+/* hetc: the driver.  Subcommands string the frontend, passes and backends
+ * together; each lives in its own cmd_*.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "pass.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "hetc %s: a compiler for training LLMs on heterogeneous GPU clusters\n"
+            "\n"
+            "usage: hetc COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  import MODEL.onnx   import into hetc IR, run the passes, dump the IR\n"
+            "  run MODEL.onnx      execute on the host backend (fp32 reference kernels)\n"
+            "\n"
+            "  hetc COMMAND --help       options of one command\n"
+            "  hetc --list-passes        the passes --passes and --dump-ir-after accept\n"
+            "  hetc --version\n"
+            "\n"
+            "examples:\n"
+            "  hetc import examples/gpt_tiny.onnx --batch 2 --seq 64 --dump-ir-after=all -o build/\n"
+            "  hetc run examples/gpt_tiny.onnx --input input_ids=examples/gpt_tiny.input_ids.npy \\\n"
+            "      --output-dir out/ --expect logits=examples/gpt_tiny.logits.npy\n"
+            "\n"
+            "Planning (hetc plan), training (hetc train) and per-stage binaries\n"
+            "(hetc MODEL.onnx CLUSTER.yaml -o build/) are not in this build yet; see\n"
+            "README.md for the roadmap.\n",
+            HETC_VERSION);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("hetc %s\n", HETC_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "--list-passes")) {
+        pass_list(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "import")) return cmd_import(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    fprintf(stderr, "hetc: unknown command '%s' (see hetc --help)\n", cmd);
+    return 2;
+}

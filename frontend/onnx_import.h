@@ -1,0 +1,60 @@
+/* ONNX frontend: model.onnx -> IrGraph (protobuf-c), and tensor files.
+ *
+ * The importer is a table with one entry per (ONNX op, opset range)
+ * (frontend/import_table.c).  Initializers become IR_VK_PARAM values when
+ * they are float tensors of rank >= 1 that are not consumed as shape/index
+ * operands, IR_VK_CONST otherwise (see onnx_import.c for the exact rule).
+ * External data is validated at import and mmap'd lazily on first read
+ * (ir_value_data): planning never touches parameter bytes.
+ */
+#ifndef HETC_ONNX_IMPORT_H
+#define HETC_ONNX_IMPORT_H
+
+#include "ir.h"
+
+/* A binding of a symbolic dim name (ONNX dim_param) to an extent. */
+typedef struct HetcDimBinding {
+    const char *name;
+    int64_t value;
+} HetcDimBinding;
+
+typedef struct HetcImportOptions {
+    /* --batch / --seq: bind dim_params that name the batch / sequence axis
+     * ("batch", "batch_size", "B", "N" / "seq", "seq_len", "sequence",
+     * "sequence_length", "T", "S"); -1 = not given. */
+    int64_t batch, seq;
+    const HetcDimBinding *bindings; /* explicit name=value bindings */
+    int nbindings;
+    /* 1: leave unbound symbolic dims as -1 (with IrValue.sym names) for a
+     * later hetc_bind_dims; 0: fail naming the unbound dim and input. */
+    int allow_unbound;
+} HetcImportOptions;
+
+void hetc_import_options_default(HetcImportOptions *o);
+
+/* Parse and lower an ONNX model.  NULL with err set on failure: the message
+ * names the file and, where relevant, the node name, op type, domain, opset,
+ * initializer or dim involved. */
+IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrError *err);
+/* Same, from a buffer (fuzzing); model_dir is used for external data. */
+IrGraph *hetc_import_onnx_buffer(const void *buf, size_t len, const char *model_dir,
+                                 const HetcImportOptions *opt, IrError *err);
+
+/* Bind remaining symbolic dims of graph inputs (and every value carrying the
+ * same dim_param) from the given bindings; fails naming any dim left unbound. */
+int hetc_bind_dims(IrGraph *g, const HetcDimBinding *b, int n, IrError *err);
+
+/* Names of the ONNX ops the importer supports at `opset` (for --help and the
+ * conformance runner): fills up to max names, returns the count. */
+int hetc_import_supported_ops(int64_t opset, const char **names, int max);
+int hetc_import_op_supported(const char *domain, const char *op_type, int64_t opset);
+
+/* Tensor files: ONNX TensorProto (.pb) and NumPy (.npy, v1/v2, C order,
+ * little endian).  hetc_read_tensor picks the format by extension. */
+int hetc_read_tensor_pb(const char *path, IrTensor **out, IrError *err);
+int hetc_read_npy(const char *path, IrTensor **out, IrError *err);
+int hetc_read_tensor(const char *path, IrTensor **out, IrError *err);
+/* Atomic write (temp file + rename). */
+int hetc_write_npy(const char *path, const IrTensor *t, IrError *err);
+
+#endif
