@@ -1,5 +1,7 @@
 /* Core IR: graph, values, nodes, attributes, builder.  See ir.h. */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* also set by the build; guarded to avoid a redefinition warning */
+#endif
 #include "ir.h"
 
 #include <errno.h>
@@ -222,6 +224,7 @@ void ir_graph_free(IrGraph *g) {
     free(g->name);
     free(g->model_path);
     free(g->model_dir);
+    free(g->name_slots);
     free(g);
 }
 
@@ -233,11 +236,45 @@ void ir_graph_free(IrGraph *g) {
         }                                                                  \
     } while (0)
 
+static uint64_t name_hash(const char *s) { return ir_fnv1a(s, strlen(s)); }
+
+static void name_index_insert(IrGraph *g, IrValue *v);
+
+static void name_index_rebuild(IrGraph *g, int cap) {
+    free(g->name_slots);
+    g->name_cap = cap;
+    g->name_used = 0;
+    g->name_slots = ir_xcalloc((size_t)cap, sizeof *g->name_slots);
+    for (int i = 0; i < g->nvalues; i++) name_index_insert(g, g->values[i]);
+}
+
+static void name_index_insert(IrGraph *g, IrValue *v) {
+    if (2 * (g->name_used + 1) > g->name_cap) {
+        /* grow, which reinserts every value including v if it is listed */
+        int cap = g->name_cap ? 2 * g->name_cap : 64;
+        while (2 * (g->nvalues + 1) > cap) cap *= 2;
+                name_index_rebuild(g, cap);
+        for (int i = 0; i < g->nvalues; i++)
+            if (g->values[i] == v) return;
+    }
+    size_t mask = (size_t)g->name_cap - 1;
+    for (size_t h = name_hash(v->name) & mask;; h = (h + 1) & mask)
+        if (!g->name_slots[h]) {
+            g->name_slots[h] = v;
+            g->name_used++;
+            return;
+        }
+}
+
 IrValue *ir_graph_find_value(const IrGraph *g, const char *name) {
-    /* Linear scan: graphs here have at most tens of thousands of values and
-     * lookups happen at import/parse time only. */
-    for (int i = g->nvalues - 1; i >= 0; i--)
-        if (strcmp(g->values[i]->name, name) == 0) return g->values[i];
+    if (!g->name_cap) {
+        for (int i = g->nvalues - 1; i >= 0; i--)
+            if (strcmp(g->values[i]->name, name) == 0) return g->values[i];
+        return NULL;
+    }
+    size_t mask = (size_t)g->name_cap - 1;
+    for (size_t h = name_hash(name) & mask; g->name_slots[h]; h = (h + 1) & mask)
+        if (strcmp(g->name_slots[h]->name, name) == 0) return g->name_slots[h];
     return NULL;
 }
 
@@ -270,13 +307,14 @@ IrValue *ir_value_new(IrGraph *g, const char *name, IrDType dt, const IrShape *s
     v->id = g->nvalues;
     GROW(g->values, g->nvalues, g->values_cap);
     g->values[g->nvalues++] = v;
+    name_index_insert(g, v);
     return v;
 }
 
 IrValue *ir_const_new(IrGraph *g, const char *name, IrDType dt, const IrShape *shape,
                       const void *data) {
     IrValue *v = ir_value_new(g, name, dt, shape, IR_VK_CONST);
-    int64_t n = ir_shape_numel(shape);
+    int64_t n = shape ? ir_shape_numel(shape) : -1; /* unknown shape: no data yet */
     size_t nb = (size_t)(n < 0 ? 0 : n) * ir_dtype_size(dt);
     void *d = ir_xmalloc(nb);
     if (nb && data) memcpy(d, data, nb);
@@ -378,10 +416,12 @@ static IrNode *node_make(IrGraph *g, IrOp op, const char *name, int nin, IrValue
 }
 
 static int next_node_id(IrGraph *g) {
-    int m = -1;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->id > m) m = g->nodes[i]->id;
-    return m + 1;
+    /* a graph whose nodes were added behind the builder's back (the parser
+     * sets ids itself) may have ids at or past the counter */
+    if (g->next_node_id <= g->nnodes)
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i]->id >= g->next_node_id) g->next_node_id = g->nodes[i]->id + 1;
+    return g->next_node_id++;
 }
 
 IrNode *ir_node_new(IrGraph *g, IrOp op, const char *name, int nin, IrValue *const *in,
@@ -564,62 +604,108 @@ void ir_graph_compact(IrGraph *g) {
     g->nvalues = k;
     for (int i = 0; i < g->nvalues; i++) g->values[i]->id = i;
     free(used);
+    int cap = 64;
+    while (2 * (g->nvalues + 1) > cap) cap *= 2;
+    name_index_rebuild(g, cap);
+}
+
+/* Index of the node producing v (-1 if none).  prod[] holds producer+1 by
+ * value id; a value whose id does not index g->values (not of this graph)
+ * has no producer here. */
+static int producer_of(const IrGraph *g, const int *prod, const IrValue *v) {
+    if (!v || v->id < 0 || v->id >= g->nvalues || g->values[v->id] != v) return -1;
+    return prod[v->id] - 1;
+}
+
+static void heap_push(int *h, int *n, int x) {
+    int i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > x) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = x;
+}
+static int heap_pop(int *h, int *n) {
+    int top = h[0], x = h[--(*n)], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= x) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = x;
+    return top;
 }
 
 int ir_graph_toposort(IrGraph *g, IrError *err) {
-    /* Kahn's algorithm, choosing the earliest ready node in current order so
-     * an already-sorted graph is left unchanged. */
+    /* Kahn's algorithm over explicit consumer lists, always taking the
+     * ready node that comes first in the current order (a min-heap of
+     * indices): an already-sorted graph is left unchanged, and the cost is
+     * O((nodes + edges) log nodes) rather than quadratic. */
     int n = g->nnodes;
     if (n == 0) return 0;
     for (int i = 0; i < g->nvalues; i++) g->values[i]->id = i;
-    int *indeg = ir_xcalloc((size_t)n, sizeof *indeg);
-    int *pos = ir_xcalloc((size_t)g->nvalues + 1, sizeof *pos); /* producer index+1 */
+    int *prod = ir_xcalloc((size_t)g->nvalues + 1, sizeof *prod);
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < g->nodes[i]->nout; j++)
-            if (g->nodes[i]->out[j]) pos[g->nodes[i]->out[j]->id] = i + 1;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < g->nodes[i]->nin; j++) {
-            IrValue *v = g->nodes[i]->in[j];
-            if (v && pos[v->id]) indeg[i]++;
+        for (int j = 0; j < g->nodes[i]->nout; j++) {
+            IrValue *v = g->nodes[i]->out[j];
+            if (v && v->id >= 0 && v->id < g->nvalues && g->values[v->id] == v) prod[v->id] = i + 1;
         }
+    /* edges producer -> consumer in CSR form */
+    int *start = ir_xcalloc((size_t)n + 1, sizeof *start);
+    int *indeg = ir_xcalloc((size_t)n, sizeof *indeg);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++) {
+            int p = producer_of(g, prod, g->nodes[i]->in[k]);
+            if (p >= 0) start[p + 1]++, indeg[i]++;
+        }
+    for (int i = 0; i < n; i++) start[i + 1] += start[i];
+    int *fill = ir_xmalloc((size_t)n * sizeof *fill);
+    memcpy(fill, start, (size_t)n * sizeof *fill);
+    int *adj = ir_xmalloc((size_t)(start[n] ? start[n] : 1) * sizeof *adj);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++) {
+            int p = producer_of(g, prod, g->nodes[i]->in[k]);
+            if (p >= 0) adj[fill[p]++] = i;
+        }
+    int *heap = ir_xmalloc((size_t)n * sizeof *heap), nheap = 0;
+    for (int i = 0; i < n; i++)
+        if (indeg[i] == 0) heap_push(heap, &nheap, i);
     IrNode **order = ir_xmalloc((size_t)n * sizeof *order);
     unsigned char *done = ir_xcalloc((size_t)n, 1);
-    int cnt = 0, scan = 0;
-    while (cnt < n) {
-        int pick = -1;
-        for (int i = scan; i < n; i++)
-            if (!done[i] && indeg[i] == 0) {
-                pick = i;
-                break;
-            }
-        if (pick < 0)
-            for (int i = 0; i < scan; i++)
-                if (!done[i] && indeg[i] == 0) {
-                    pick = i;
-                    break;
-                }
-        if (pick < 0) {
-            int bad = 0;
-            while (bad < n && done[bad]) bad++;
-            ir_errorf(err, "graph '%s' has a cycle through node '%s' (%s)", g->name,
-                      g->nodes[bad]->name, ir_op_name(g->nodes[bad]->op));
-            free(indeg), free(pos), free(order), free(done);
-            return -1;
-        }
+    int cnt = 0;
+    while (nheap > 0) {
+        int pick = heap_pop(heap, &nheap);
         done[pick] = 1;
         order[cnt++] = g->nodes[pick];
-        scan = pick;
-        IrNode *p = g->nodes[pick];
-        for (int j = 0; j < p->nout; j++) {
-            if (!p->out[j]) continue;
-            for (int i = 0; i < n; i++)
-                for (int k = 0; k < g->nodes[i]->nin; k++)
-                    if (g->nodes[i]->in[k] == p->out[j]) indeg[i]--;
-        }
+        for (int e = start[pick]; e < start[pick + 1]; e++)
+            if (--indeg[adj[e]] == 0) heap_push(heap, &nheap, adj[e]);
     }
-    memcpy(g->nodes, order, (size_t)n * sizeof *order);
-    free(indeg), free(pos), free(order), free(done);
-    return 0;
+    int rc = 0;
+    if (cnt < n) {
+        /* The first blocked node may only sit downstream of a cycle.  Walk
+         * back through blocked producers: after n steps the walk is inside
+         * a cycle, so the node it names is on one. */
+        int bad = 0;
+        while (bad < n && done[bad]) bad++;
+        for (int step = 0; step < n; step++) {
+            int next = -1;
+            for (int k = 0; k < g->nodes[bad]->nin && next < 0; k++) {
+                int p = producer_of(g, prod, g->nodes[bad]->in[k]);
+                if (p >= 0 && !done[p]) next = p;
+            }
+            if (next < 0) break;
+            bad = next;
+        }
+        rc = ir_errorf(err, "graph '%s' has a cycle through node '%s' (%s)", g->name,
+                       g->nodes[bad]->name, ir_op_name(g->nodes[bad]->op));
+    } else {
+        memcpy(g->nodes, order, (size_t)n * sizeof *order);
+    }
+    free(prod), free(start), free(indeg), free(fill), free(adj), free(heap), free(order), free(done);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- tensors */

@@ -201,6 +201,14 @@ typedef struct IrGraph {
     int noutputs, outputs_cap;
 
     int next_auto_name;   /* counter for generated names */
+    int next_node_id;     /* node ids are unique over the graph's life */
+
+    /* name -> value index (open addressing, owned; rebuilt on compact).
+     * Keeps ir_value_new and ir_graph_find_value O(1) on graphs with
+     * hundreds of thousands of values. */
+    IrValue **name_slots;
+    int name_cap;         /* power of two, or 0 */
+    int name_used;
 } IrGraph;
 
 IrGraph *ir_graph_new(const char *name);

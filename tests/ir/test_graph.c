@@ -1,0 +1,169 @@
+/* Builder-level graph operations: ir_graph_toposort (checked by brute force
+ * on shuffled random DAGs, and on cycles) and ir_graph_compact (checked
+ * against the set of values a brute-force scan says must survive). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_ir.h"
+
+enum { NDAG = 60 };
+
+/* A random DAG: node i reads one or two earlier values and makes v<i>. */
+static IrGraph *random_dag(unsigned long long *seed) {
+    IrGraph *g = ir_graph_new("dag");
+    int64_t d = 4;
+    IrShape sh = ir_shape_make(1, &d);
+    IrValue *vals[NDAG + 1];
+    vals[0] = ir_value_new(g, "x", IR_F32, &sh, IR_VK_INPUT);
+    ir_graph_add_input(g, vals[0]);
+    for (int i = 0; i < NDAG; i++) {
+        char vn[16], nn[16];
+        snprintf(vn, sizeof vn, "v%d", i);
+        snprintf(nn, sizeof nn, "n%d", i);
+        IrValue *out = ir_value_new(g, vn, IR_F32, &sh, IR_VK_ACT);
+        IrValue *in[2] = {vals[test_rand(seed) % (unsigned)(i + 1)],
+                          vals[test_rand(seed) % (unsigned)(i + 1)]};
+        if (test_rand(seed) & 1)
+            ir_node_new(g, IR_OP_ADD, nn, 2, in, 1, &out);
+        else
+            ir_node_new(g, IR_OP_NEG, nn, 1, in, 1, &out);
+        vals[i + 1] = out;
+    }
+    ir_graph_add_output(g, vals[NDAG]);
+    return g;
+}
+
+/* Brute force: every input's producer sits earlier in g->nodes. */
+static int is_topological(const IrGraph *g) {
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) {
+            const IrValue *v = g->nodes[i]->in[j];
+            if (!v) continue;
+            for (int k = i; k < g->nnodes; k++)
+                for (int o = 0; o < g->nodes[k]->nout; o++)
+                    if (g->nodes[k]->out[o] == v) return 0;
+        }
+    return 1;
+}
+
+static void test_toposort(void) {
+    unsigned long long seed = 1234;
+    IrError err = {{0}};
+    for (int round = 0; round < 20; round++) {
+        IrGraph *g = random_dag(&seed);
+        IrNode *orig[NDAG];
+        memcpy(orig, g->nodes, sizeof orig);
+        /* already sorted: left exactly as it is */
+        CHECK(ir_graph_toposort(g, &err) == 0);
+        CHECK(memcmp(orig, g->nodes, sizeof orig) == 0);
+        /* shuffled: sorted again, same nodes */
+        for (int i = NDAG - 1; i > 0; i--) {
+            int j = (int)(test_rand(&seed) % (unsigned)(i + 1));
+            IrNode *t = g->nodes[i];
+            g->nodes[i] = g->nodes[j];
+            g->nodes[j] = t;
+        }
+        CHECK_MSG(ir_graph_toposort(g, &err) == 0, "%s", err.msg);
+        CHECK(g->nnodes == NDAG);
+        CHECK(is_topological(g));
+        for (int i = 0; i < NDAG; i++)
+            CHECK(ir_node_index(g, orig[i]) >= 0);
+        CHECK_MSG(ir_verify(g, 1, &err) == 0, "%s", err.msg);
+        ir_graph_free(g);
+    }
+
+    /* a cycle, with a node downstream of it placed first: the error must
+     * name a node on the cycle, not the downstream one */
+    IrGraph *g = ir_graph_new("cyclic");
+    int64_t d = 4;
+    IrShape sh = ir_shape_make(1, &d);
+    IrValue *x = ir_value_new(g, "x", IR_F32, &sh, IR_VK_INPUT);
+    ir_graph_add_input(g, x);
+    IrValue *a = ir_value_new(g, "a", IR_F32, &sh, IR_VK_ACT);
+    IrValue *c = ir_value_new(g, "c", IR_F32, &sh, IR_VK_ACT);
+    IrValue *dn = ir_value_new(g, "dn", IR_F32, &sh, IR_VK_ACT);
+    ir_node_new(g, IR_OP_NEG, "downstream", 1, &c, 1, &dn);
+    IrValue *ain[2] = {x, c};
+    ir_node_new(g, IR_OP_ADD, "cycle_add", 2, ain, 1, &a);
+    ir_node_new(g, IR_OP_RELU, "cycle_relu", 1, &a, 1, &c);
+    IrNode *before[3];
+    memcpy(before, g->nodes, sizeof before);
+    CHECK(ir_graph_toposort(g, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "cycle_add") || strstr(err.msg, "cycle_relu"), "%s", err.msg);
+    CHECK_MSG(!strstr(err.msg, "downstream"), "%s", err.msg);
+    CHECK(memcmp(before, g->nodes, sizeof before) == 0); /* untouched on failure */
+    ir_graph_free(g);
+
+    g = ir_graph_new("selfloop");
+    x = ir_value_new(g, "x", IR_F32, &sh, IR_VK_INPUT);
+    ir_graph_add_input(g, x);
+    IrValue *s = ir_value_new(g, "s", IR_F32, &sh, IR_VK_ACT);
+    IrValue *sin[2] = {s, x};
+    ir_node_new(g, IR_OP_ADD, "eats_itself", 2, sin, 1, &s);
+    CHECK(ir_graph_toposort(g, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "eats_itself"), "%s", err.msg);
+    ir_graph_free(g);
+}
+
+static int name_in(const char *n, char **names, int cnt) {
+    for (int i = 0; i < cnt; i++)
+        if (strcmp(names[i], n) == 0) return 1;
+    return 0;
+}
+
+static void test_compact(void) {
+    unsigned long long seed = 99;
+    IrError err = {{0}};
+    for (int round = 0; round < 10; round++) {
+        IrGraph *g = random_dag(&seed);
+        ir_const_scalar_f32(g, "unused_const", 2.0f);
+        int64_t d = 4;
+        IrShape sh = ir_shape_make(1, &d);
+        ir_value_new(g, "unused_param", IR_F32, &sh, IR_VK_PARAM);
+        /* kill, at random, nodes whose outputs nothing live reads (walking
+         * backwards so whole dead chains go) */
+        for (int i = g->nnodes - 1; i >= 0; i--) {
+            IrNode *n = g->nodes[i];
+            if (ir_value_num_uses(g, n->out[0]) == 0 && test_rand(&seed) % 3 != 0) ir_node_kill(n);
+        }
+        /* oracle: names of the values that must survive */
+        char **keep = malloc((size_t)g->nvalues * sizeof *keep);
+        int nkeep = 0, live_nodes = 0;
+        for (int i = 0; i < g->nvalues; i++) {
+            IrValue *v = g->values[i];
+            int used = v->kind == IR_VK_PARAM || v->is_graph_output;
+            for (int k = 0; k < g->ninputs; k++)
+                used |= g->inputs[k] == v;
+            for (int k = 0; k < g->nnodes && !used; k++) {
+                IrNode *n = g->nodes[k];
+                if (n->dead) continue;
+                for (int j = 0; j < n->nin; j++)
+                    used |= n->in[j] == v;
+                for (int j = 0; j < n->nout; j++)
+                    used |= n->out[j] == v;
+            }
+            if (used) keep[nkeep++] = ir_strdup(v->name);
+        }
+        for (int k = 0; k < g->nnodes; k++)
+            live_nodes += !g->nodes[k]->dead;
+        ir_graph_compact(g);
+        CHECK(g->nnodes == live_nodes);
+        CHECK(g->nvalues == nkeep);
+        for (int i = 0; i < g->nvalues; i++) {
+            CHECK(g->values[i]->id == i);
+            CHECK_MSG(name_in(g->values[i]->name, keep, nkeep), "%s survived", g->values[i]->name);
+        }
+        CHECK(ir_graph_find_value(g, "unused_param") != NULL);
+        CHECK(ir_graph_find_value(g, "unused_const") == NULL);
+        CHECK_MSG(ir_verify(g, 1, &err) == 0, "%s", err.msg);
+        for (int i = 0; i < nkeep; i++)
+            free(keep[i]);
+        free(keep);
+        ir_graph_free(g);
+    }
+}
+
+void test_graph(void) {
+    test_toposort();
+    test_compact();
+}
