@@ -415,14 +415,7 @@ static IrNode *node_make(IrGraph *g, IrOp op, const char *name, int nin, IrValue
     return n;
 }
 
-static int next_node_id(IrGraph *g) {
-    /* a graph whose nodes were added behind the builder's back (the parser
-     * sets ids itself) may have ids at or past the counter */
-    if (g->next_node_id <= g->nnodes)
-        for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->id >= g->next_node_id) g->next_node_id = g->nodes[i]->id + 1;
-    return g->next_node_id++;
-}
+static int next_node_id(IrGraph *g) { return g->next_node_id++; }
 
 IrNode *ir_node_new(IrGraph *g, IrOp op, const char *name, int nin, IrValue *const *in,
                     int nout, IrValue *const *out) {

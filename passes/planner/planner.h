@@ -89,6 +89,10 @@ typedef struct StageCost {
     double mem_act;         /* saved activations per in-flight microbatch per device */
     int dp, tp;             /* the intra-op plan chosen for this candidate */
     int feasible;           /* 0 if it cannot fit even with K = 1 */
+    /* (added by the cost-model owner, "cluster") DP gradient all-reduce
+     * time, paid once per iteration, not per microbatch; 0 when dp = 1 or
+     * the oracle does not model it.  Not part of Eq. 13. */
+    double t_sync;
 } StageCost;
 
 /* The oracle the DP queries: cost of layers [k..i] (1-based, inclusive) on
