@@ -47,7 +47,7 @@ char *ir_strdup(const char *s) {
 }
 uint64_t ir_fnv1a(const void *data, size_t n) {
     const unsigned char *p = data;
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = 14695981039346656037ULL;
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
         h *= 1099511628211ULL;
