@@ -1,0 +1,97 @@
+/* Analytic stage cost model and zero-redundant profiler (HAPT §5.1).
+ *
+ * Implements the CostOracle of planner.h from the device catalog: roofline
+ * compute time per layer, DP gradient all-reduce per iteration, memory of
+ * AdamW mixed-precision training, and boundary communication per link.
+ * Formulas (cited in cost_model.c and docs/CLUSTER.md):
+ *
+ *   per layer, per microbatch, on a stage with dp x tp devices (tp = 1 now):
+ *     t_f = max(fwd_flops / dp / (peak * efficiency),
+ *               (param_bytes + (act_bytes + out_bytes) / dp) / hbm_bw)
+ *     t_b = max(bwd_flops / dp / (peak * efficiency),
+ *               (2 * param_bytes + 2 * act_bytes / dp) / hbm_bw)
+ *   per stage:
+ *     P        = sum param_bytes / dtype_bytes            (parameter count)
+ *     mem_static = P * (w + g + master + adam) + runtime_reserve_bytes
+ *                  w = g = dtype_bytes; master = 4 if dtype != fp32 else 0;
+ *                  adam = 8 (fp32 m and v).  ZeRO-1 divides master + adam by
+ *                  dp, ZeRO-2 also g (zero_stage option, default 0)
+ *     mem_act  = sum act_bytes / dp
+ *     t_sync   = ring all-reduce of the gradients, once per iteration:
+ *                2 (dp-1)/dp * sum param_bytes / bw + 2 (dp-1) lat
+ *                (bw, lat: intra-node if the submesh is one node, else inter)
+ *   comm(i, a, b) = out_bytes_i / bw + lat (+ 2 out_bytes_i / pcie_bw for a
+ *                cpu-mediated link); inside mesh a: intra-node link if the mesh
+ *                has one node, inter-node otherwise.
+ */
+#ifndef HETC_COST_MODEL_H
+#define HETC_COST_MODEL_H
+
+#include <stddef.h>
+
+#include "planner.h"
+
+typedef struct CostOptions {
+    double efficiency;          /* fraction of peak FLOP/s dense GEMMs reach (default 0.5) */
+    double imbalance_threshold; /* T: prune when a stage's work share / its submesh's
+                                   capacity share is > T; 0 = off (default 4) */
+    int imbalance_lower;        /* 1: also prune shares < 1/T (default 0: comm-bound
+                                   optima use whole meshes as light relay stages) */
+    double pcie_bw;             /* device<->host copy for cpu-mediated links, bytes/s
+                                   (default 12e9: PCIe 3.0 x16 achievable) */
+    double runtime_reserve_bytes; /* per device: CUDA context, cuBLAS/NCCL workspaces
+                                   (default 1 GiB) */
+    int zero_stage;             /* 0: replicated optimizer (default), 1: ZeRO-1, 2: ZeRO-2 */
+    int prune_memory;           /* 1 (default): candidates that do not fit with K = 1 are
+                                   reported infeasible and counted as pruned */
+} CostOptions;
+
+void cost_options_default(CostOptions *o);
+
+typedef struct CostCounters {
+    long total;            /* distinct (k, i, mesh, submesh) candidates queried/enumerated */
+    long duplicates;       /* of those, answered from the cache (structural duplicates) */
+    long unique;           /* distinct (layer-range signature, device class, submesh) */
+    long pruned_imbalance; /* unique candidates rejected before costing */
+    long costed;           /* unique candidates whose cost was computed */
+    long pruned_memory;    /* costed candidates that do not fit with K = 1 */
+} CostCounters;
+/* Invariants: total = duplicates + unique; unique = pruned_imbalance + costed;
+ * pruned_memory <= costed.  Exact per distinct candidate whenever the dense
+ * candidate index exists (L(L+1)/2 x submeshes <= 32M entries); beyond that
+ * only cost_model_profile_all counts (lazy queries are not tracked). */
+
+/* One line for `hetc plan` and plan.txt:
+ * "profile: 150234 candidates, 138180 structural duplicates, 12054 unique; ..." */
+void cost_counters_summary(const CostCounters *k, char *buf, size_t cap);
+
+typedef struct CostModel CostModel;
+
+/* layers: L entries, layers[0] is layer 1 (the oracle's k, i are 1-based).
+ * The model keeps pointers to cluster and layers: they must outlive it. */
+CostModel *cost_model_new(const ClusterSpec *c, const PlanLayer *layers, int L,
+                          const CostOptions *o, IrError *err);
+void cost_model_free(CostModel *cm);
+
+/* The oracle the DP consumes (ctx = cm).  stage() returns 0 and fills *out
+ * (feasible = 0 for memory- or imbalance-pruned candidates, with the times
+ * still filled for memory-pruned ones), -1 on bad arguments.  Thread-safe. */
+CostOracle cost_model_oracle(CostModel *cm);
+int cost_model_stage(CostModel *cm, int k, int i, int mesh, Submesh sub, StageCost *out);
+double cost_model_comm(CostModel *cm, int i, int mesh_from, int mesh_to);
+
+/* Enumerate and cost every candidate (all k <= i, every mesh, every submesh
+ * shape of §5.2) up front, so later stage() calls are lock-free lookups.
+ * progress (may be NULL) is called now and then with done/total, with the
+ * model's lock held: it must not call back into the model.  Call this before
+ * sharing the oracle between threads. */
+int cost_model_profile_all(CostModel *cm, void (*progress)(void *arg, long done, long total),
+                           void *arg);
+CostCounters cost_model_counters(const CostModel *cm);
+
+/* Peak FLOP/s of a device for the training dtype ("bf16", "fp16", "fp32"). */
+double device_peak_flops(const DeviceSpec *d, const char *dtype);
+/* Bytes per element of the training dtype. */
+double dtype_size_bytes(const char *dtype);
+
+#endif

@@ -1,0 +1,1026 @@
+/* HAPT inter-op DP (seed 004 §5.2.1, Eq. 13-24, Algorithm 1) generalised to
+ * any number of meshes, with the three search optimisations of §5.2.2.
+ * See hapt_dp.h for the state and indexing, docs/PLANNER.md for the reading
+ * of the paper.
+ *
+ * Outline of hapt_dp_plan():
+ *   1. tabulate the oracle: every (mesh, submesh, k, i) stage candidate and
+ *      every boundary C(i, a, b);
+ *   2. the t_max candidates: the distinct t = t_f + t_b of feasible
+ *      candidates (Algorithm 1 line 3), ascending;
+ *   3. for every mesh order: (b) find the smallest t_max any plan could use
+ *      (binary search on a relaxed DP without the stage-count dimension) and
+ *      a lower bound LB of the first term of Eq. 13; take the remaining t_max
+ *      in fixed-size batches, (c) the candidates of a batch in parallel;
+ *      stop at the first t_max with (B-1) t_max + LB >= best so far, skip a
+ *      t_max whose relaxed DP already cannot beat the best, and inside a
+ *      full DP drop partial sums that cannot (branch and bound);
+ *   4. rebuild the best plan and fill its schedule (schedule.c).
+ * The result does not depend on threads or batch size: batches are formed
+ * the same way for any thread count and reduced in t_max order, and a
+ * candidate is only skipped when it cannot be strictly better.
+ */
+#include "hapt_dp.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define INF DBL_MAX
+
+void dp_options_default(DpOptions *o)
+{
+    memset(o, 0, sizeof *o);
+    o->microbatches = 1;
+    o->eps = 0.1;
+    o->schedule = SCHED_H1F1B;
+    o->check_memory = 1;
+    o->comm_bound = 1;
+    o->sparse_index = 1;
+    o->prune_tmax = 1;
+    o->threads = 1;
+    o->batch = 8;
+    o->max_perm_meshes = 5;
+    o->fixed_order = 0;
+}
+
+void plan_free(Plan *p)
+{
+    if (!p)
+        return;
+    free(p->stages);
+    free(p->mesh_order);
+    memset(p, 0, sizeof *p);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ tables */
+
+typedef struct Tab {
+    double t, t_f, t_b;
+    double mem_static, mem_act;
+    int dp, tp;
+    int feasible;
+} Tab;
+
+typedef struct CandRef {  /* sparse index entry (§5.2.2 (1)) */
+    double t;
+    int i;
+} CandRef;
+
+typedef struct Ctx {
+    const ClusterSpec *c;
+    const CostOracle *o;
+    const DpOptions *opt;
+    int L, P, B;
+    int nsubmax;
+    int *nsub;              /* [P] submeshes per mesh */
+    Submesh *subs;          /* [P][nsubmax] */
+    Tab *tab;               /* [P][nsubmax][L+2][L+2] */
+    double *comm;           /* [L+1][P][P] */
+    /* sparse index: per (mesh, sub, k) the feasible i sorted by (t, i) */
+    int *sp_off;            /* [P][nsubmax][L+2] + 1 */
+    CandRef *sp;
+    double *tcand;          /* distinct t, ascending */
+    int ntcand;
+    int D;                  /* devices in the cluster */
+    int nonneg;             /* every boundary cost >= 0 (stage times are) */
+    int Smax;
+} Ctx;
+
+static Tab *tab_at(const Ctx *x, int a, int j, int k, int i)
+{
+    size_t L2 = (size_t)x->L + 2;
+    return &x->tab[(((size_t)a * x->nsubmax + j) * L2 + k) * L2 + i];
+}
+
+static double comm_at(const Ctx *x, int i, int a, int b)
+{
+    return x->comm[((size_t)i * x->P + a) * x->P + b];
+}
+
+static int cmp_double(const void *pa, const void *pb)
+{
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return a < b ? -1 : a > b;
+}
+
+static int cmp_candref(const void *pa, const void *pb)
+{
+    const CandRef *a = pa, *b = pb;
+    if (a->t != b->t)
+        return a->t < b->t ? -1 : 1;
+    return a->i - b->i;
+}
+
+static void ctx_free(Ctx *x)
+{
+    free(x->nsub);
+    free(x->subs);
+    free(x->tab);
+    free(x->comm);
+    free(x->sp_off);
+    free(x->sp);
+    free(x->tcand);
+}
+
+static int ctx_build(Ctx *x, DpStats *st, IrError *err)
+{
+    const int P = x->P, L = x->L;
+    x->nsub = calloc((size_t)P, sizeof *x->nsub);
+    if (!x->nsub)
+        return ir_errorf(err, "plan: out of memory");
+    x->nsubmax = 0;
+    x->D = 0;
+    for (int a = 0; a < P; a++) {
+        const MeshSpec *m = &x->c->meshes[a];
+        if (m->nodes <= 0 || m->per_node <= 0)
+            return ir_errorf(err, "plan: mesh %d '%s' has %d nodes x %d devices", a, m->name,
+                             m->nodes, m->per_node);
+        x->nsub[a] = submesh_enumerate(m->nodes, m->per_node, NULL, 0);
+        if (x->nsub[a] > x->nsubmax)
+            x->nsubmax = x->nsub[a];
+        x->D += m->nodes * m->per_node;
+    }
+    x->Smax = L < x->D ? L : x->D;
+    if (x->opt->max_stages > 0 && x->opt->max_stages < x->Smax)
+        x->Smax = x->opt->max_stages;
+    size_t L2 = (size_t)L + 2;
+    size_t ntab = (size_t)P * x->nsubmax * L2 * L2;
+    x->subs = calloc((size_t)P * x->nsubmax, sizeof *x->subs);
+    x->tab = calloc(ntab, sizeof *x->tab);
+    x->comm = calloc(L2 * P * P, sizeof *x->comm);
+    x->sp_off = calloc((size_t)P * x->nsubmax * L2 + 1, sizeof *x->sp_off);
+    x->tcand = malloc(ntab * sizeof *x->tcand);
+    if (!x->subs || !x->tab || !x->comm || !x->sp_off || !x->tcand)
+        return ir_errorf(err, "plan: out of memory tabulating %zu stage candidates", ntab);
+    for (int a = 0; a < P; a++)
+        submesh_enumerate(x->c->meshes[a].nodes, x->c->meshes[a].per_node,
+                          x->subs + (size_t)a * x->nsubmax, x->nsubmax);
+
+    double t0 = now_s();
+    long calls = 0, nfeas = 0;
+    for (int a = 0; a < P; a++)
+        for (int j = 0; j < x->nsub[a]; j++)
+            for (int k = 1; k <= L; k++)
+                for (int i = k; i <= L; i++) {
+                    StageCost sc;
+                    memset(&sc, 0, sizeof sc);
+                    calls++;
+                    Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
+                    if (x->o->stage(x->o->ctx, k, i, a, sub, &sc) != 0)
+                        return ir_errorf(err, "plan: cost oracle failed for layers %d..%d on mesh "
+                                         "%d '%s' submesh (%d,%d)", k, i, a,
+                                         x->c->meshes[a].name, sub.n, sub.m);
+                    Tab *t = tab_at(x, a, j, k, i);
+                    t->t_f = sc.t_f;
+                    t->t_b = sc.t_b;
+                    t->t = sc.t_f + sc.t_b;
+                    t->mem_static = sc.mem_static;
+                    t->mem_act = sc.mem_act;
+                    t->dp = sc.dp;
+                    t->tp = sc.tp;
+                    t->feasible = sc.feasible && isfinite(t->t) && t->t >= 0;
+                    if (t->feasible)
+                        x->tcand[nfeas++] = t->t;
+                }
+    x->nonneg = 1;
+    for (int i = 1; i < L; i++)
+        for (int a = 0; a < P; a++)
+            for (int b = 0; b < P; b++) {
+                double cv = x->o->comm(x->o->ctx, i, a, b);
+                x->comm[((size_t)i * P + a) * P + b] = cv;
+                x->nonneg &= cv >= 0;
+                calls++;
+            }
+    if (st) {
+        st->oracle_calls += calls;
+        st->seconds_tabulate += now_s() - t0;
+    }
+    if (nfeas == 0)
+        return ir_errorf(err, "plan: no stage candidate fits on any submesh (every (layers, "
+                         "submesh) pair was reported infeasible: memory or imbalance)");
+    qsort(x->tcand, (size_t)nfeas, sizeof *x->tcand, cmp_double);
+    int nd = 0;
+    for (long q = 0; q < nfeas; q++)
+        if (nd == 0 || x->tcand[q] != x->tcand[nd - 1])
+            x->tcand[nd++] = x->tcand[q];
+    x->ntcand = nd;
+
+    /* Sparse index: the feasible ends i of each (mesh, submesh, start k),
+     * sorted by stage time so a given t_max visits a prefix only. */
+    size_t nk = (size_t)P * x->nsubmax * L2;
+    for (size_t q = 0; q < nk; q++) {
+        int a = (int)(q / ((size_t)x->nsubmax * L2)), j = (int)(q / L2 % x->nsubmax),
+            k = (int)(q % L2);
+        int cnt = 0;
+        if (j < x->nsub[a] && k >= 1 && k <= L)
+            for (int i = k; i <= L; i++)
+                cnt += tab_at(x, a, j, k, i)->feasible;
+        x->sp_off[q + 1] = x->sp_off[q] + cnt;
+    }
+    x->sp = malloc(((size_t)x->sp_off[nk] + 1) * sizeof *x->sp);
+    if (!x->sp)
+        return ir_errorf(err, "plan: out of memory building the sparse index");
+    for (size_t q = 0; q < nk; q++) {
+        int a = (int)(q / ((size_t)x->nsubmax * L2)), j = (int)(q / L2 % x->nsubmax),
+            k = (int)(q % L2);
+        CandRef *r = x->sp + x->sp_off[q];
+        int cnt = 0;
+        if (j < x->nsub[a] && k >= 1 && k <= L)
+            for (int i = k; i <= L; i++) {
+                const Tab *t = tab_at(x, a, j, k, i);
+                if (t->feasible)
+                    r[cnt++] = (CandRef){t->t, i};
+            }
+        qsort(r, (size_t)cnt, sizeof *r, cmp_candref);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ one order */
+
+typedef struct Order {
+    int P;
+    int *mesh;              /* [P] π: cluster mesh index at each position */
+    int *Dp;                /* [P] devices of π_p */
+    int *off;               /* [P+1] first position index of mesh p */
+    int *rem_after;         /* [P] devices in the meshes after p */
+} Order;
+
+/* Iterate the candidate ends i of (mesh a, submesh j, start k) with
+ * t <= t_max: with the sparse index a sorted prefix, without it a scan of
+ * k..L.  The visiting order differs; the DP's tie-break makes the result
+ * independent of it. */
+typedef struct CandIter {
+    const Ctx *x;
+    int a, j, k;
+    double tmax;
+    const CandRef *r;
+    int n, q;
+} CandIter;
+
+static void cand_begin(CandIter *it, const Ctx *x, int a, int j, int k, double tmax)
+{
+    it->x = x;
+    it->a = a;
+    it->j = j;
+    it->k = k;
+    it->tmax = tmax;
+    it->q = 0;
+    if (x->opt->sparse_index) {
+        size_t q = ((size_t)a * x->nsubmax + j) * ((size_t)x->L + 2) + k;
+        it->r = x->sp + x->sp_off[q];
+        it->n = x->sp_off[q + 1] - x->sp_off[q];
+    } else {
+        it->r = NULL;
+        it->n = 0;
+        it->q = k;
+    }
+}
+
+static int cand_next(CandIter *it)
+{
+    if (it->r) {
+        if (it->q < it->n && it->r[it->q].t <= it->tmax)
+            return it->r[it->q++].i;
+        return -1;
+    }
+    while (it->q <= it->x->L) {
+        int i = it->q++;
+        const Tab *t = tab_at(it->x, it->a, it->j, it->k, i);
+        if (t->feasible && t->t <= it->tmax)
+            return i;
+    }
+    return -1;
+}
+
+typedef struct StageRec {
+    int k, i, p, j;
+} StageRec;
+
+typedef struct Work {
+    double *G;              /* [L+2][D] relaxed DP */
+    double *F;              /* [L+2][D][Smax+1] */
+    int *N;                 /* warm-up of the first stage of the substructure */
+    int *ch;                /* choice: i * 256 + j, -1 none */
+    int *slo, *shi;         /* [L+2][D]: range of s with finite F (empty: lo > hi) */
+    long transitions;
+} Work;
+
+/* Layout [k][pos][s]: the stage count is the innermost index, so one
+ * transition (a candidate stage and a device count) updates a contiguous
+ * run of s from a contiguous run of s - 1. */
+static size_t widx(const Ctx *x, int s, int k, int pos)
+{
+    return ((size_t)k * x->D + pos) * (size_t)(x->Smax + 1) + s;
+}
+
+static int better(double v, int n, int ch, double v0, int n0, int ch0)
+{
+    /* (F, N, i, j) lexicographic: min F (Eq. 14/18), then the smaller
+     * warm-up (less memory upstream), then a fixed order. */
+    if (v != v0)
+        return v < v0;
+    if (n != n0)
+        return n < n0;
+    return ch < ch0;
+}
+
+/* Full DP of Eq. 14-23 for one t_max.  Returns min_s F(s, 1, all devices)
+ * (INF if infeasible); *best_s gets the s.
+ * bound: partial sums >= bound are dropped (branch and bound; INF: none).
+ * Stage times and boundary costs are >= 0, so a dropped partial sum can
+ * only lead to a total >= bound, and every state whose F stays below the
+ * bound keeps the same F, N and choice as without it. */
+static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, Work *w,
+                     int *best_s)
+{
+    const int L = x->L, P = od->P, B = x->B, S1 = x->Smax + 1;
+    const DpOptions *opt = x->opt;
+    size_t total = widx(x, 0, L + 2, 0);
+    for (size_t q = 0; q < total; q++) {
+        w->F[q] = INF;
+        w->N[q] = 0;
+        w->ch[q] = -1;
+    }
+    for (size_t q = 0; q < (size_t)(L + 2) * x->D; q++) {
+        w->slo[q] = INT_MAX;
+        w->shi[q] = -1;
+    }
+    const int *rem_after = od->rem_after;
+    long trans = 0;
+    for (int k = L; k >= 1; k--) {
+        for (int p = 0; p < P; p++) {
+            int a = od->mesh[p], Dp = od->Dp[p];
+            double mem_dev = x->c->meshes[a].dev.mem_bytes;
+            int smin = P - p; /* every later mesh needs a stage */
+            for (int j = 0; j < x->nsub[a]; j++) {
+                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
+                int nm = sub.n * sub.m;
+                if (nm > Dp)
+                    continue;
+                CandIter it;
+                cand_begin(&it, x, a, j, k, tmax);
+                int i;
+                while ((i = cand_next(&it)) >= 0) {
+                    const Tab *tb = tab_at(x, a, j, k, i);
+                    int chv = i * 256 + j;
+                    for (int d = nm; d <= Dp; d++) {
+                        double c;
+                        size_t nbase; /* index of (s = 0, i+1, next pos) */
+                        size_t nstate = 0; /* (i+1, next pos) */
+                        int terminal = 0;
+                        if (d > nm) { /* next stage on the same mesh */
+                            if (i == L)
+                                continue;
+                            nstate = (size_t)(i + 1) * x->D + od->off[p] + (d - nm) - 1;
+                            nbase = widx(x, 0, i + 1, od->off[p] + (d - nm) - 1);
+                            c = comm_at(x, i, a, a);
+                        } else if (p == P - 1) { /* last device of the last mesh */
+                            if (i != L)
+                                continue;
+                            nbase = 0;
+                            c = 0.0;
+                            terminal = 1;
+                        } else { /* mesh p exhausted: next stage on π_{p+1} */
+                            if (i == L)
+                                continue;
+                            nstate = (size_t)(i + 1) * x->D + od->off[p + 1] + od->Dp[p + 1] - 1;
+                            nbase = widx(x, 0, i + 1, od->off[p + 1] + od->Dp[p + 1] - 1);
+                            c = comm_at(x, i, a, od->mesh[p + 1]);
+                        }
+                        if (opt->comm_bound && c > tmax)
+                            continue; /* constraint (ii) of §5.2.1 */
+                        double w0 = 2.0 * c + tb->t;
+                        size_t cur = widx(x, 0, k, od->off[p] + d - 1);
+                        /* s stages for layers k..L: at most one per layer and
+                         * per free device, at least one per remaining mesh */
+                        int smax = L - k + 1;
+                        if (smax > d + rem_after[p])
+                            smax = d + rem_after[p];
+                        if (smax > x->Smax)
+                            smax = x->Smax;
+                        int s_lo = terminal ? 1 : (smin > 2 ? smin : 2);
+                        int s_hi = terminal ? 1 : smax;
+                        if (!terminal) { /* only where F(s - 1, next) is finite */
+                            if (w->shi[nstate] < 0)
+                                continue;
+                            if (s_lo < w->slo[nstate] + 1)
+                                s_lo = w->slo[nstate] + 1;
+                            if (s_hi > w->shi[nstate] + 1)
+                                s_hi = w->shi[nstate] + 1;
+                        }
+                        size_t cstate = (size_t)k * x->D + od->off[p] + d - 1;
+                        for (int s = s_lo; s <= s_hi; s++) {
+                            double fn;
+                            int nn;
+                            if (terminal) {
+                                fn = 0.0; /* F(0, L+1, 0..0) = 0, N(0, L+1, ...) = 0 */
+                                nn = 0;
+                            } else {
+                                fn = w->F[nbase + s - 1];
+                                if (fn == INF)
+                                    continue;
+                                nn = w->N[nbase + s - 1];
+                            }
+                            trans++;
+                            /* K of Eq. 23: the warm-up this stage gets in the
+                             * emitted schedule (the same function). */
+                            int K = schedule_warmup_step(opt->schedule, nn, s, c, tmax, opt->eps,
+                                                         B, NULL, NULL);
+                            if (opt->check_memory &&
+                                !stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev))
+                                continue; /* Eq. 24 */
+                            double v = fn + w0; /* Eq. 14 / 18 */
+                            if (v >= bound)
+                                continue;
+                            size_t q = cur + s;
+                            if (better(v, K, chv, w->F[q], w->N[q], w->ch[q])) {
+                                w->F[q] = v;
+                                w->N[q] = K;
+                                w->ch[q] = chv;
+                                if (s < w->slo[cstate])
+                                    w->slo[cstate] = s;
+                                if (s > w->shi[cstate])
+                                    w->shi[cstate] = s;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    w->transitions += trans;
+    double best = INF;
+    size_t b0 = widx(x, 0, 1, od->off[0] + od->Dp[0] - 1);
+    *best_s = -1;
+    for (int s = 1; s < S1; s++) {
+        double v = w->F[b0 + s];
+        if (v < best) {
+            best = v;
+            *best_s = s;
+        }
+    }
+    return best;
+}
+
+/* Follow the choices from (s, 1, all devices) and write the stages. */
+static int dp_trace(const Ctx *x, const Order *od, const Work *w, int s, StageRec *out)
+{
+    int k = 1, p = 0, d = od->Dp[0], n = 0;
+    while (s > 0) {
+        int chv = w->ch[widx(x, s, k, od->off[p] + d - 1)];
+        if (chv < 0)
+            return -1;
+        int i = chv / 256, j = chv % 256;
+        Submesh sub = x->subs[(size_t)od->mesh[p] * x->nsubmax + j];
+        out[n++] = (StageRec){k, i, p, j};
+        d -= sub.n * sub.m;
+        if (d == 0 && p + 1 < od->P) {
+            p++;
+            d = od->Dp[p];
+        }
+        k = i + 1;
+        s--;
+    }
+    return n;
+}
+
+/* Relaxed DP over (k, pos) without the stage count: min Σ (t + 2c) over
+ * layouts whose candidates have t <= tmax, whose boundaries obey the comm
+ * bound, and whose stages fit with the smallest K the schedule could give
+ * them (δ + 1 for H-1F1B, 1 otherwise).  Every plan the full DP can return
+ * at tmax is such a layout, so: INF here => the full DP is infeasible at
+ * tmax (monotone in tmax: the low side of (b)); with tmax = INF and no
+ * filters it is a lower bound of Eq. 13's first term (the high side). */
+/* Whether a boundary of cost c after candidate tb passes the relaxed
+ * filters at tmax (comm bound, Eq. 24 with the smallest K possible). */
+static int relaxed_ok(const Ctx *x, const Tab *tb, double c, int last, double tmax, double mem_dev)
+{
+    if (x->opt->comm_bound && c > tmax)
+        return 0;
+    if (!x->opt->check_memory)
+        return 1;
+    int Klb = 1;
+    if (x->opt->schedule == SCHED_H1F1B && !last)
+        Klb = schedule_warmup_step(SCHED_H1F1B, 1, 2, c, tmax, x->opt->eps, x->B, NULL, NULL);
+    return stage_fits_memory(tb->mem_static, tb->mem_act, Klb, mem_dev);
+}
+
+static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters, double *G)
+{
+    const int L = x->L, D = x->D, P = od->P;
+    for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
+        G[q] = INF;
+    for (int k = L; k >= 1; k--)
+        for (int p = 0; p < P; p++) {
+            int a = od->mesh[p], Dp = od->Dp[p];
+            double mem_dev = x->c->meshes[a].dev.mem_bytes;
+            double *gk = &G[(size_t)k * D + od->off[p]];
+            for (int j = 0; j < x->nsub[a]; j++) {
+                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
+                int nm = sub.n * sub.m;
+                if (nm > Dp)
+                    continue;
+                CandIter it;
+                cand_begin(&it, x, a, j, k, filters ? tmax : INF);
+                int i;
+                while ((i = cand_next(&it)) >= 0) {
+                    const Tab *tb = tab_at(x, a, j, k, i);
+                    if (i == L) { /* last stage: only with the last device */
+                        if (p == P - 1 && (!filters || relaxed_ok(x, tb, 0.0, 1, tmax, mem_dev)))
+                            if (tb->t < gk[nm - 1])
+                                gk[nm - 1] = tb->t;
+                        continue;
+                    }
+                    /* d > nm: next stage on this mesh */
+                    double cs = comm_at(x, i, a, a);
+                    if (!filters || relaxed_ok(x, tb, cs, 0, tmax, mem_dev)) {
+                        double w = 2.0 * cs + tb->t;
+                        const double *gn = &G[(size_t)(i + 1) * D + od->off[p]];
+                        for (int d = nm + 1; d <= Dp; d++) {
+                            double v = gn[d - nm - 1] + w;
+                            if (v < gk[d - 1])
+                                gk[d - 1] = v;
+                        }
+                    }
+                    /* d == nm: this mesh done, next stage on the next mesh */
+                    if (p + 1 < P) {
+                        double cx = comm_at(x, i, a, od->mesh[p + 1]);
+                        if (!filters || relaxed_ok(x, tb, cx, 0, tmax, mem_dev)) {
+                            double fn = G[(size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1];
+                            double v = fn + 2.0 * cx + tb->t;
+                            if (fn < INF && v < gk[nm - 1])
+                                gk[nm - 1] = v;
+                        }
+                    }
+                }
+            }
+        }
+    return G[(size_t)1 * D + od->off[0] + od->Dp[0] - 1];
+}
+
+/* ------------------------------------------------------------ batches */
+
+typedef struct Slot {       /* result of one t_max */
+    double tmax, value;     /* value: Eq. 22 (INF when infeasible or pruned) */
+    int pruned;             /* skipped by the relaxed bound */
+    int nst;
+    StageRec *st;           /* [Smax] */
+} Slot;
+
+typedef struct Batch {
+    const Ctx *x;
+    const Order *od;
+    Slot *slots;
+    int n;
+    double best;            /* best Eq. 13 value before this batch */
+    atomic_int next;        /* next slot to take */
+} Batch;
+
+typedef struct Job {
+    Batch *b;
+    Work *w;
+} Job;
+
+/* One t_max: (b) the relaxed DP bounds the full one from below (same
+ * candidates, every K at its smallest), so when (B-1) t_max + bound cannot
+ * beat the best value known before the batch the full DP is skipped; else
+ * Eq. 14-23 and the trace.  Which slot a thread takes does not matter: a
+ * slot's result depends only on its t_max and the batch's starting best. */
+static void slot_eval(const Batch *b, Work *w, Slot *sl)
+{
+    const Ctx *x = b->x;
+    sl->nst = 0;
+    sl->value = INF;
+    sl->pruned = 0;
+    if (x->opt->prune_tmax) {
+        double lbt = dp_relaxed(x, b->od, sl->tmax, 1, w->G);
+        if (lbt == INF || (b->best < INF && (double)(x->B - 1) * sl->tmax + lbt >= b->best)) {
+            sl->pruned = 1;
+            return;
+        }
+    }
+    int s;
+    /* Only a total below best - (B-1) t_max can improve on the best. */
+    double bound = INF;
+    if (x->opt->prune_tmax && b->best < INF && x->nonneg)
+        bound = b->best - (double)(x->B - 1) * sl->tmax;
+    double f = dp_run(x, b->od, sl->tmax, bound, w, &s);
+    if (f < INF) {
+        sl->nst = dp_trace(x, b->od, w, s, sl->st);
+        if (sl->nst > 0)
+            sl->value = f + (double)(x->B - 1) * sl->tmax; /* Eq. 22 */
+    }
+}
+
+static void *job_main(void *arg)
+{
+    Job *j = arg;
+    for (;;) {
+        int q = atomic_fetch_add(&j->b->next, 1);
+        if (q >= j->b->n)
+            break;
+        slot_eval(j->b, j->w, &j->b->slots[q]);
+    }
+    return NULL;
+}
+
+static int run_batch(Batch *b, Work *ws, int nthreads)
+{
+    if (nthreads > b->n)
+        nthreads = b->n;
+    atomic_store(&b->next, 0);
+    pthread_t th[64];
+    Job jobs[64];
+    int started = 1;
+    for (int t = 0; t < nthreads; t++)
+        jobs[t] = (Job){b, &ws[t]};
+    for (int t = 1; t < nthreads; t++, started++)
+        if (pthread_create(&th[t], NULL, job_main, &jobs[t]) != 0)
+            break;
+    /* Threads that did not start leave their slots to this one: the
+     * result is the same either way. */
+    job_main(&jobs[0]);
+    for (int t = 1; t < started; t++)
+        pthread_join(th[t], NULL);
+    return 0;
+}
+
+/* ------------------------------------------------------------ orders */
+
+static double mesh_peak(const ClusterSpec *c, int a)
+{
+    const DeviceSpec *d = &c->meshes[a].dev;
+    if (strcmp(c->dtype, "fp32") == 0)
+        return d->flops_fp32;
+    if (strcmp(c->dtype, "fp16") == 0 || d->flops_bf16 <= 0)
+        return d->flops_fp16;
+    return d->flops_bf16;
+}
+
+typedef struct OrderList {
+    int *v;                 /* [n][P] */
+    int n, cap, P;
+} OrderList;
+
+static int orders_add(OrderList *ol, const int *perm)
+{
+    for (int q = 0; q < ol->n; q++)
+        if (memcmp(ol->v + (size_t)q * ol->P, perm, (size_t)ol->P * sizeof *perm) == 0)
+            return 0;
+    if (ol->n == ol->cap) {
+        int nc = ol->cap ? 2 * ol->cap : 16;
+        int *v = realloc(ol->v, (size_t)nc * ol->P * sizeof *v);
+        if (!v)
+            return -1;
+        ol->v = v;
+        ol->cap = nc;
+    }
+    memcpy(ol->v + (size_t)ol->n * ol->P, perm, (size_t)ol->P * sizeof *perm);
+    ol->n++;
+    return 0;
+}
+
+static int perms(OrderList *ol, int *a, int l)
+{
+    if (l == ol->P)
+        return orders_add(ol, a);
+    for (int q = l; q < ol->P; q++) {
+        int t = a[l];
+        a[l] = a[q];
+        a[q] = t;
+        if (perms(ol, a, l + 1))
+            return -1;
+        t = a[l];
+        a[l] = a[q];
+        a[q] = t;
+    }
+    return 0;
+}
+
+/* by: 0 peak FLOP/s descending, 1 ascending, 2 device memory descending, 3 ascending */
+static void sort_by(const ClusterSpec *c, int *perm, int by)
+{
+    int P = c->nmeshes;
+    for (int q = 1; q < P; q++) /* insertion sort: stable, P is small */
+        for (int r = q; r > 0; r--) {
+            int a = perm[r - 1], b = perm[r];
+            double ka = by < 2 ? mesh_peak(c, a) : c->meshes[a].dev.mem_bytes;
+            double kb = by < 2 ? mesh_peak(c, b) : c->meshes[b].dev.mem_bytes;
+            int swap = (by % 2 == 0) ? (kb > ka) : (kb < ka);
+            if (!swap)
+                break;
+            perm[r - 1] = b;
+            perm[r] = a;
+        }
+}
+
+/* Every permutation for few meshes; otherwise the cluster's order and the
+ * meshes sorted by peak FLOP/s (descending, ascending) and by device memory
+ * (descending, ascending). */
+static int orders_make(const ClusterSpec *c, const DpOptions *opt, OrderList *ol)
+{
+    int P = c->nmeshes;
+    ol->P = P;
+    int *a = malloc((size_t)P * sizeof *a);
+    if (!a)
+        return -1;
+    for (int q = 0; q < P; q++)
+        a[q] = q;
+    int rc = 0;
+    if (opt->fixed_order)
+        rc = orders_add(ol, a);
+    else if (P <= opt->max_perm_meshes)
+        rc = perms(ol, a, 0);
+    else {
+        rc = orders_add(ol, a);
+        for (int by = 0; by < 4 && !rc; by++) {
+            for (int q = 0; q < P; q++)
+                a[q] = q;
+            sort_by(c, a, by);
+            rc = orders_add(ol, a);
+        }
+    }
+    free(a);
+    return rc;
+}
+
+/* ------------------------------------------------------------ plan fill */
+
+int plan_fill_schedule(Plan *p, const CostOracle *o, IrError *err)
+{
+    int S = p->nstages;
+    if (S <= 0)
+        return ir_errorf(err, "plan: no stages");
+    double *c = calloc((size_t)S, sizeof *c);
+    int *N = calloc((size_t)S, sizeof *N), *dl = calloc((size_t)S, sizeof *dl),
+        *bey = calloc((size_t)S, sizeof *bey);
+    if (!c || !N || !dl || !bey) {
+        free(c);
+        free(N);
+        free(dl);
+        free(bey);
+        return ir_errorf(err, "plan: out of memory");
+    }
+    for (int i = 0; i < S; i++) {
+        PlanStage *ps = &p->stages[i];
+        c[i] = i + 1 < S ? o->comm(o->ctx, ps->last_layer, ps->mesh, p->stages[i + 1].mesh) : 0.0;
+        ps->c_next = c[i];
+    }
+    schedule_warmups(p->schedule, S, p->microbatches, c, p->t_max, p->eps, N, dl, bey);
+    int rc = 0;
+    for (int i = 0; i < S && !rc; i++) {
+        PlanStage *ps = &p->stages[i];
+        StageCost sc;
+        memset(&sc, 0, sizeof sc);
+        if (o->stage(o->ctx, ps->first_layer, ps->last_layer, ps->mesh, ps->sub, &sc) != 0) {
+            rc = ir_errorf(err, "plan: cost oracle failed for stage %d (layers %d..%d)", i,
+                           ps->first_layer, ps->last_layer);
+            break;
+        }
+        ps->t_f = sc.t_f;
+        ps->t_b = sc.t_b;
+        ps->dp = sc.dp;
+        ps->tp = sc.tp;
+        ps->warmup = N[i];
+        ps->delta = dl[i];
+        ps->delta_beyond_paper = bey[i];
+        ps->mem_pred = sc.mem_static + (double)N[i] * sc.mem_act;
+    }
+    free(c);
+    free(N);
+    free(dl);
+    free(bey);
+    return rc;
+}
+
+/* ------------------------------------------------------------ search */
+
+int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptions *opt_in,
+                 Plan *out, DpStats *stats, IrError *err)
+{
+    memset(out, 0, sizeof *out);
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    DpOptions opt = *opt_in;
+    if (!c || c->nmeshes <= 0 || !o || !o->stage || !o->comm)
+        return ir_errorf(err, "plan: no meshes or no cost oracle");
+    if (L <= 0)
+        return ir_errorf(err, "plan: the model has %d layers", L);
+    if (opt.microbatches <= 0)
+        return ir_errorf(err, "plan: %d microbatches (need >= 1)", opt.microbatches);
+    if (opt.threads < 1)
+        opt.threads = 1;
+    if (opt.threads > 64)
+        opt.threads = 64;
+    if (opt.batch < 1)
+        opt.batch = 1;
+    if (c->nmeshes > L)
+        return ir_errorf(err, "plan: %d meshes but only %d layers: every mesh needs a stage of "
+                         "at least one layer (every device is used, §5.2.1)", c->nmeshes, L);
+    Ctx x;
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    x.o = o;
+    x.opt = &opt;
+    x.L = L;
+    x.P = c->nmeshes;
+    x.B = opt.microbatches;
+    OrderList ol = {0};
+    Work *ws = NULL;
+    Slot *slots = NULL;
+    StageRec *recs = NULL, *best_st = NULL;
+    double *G = NULL;
+    Order od = {0};
+    int rc = -1;
+    if (ctx_build(&x, stats, err))
+        goto done;
+    double t_start = now_s();
+    if (orders_make(c, &opt, &ol)) {
+        ir_errorf(err, "plan: out of memory");
+        goto done;
+    }
+    ws = calloc((size_t)opt.threads, sizeof *ws);
+    slots = calloc((size_t)opt.batch, sizeof *slots);
+    recs = calloc((size_t)opt.batch * x.Smax, sizeof *recs);
+    best_st = calloc((size_t)x.Smax, sizeof *best_st);
+    G = malloc((size_t)(L + 2) * x.D * sizeof *G);
+    od.mesh = malloc((size_t)x.P * sizeof(int));
+    od.Dp = malloc((size_t)x.P * sizeof(int));
+    od.off = malloc((size_t)(x.P + 1) * sizeof(int));
+    od.rem_after = malloc((size_t)(x.P + 1) * sizeof(int));
+    if (!ws || !slots || !recs || !best_st || !G || !od.mesh || !od.Dp || !od.off ||
+        !od.rem_after) {
+        ir_errorf(err, "plan: out of memory");
+        goto done;
+    }
+    size_t wsz = widx(&x, 0, L + 2, 0);
+    for (int t = 0; t < opt.threads; t++) {
+        ws[t].F = malloc(wsz * sizeof *ws[t].F);
+        ws[t].N = malloc(wsz * sizeof *ws[t].N);
+        ws[t].ch = malloc(wsz * sizeof *ws[t].ch);
+        ws[t].G = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].G);
+        ws[t].slo = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].slo);
+        ws[t].shi = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].shi);
+        if (!ws[t].F || !ws[t].N || !ws[t].ch || !ws[t].G || !ws[t].slo || !ws[t].shi) {
+            ir_errorf(err, "plan: out of memory for the DP table (%zu states)", wsz);
+            goto done;
+        }
+    }
+    for (int q = 0; q < opt.batch; q++)
+        slots[q].st = recs + (size_t)q * x.Smax;
+
+    double best = INF, best_tmax = 0;
+    int best_n = 0, best_order = -1;
+    od.P = x.P;
+    for (int oi = 0; oi < ol.n; oi++) {
+        const int *perm = ol.v + (size_t)oi * x.P;
+        od.off[0] = 0;
+        for (int p = 0; p < x.P; p++) {
+            od.mesh[p] = perm[p];
+            od.Dp[p] = c->meshes[perm[p]].nodes * c->meshes[perm[p]].per_node;
+            od.off[p + 1] = od.off[p] + od.Dp[p];
+        }
+        od.rem_after[x.P - 1] = 0;
+        for (int p = x.P - 2; p >= 0; p--)
+            od.rem_after[p] = od.rem_after[p + 1] + od.Dp[p + 1];
+        if (stats) {
+            stats->orders++;
+            stats->tmax_candidates += x.ntcand;
+        }
+        int lo = 0;
+        double lb = 0.0;
+        if (opt.prune_tmax) {
+            /* (b) low side: smallest t_max the relaxed DP reaches; every
+             * smaller one is infeasible for the full DP as well. */
+            if (dp_relaxed(&x, &od, x.tcand[x.ntcand - 1], 1, G) == INF) {
+                if (stats)
+                    stats->tmax_pruned_low += x.ntcand;
+                continue;
+            }
+            int a = 0, b = x.ntcand - 1;
+            while (a < b) {
+                int mid = a + (b - a) / 2;
+                if (dp_relaxed(&x, &od, x.tcand[mid], 1, G) < INF)
+                    b = mid;
+                else
+                    a = mid + 1;
+            }
+            lo = a;
+            if (stats)
+                stats->tmax_pruned_low += lo;
+            /* high side: Eq. 13 >= (B-1) t_max + LB for every plan. */
+            lb = dp_relaxed(&x, &od, INF, 0, G);
+        }
+        for (int q = lo; q < x.ntcand;) {
+            Batch bt;
+            bt.x = &x;
+            bt.od = &od;
+            bt.slots = slots;
+            bt.best = best;
+            bt.n = 0;
+            while (bt.n < opt.batch && q < x.ntcand) {
+                double t = x.tcand[q];
+                if (opt.prune_tmax && best < INF && (double)(x.B - 1) * t + lb >= best) {
+                    if (stats)
+                        stats->tmax_pruned_high += x.ntcand - q;
+                    q = x.ntcand; /* ascending: every later t_max is pruned too */
+                    break;
+                }
+                slots[bt.n++].tmax = t;
+                q++;
+            }
+            if (bt.n == 0)
+                break;
+            run_batch(&bt, ws, opt.threads);
+            for (int r = 0; r < bt.n; r++) { /* reduce in t_max order: deterministic */
+                if (stats) {
+                    stats->tmax_pruned_bound += slots[r].pruned;
+                    stats->tmax_evaluated += !slots[r].pruned;
+                }
+                if (slots[r].value < best) {
+                    best = slots[r].value;
+                    best_tmax = slots[r].tmax;
+                    best_n = slots[r].nst;
+                    best_order = oi;
+                    for (int z = 0; z < best_n; z++) {
+                        best_st[z] = slots[r].st[z];
+                        best_st[z].p = perm[slots[r].st[z].p]; /* store the cluster mesh */
+                    }
+                }
+            }
+        }
+    }
+    for (int t = 0; t < opt.threads; t++)
+        if (stats)
+            stats->transitions += ws[t].transitions;
+    if (stats)
+        stats->seconds = now_s() - t_start;
+    if (best == INF) {
+        ir_errorf(err, "plan: no feasible plan for %d layers on %d meshes (%d devices), B = %d: "
+                  "every layout breaks the memory limit (Eq. 24)%s or leaves a device unused",
+                  L, x.P, x.D, x.B, opt.comm_bound ? ", the comm bound C(i) <= t_max" : "");
+        goto done;
+    }
+    out->stages = calloc((size_t)best_n, sizeof *out->stages);
+    out->mesh_order = malloc((size_t)x.P * sizeof *out->mesh_order);
+    if (!out->stages || !out->mesh_order) {
+        ir_errorf(err, "plan: out of memory");
+        goto done;
+    }
+    out->nstages = best_n;
+    out->nmesh_order = x.P;
+    memcpy(out->mesh_order, ol.v + (size_t)best_order * x.P, (size_t)x.P * sizeof(int));
+    out->microbatches = x.B;
+    out->t_max = best_tmax;
+    out->objective = best;
+    out->schedule = opt.schedule;
+    out->eps = opt.eps;
+    for (int z = 0; z < best_n; z++) {
+        PlanStage *ps = &out->stages[z];
+        ps->first_layer = best_st[z].k;
+        ps->last_layer = best_st[z].i;
+        ps->mesh = best_st[z].p;
+        ps->sub = x.subs[(size_t)ps->mesh * x.nsubmax + best_st[z].j];
+    }
+    if (plan_fill_schedule(out, o, err))
+        goto done;
+    rc = 0;
+done:
+    if (rc)
+        plan_free(out);
+    if (ws)
+        for (int t = 0; t < opt.threads; t++) {
+            free(ws[t].F);
+            free(ws[t].N);
+            free(ws[t].ch);
+            free(ws[t].G);
+            free(ws[t].slo);
+            free(ws[t].shi);
+        }
+    free(ws);
+    free(slots);
+    free(recs);
+    free(best_st);
+    free(G);
+    free(od.mesh);
+    free(od.Dp);
+    free(od.off);
+    free(od.rem_after);
+    free(ol.v);
+    ctx_free(&x);
+    return rc;
+}

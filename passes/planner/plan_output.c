@@ -1,0 +1,767 @@
+/* Plan output files (docs/PLAN_FORMAT.md): plan.json, plan.txt,
+ * timeline.json (Chrome trace event format) and timeline.svg.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "plan_output.h"
+
+#define PLAN_FORMAT_VERSION 1
+#define GIB 1073741824.0
+
+/* ---------------------------------------------------------------- JSON writer */
+
+/* A small streaming writer: it tracks, per nesting level, whether a comma is
+ * due, so callers emit keys and values in order without comma bookkeeping. */
+typedef struct Jw {
+    FILE *f;
+    int depth;
+    int need_comma[64];
+    int after_key;
+    int pretty;
+} Jw;
+
+static void jw_escape(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\b': fputs("\\b", f); break;
+        case '\f': fputs("\\f", f); break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void jw_indent(Jw *w)
+{
+    if (!w->pretty)
+        return;
+    fputc('\n', w->f);
+    for (int i = 0; i < w->depth; i++)
+        fputs("  ", w->f);
+}
+
+/* Before any value or key: a comma if one is due, then indentation. */
+static void jw_pre(Jw *w)
+{
+    if (w->after_key) {
+        w->after_key = 0;
+        return;
+    }
+    if (w->need_comma[w->depth])
+        fputc(',', w->f);
+    if (w->depth > 0)
+        jw_indent(w);
+    w->need_comma[w->depth] = 1;
+}
+
+static void jw_key(Jw *w, const char *k)
+{
+    jw_pre(w);
+    jw_escape(w->f, k);
+    fputs(w->pretty ? ": " : ":", w->f);
+    w->after_key = 1;
+}
+
+static void jw_open(Jw *w, char c)
+{
+    jw_pre(w);
+    fputc(c, w->f);
+    if (w->depth < 63)
+        w->depth++;
+    w->need_comma[w->depth] = 0;
+}
+
+static void jw_close(Jw *w, char c)
+{
+    int had = w->need_comma[w->depth];
+    if (w->depth > 0)
+        w->depth--;
+    if (had)
+        jw_indent(w);
+    fputc(c, w->f);
+}
+
+/* A short array of scalars on one line: [1, 22]. */
+static int jw_open_inline(Jw *w)
+{
+    int saved = w->pretty;
+    jw_open(w, '[');
+    w->pretty = 0;
+    return saved;
+}
+
+static void jw_close_inline(Jw *w, int saved)
+{
+    jw_close(w, ']');
+    w->pretty = saved;
+}
+
+static void jw_str(Jw *w, const char *s)
+{
+    jw_pre(w);
+    jw_escape(w->f, s);
+}
+
+static void jw_num(Jw *w, double v)
+{
+    jw_pre(w);
+    if (isfinite(v)) {
+        /* shortest of %.15g / %.17g that reads back exactly */
+        char buf[32];
+        snprintf(buf, sizeof buf, "%.15g", v);
+        if (strtod(buf, NULL) != v)
+            snprintf(buf, sizeof buf, "%.17g", v);
+        fputs(buf, w->f);
+    }
+    else
+        fputs("null", w->f);   /* JSON has no inf/nan */
+}
+
+static void jw_int(Jw *w, long v)
+{
+    jw_pre(w);
+    fprintf(w->f, "%ld", v);
+}
+
+static void jw_null(Jw *w)
+{
+    jw_pre(w);
+    fputs("null", w->f);
+}
+
+#define KSTR(w, k, v) (jw_key(w, k), jw_str(w, v))
+#define KNUM(w, k, v) (jw_key(w, k), jw_num(w, v))
+#define KINT(w, k, v) (jw_key(w, k), jw_int(w, v))
+
+/* ---------------------------------------------------------------- figures */
+
+static const char *dtype_of(const ClusterSpec *c)
+{
+    return c->dtype[0] ? c->dtype : "bf16";
+}
+
+double plan_eta(const Plan *p, const ClusterSpec *c)
+{
+    /* Eq. 25: η = 1 - Σ_i (td_max - td_i) Peak_i / (td_max Σ_i Peak_i),
+     * summed over all d devices of the cluster. */
+    double td_max = 0;
+    for (int s = 0; s < p->nstages; s++) {
+        double td = p->microbatches * (p->stages[s].t_f + p->stages[s].t_b);
+        if (td > td_max)
+            td_max = td;
+    }
+    if (!(td_max > 0))
+        return 0;
+    double num = 0, den = 0;
+    for (int a = 0; a < c->nmeshes; a++) {
+        const MeshSpec *m = &c->meshes[a];
+        double peak = device_peak_flops(&m->dev, dtype_of(c));
+        long used = 0;
+        for (int s = 0; s < p->nstages; s++) {
+            const PlanStage *st = &p->stages[s];
+            if (st->mesh != a)
+                continue;
+            long d = (long)st->sub.n * st->sub.m;
+            double td = p->microbatches * (st->t_f + st->t_b);
+            num += d * (td_max - td) * peak;
+            used += d;
+        }
+        long all = (long)m->nodes * m->per_node;
+        if (used < all)
+            num += (all - used) * td_max * peak;   /* idle devices: td = 0 */
+        den += all * peak;
+    }
+    return 1.0 - num / (td_max * den);
+}
+
+double plan_iteration_time(const Plan *p, const PlanOutputInfo *info,
+                           const TimelineEvent *ev, int nev)
+{
+    if (info && info->iteration_time > 0)
+        return info->iteration_time;
+    double end = 0;
+    for (int i = 0; i < nev; i++)
+        if (ev[i].end > end)
+            end = ev[i].end;
+    return end > 0 ? end : p->objective;
+}
+
+static const char *mesh_name(const ClusterSpec *c, int a)
+{
+    return a >= 0 && a < c->nmeshes ? c->meshes[a].name : "?";
+}
+
+static const DeviceSpec *mesh_dev(const ClusterSpec *c, int a)
+{
+    return a >= 0 && a < c->nmeshes ? &c->meshes[a].dev : NULL;
+}
+
+/* ---------------------------------------------------------------- plan.json */
+
+int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
+                    const TimelineEvent *ev, int nev)
+{
+    Jw w = {.f = f, .pretty = 1};
+    double iter = plan_iteration_time(p, info, ev, nev);
+    jw_open(&w, '{');
+    KINT(&w, "version", PLAN_FORMAT_VERSION);
+    KSTR(&w, "model", info && info->model ? info->model : "unknown");
+
+    jw_key(&w, "cluster");
+    jw_open(&w, '{');
+    KSTR(&w, "name", c->name);
+    KSTR(&w, "dtype", dtype_of(c));
+    KINT(&w, "devices", cluster_total_devices(c));
+    jw_key(&w, "meshes");
+    jw_open(&w, '[');
+    for (int a = 0; a < c->nmeshes; a++) {
+        const MeshSpec *m = &c->meshes[a];
+        jw_open(&w, '{');
+        KSTR(&w, "name", m->name);
+        KSTR(&w, "device", m->dev.name);
+        KINT(&w, "nodes", m->nodes);
+        KINT(&w, "devices_per_node", m->per_node);
+        KNUM(&w, "peak_flops", device_peak_flops(&m->dev, dtype_of(c)));
+        KNUM(&w, "mem_bytes", m->dev.mem_bytes);
+        jw_close(&w, '}');
+    }
+    jw_close(&w, ']');
+    jw_key(&w, "links");
+    jw_open(&w, '[');
+    for (int l = 0; l < c->nlinks; l++) {
+        const LinkSpec *k = &c->links[l];
+        jw_open(&w, '{');
+        jw_key(&w, "between");
+        int sv = jw_open_inline(&w);
+        jw_str(&w, mesh_name(c, k->a));
+        jw_str(&w, mesh_name(c, k->b));
+        jw_close_inline(&w, sv);
+        KNUM(&w, "bandwidth_bytes_per_s", k->bw);
+        KNUM(&w, "latency_s", k->lat);
+        KSTR(&w, "transport", k->cpu_mediated ? "cpu-mediated" : "device-direct");
+        jw_close(&w, '}');
+    }
+    jw_close(&w, ']');
+    jw_close(&w, '}');
+
+    KSTR(&w, "schedule", schedule_name(p->schedule));
+    KINT(&w, "microbatches", p->microbatches);
+    if (info && info->global_batch > 0)
+        KINT(&w, "global_batch", info->global_batch);
+    if (info && info->seq > 0)
+        KINT(&w, "seq", info->seq);
+    KNUM(&w, "eps", p->eps);
+    jw_key(&w, "mesh_order");
+    int sv = jw_open_inline(&w);
+    for (int i = 0; i < p->nmesh_order; i++)
+        jw_str(&w, mesh_name(c, p->mesh_order[i]));
+    jw_close_inline(&w, sv);
+    KNUM(&w, "t_max", p->t_max);
+    KNUM(&w, "objective", p->objective);
+    KNUM(&w, "iteration_time", iter);
+    jw_key(&w, "throughput");
+    jw_open(&w, '{');
+    KNUM(&w, "microbatches_per_s", iter > 0 ? p->microbatches / iter : 0);
+    jw_key(&w, "samples_per_s");
+    if (info && info->global_batch > 0 && iter > 0)
+        jw_num(&w, info->global_batch / iter);
+    else
+        jw_null(&w);
+    jw_key(&w, "tokens_per_s");
+    if (info && info->global_batch > 0 && info->seq > 0 && iter > 0)
+        jw_num(&w, (double)info->global_batch * info->seq / iter);
+    else
+        jw_null(&w);
+    jw_close(&w, '}');
+    KNUM(&w, "eta", plan_eta(p, c));
+    if (info && info->counters) {
+        const CostCounters *k = info->counters;
+        jw_key(&w, "profile");
+        jw_open(&w, '{');
+        KINT(&w, "total", k->total);
+        KINT(&w, "duplicates", k->duplicates);
+        KINT(&w, "unique", k->unique);
+        KINT(&w, "pruned_imbalance", k->pruned_imbalance);
+        KINT(&w, "costed", k->costed);
+        KINT(&w, "pruned_memory", k->pruned_memory);
+        jw_close(&w, '}');
+    }
+    jw_key(&w, "stages");
+    jw_open(&w, '[');
+    for (int s = 0; s < p->nstages; s++) {
+        const PlanStage *st = &p->stages[s];
+        const DeviceSpec *d = mesh_dev(c, st->mesh);
+        jw_open(&w, '{');
+        KINT(&w, "index", s);
+        jw_key(&w, "layers");
+        sv = jw_open_inline(&w);
+        jw_int(&w, st->first_layer);
+        jw_int(&w, st->last_layer);
+        jw_close_inline(&w, sv);
+        KSTR(&w, "mesh", mesh_name(c, st->mesh));
+        KSTR(&w, "device", d ? d->name : "?");
+        jw_key(&w, "submesh");
+        sv = jw_open_inline(&w);
+        jw_int(&w, st->sub.n);
+        jw_int(&w, st->sub.m);
+        jw_close_inline(&w, sv);
+        KINT(&w, "dp", st->dp);
+        KINT(&w, "tp", st->tp);
+        KINT(&w, "warmup", st->warmup);
+        KINT(&w, "delta", st->delta);
+        jw_key(&w, "delta_beyond_paper");
+        jw_pre(&w);
+        fputs(st->delta_beyond_paper ? "true" : "false", f);
+        KNUM(&w, "t_f", st->t_f);
+        KNUM(&w, "t_b", st->t_b);
+        KNUM(&w, "c_next", st->c_next);
+        KNUM(&w, "mem_pred_bytes", st->mem_pred);
+        KNUM(&w, "mem_capacity_bytes", d ? d->mem_bytes : 0);
+        jw_close(&w, '}');
+    }
+    jw_close(&w, ']');
+    jw_close(&w, '}');
+    fputc('\n', f);
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- plan.txt */
+
+#define NCOL 10
+
+typedef struct Row {
+    char cell[NCOL][64];
+} Row;
+
+int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
+                   const TimelineEvent *ev, int nev)
+{
+    static const char *const head[NCOL] = {"stage", "layers", "mesh", "device", "submesh",
+                                           "intra-op", "K_i", "fwd ms", "bwd ms", "comm ms"};
+    /* memory is the 11th column, kept apart: it is the widest */
+    double iter = plan_iteration_time(p, info, ev, nev);
+    fprintf(f, "hetc plan: model %s on cluster %s (%d devices, %s)\n",
+            info && info->model ? info->model : "unknown", c->name, cluster_total_devices(c),
+            dtype_of(c));
+    fprintf(f, "schedule %s, B = %d microbatches, eps = %g; mesh order:", schedule_name(p->schedule),
+            p->microbatches, p->eps);
+    for (int i = 0; i < p->nmesh_order; i++)
+        fprintf(f, "%s %s", i ? " ->" : "", mesh_name(c, p->mesh_order[i]));
+    fputs("\n\n", f);
+
+    int nrows = p->nstages;
+    Row *rows = calloc((size_t)(nrows ? nrows : 1), sizeof *rows);
+    char (*mem)[64] = calloc((size_t)(nrows ? nrows : 1), 64);
+    if (!rows || !mem) {
+        free(rows);
+        free(mem);
+        return -1;
+    }
+    int width[NCOL + 1];
+    for (int j = 0; j < NCOL; j++)
+        width[j] = (int)strlen(head[j]);
+    const char *memhead = "memory GiB used/capacity";
+    width[NCOL] = (int)strlen(memhead);
+    long devices_used = 0;
+    for (int s = 0; s < nrows; s++) {
+        const PlanStage *st = &p->stages[s];
+        const DeviceSpec *d = mesh_dev(c, st->mesh);
+        Row *r = &rows[s];
+        devices_used += (long)st->sub.n * st->sub.m;
+        snprintf(r->cell[0], 64, "%d", s);
+        snprintf(r->cell[1], 64, "%d-%d", st->first_layer, st->last_layer);
+        snprintf(r->cell[2], 64, "%s", mesh_name(c, st->mesh));
+        snprintf(r->cell[3], 64, "%s", d ? d->name : "?");
+        snprintf(r->cell[4], 64, "(%d,%d)", st->sub.n, st->sub.m);
+        snprintf(r->cell[5], 64, "DP%dxTP%d", st->dp, st->tp);
+        snprintf(r->cell[6], 64, "%d", st->warmup);
+        snprintf(r->cell[7], 64, "%.3f", st->t_f * 1e3);
+        snprintf(r->cell[8], 64, "%.3f", st->t_b * 1e3);
+        snprintf(r->cell[9], 64, "%.3f", st->c_next * 1e3);
+        snprintf(mem[s], 64, "%.2f / %.2f", st->mem_pred / GIB, d ? d->mem_bytes / GIB : 0.0);
+        for (int j = 0; j < NCOL; j++)
+            if ((int)strlen(r->cell[j]) > width[j])
+                width[j] = (int)strlen(r->cell[j]);
+        if ((int)strlen(mem[s]) > width[NCOL])
+            width[NCOL] = (int)strlen(mem[s]);
+    }
+    /* Text columns left-aligned, numbers right-aligned. */
+    static const int left[NCOL] = {0, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+    for (int j = 0; j < NCOL; j++)
+        fprintf(f, "%s%*s", j ? "  " : "", left[j] ? -width[j] : width[j], head[j]);
+    fprintf(f, "  %*s\n", width[NCOL], memhead);
+    int total_w = 0;
+    for (int j = 0; j <= NCOL; j++)
+        total_w += width[j] + (j ? 2 : 0);
+    for (int i = 0; i < total_w; i++)
+        fputc('-', f);
+    fputc('\n', f);
+    for (int s = 0; s < nrows; s++) {
+        for (int j = 0; j < NCOL; j++)
+            fprintf(f, "%s%*s", j ? "  " : "", left[j] ? -width[j] : width[j], rows[s].cell[j]);
+        fprintf(f, "  %*s\n", width[NCOL], mem[s]);
+    }
+    for (int i = 0; i < total_w; i++)
+        fputc('-', f);
+    fputc('\n', f);
+
+    fprintf(f, "stages %d, devices used %ld of %d\n", p->nstages, devices_used, cluster_total_devices(c));
+    fprintf(f, "t_max %.3f ms; objective (Eq. 13) %.3f ms; predicted iteration %.3f ms%s\n",
+            p->t_max * 1e3, p->objective * 1e3, iter * 1e3,
+            info && info->iteration_time > 0 ? "" : nev > 0 ? " (simulated)" : " (Eq. 13)");
+    fprintf(f, "throughput %.3f microbatches/s", iter > 0 ? p->microbatches / iter : 0.0);
+    if (info && info->global_batch > 0 && iter > 0)
+        fprintf(f, ", %.3f samples/s", info->global_batch / iter);
+    if (info && info->global_batch > 0 && info->seq > 0 && iter > 0)
+        fprintf(f, ", %.0f tokens/s", (double)info->global_batch * info->seq / iter);
+    fputc('\n', f);
+    fprintf(f, "eta (Eq. 25, per-device compute-time balance) %.1f %%\n", 100.0 * plan_eta(p, c));
+    if (info && info->counters) {
+        char line[512];
+        cost_counters_summary(info->counters, line, sizeof line);
+        fprintf(f, "%s\n", line);
+    }
+    for (int s = 0; s < nrows; s++) {
+        const PlanStage *st = &p->stages[s];
+        if (st->delta_beyond_paper)
+            fprintf(f, "note: stage %d: c = %.3f ms > t_max = %.3f ms, which Eq. 2 excludes; "
+                    "delta = ceil(1 + 2c/t_max) = %d (Eq. 11's form)\n",
+                    s, st->c_next * 1e3, p->t_max * 1e3, st->delta);
+    }
+    free(rows);
+    free(mem);
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- timeline */
+
+static const char *kind_word(char k)
+{
+    switch (k) {
+    case 'F': return "F";
+    case 'B': return "B";
+    case 'S': return "send";   /* forward boundary i -> i+1, on stage i */
+    case 'R': return "gsend";  /* backward gradient i+1 -> i, on stage i+1 (the sender) */
+    case 'A': return "sync";
+    default: return "?";
+    }
+}
+
+static int is_compute(char k)
+{
+    return k == 'F' || k == 'B';
+}
+
+static void event_name(const TimelineEvent *e, char *buf, size_t cap)
+{
+    if (e->kind == 'A' || e->mb < 0)
+        snprintf(buf, cap, "%s", kind_word(e->kind));
+    else
+        snprintf(buf, cap, "%s%d", kind_word(e->kind), e->mb);
+}
+
+static void stage_label(const Plan *p, const ClusterSpec *c, int s, char *buf, size_t cap)
+{
+    if (s >= 0 && s < p->nstages) {
+        const PlanStage *st = &p->stages[s];
+        snprintf(buf, cap, "stage %d: %s (%d,%d) L%d-%d", s, mesh_name(c, st->mesh), st->sub.n,
+                 st->sub.m, st->first_layer, st->last_layer);
+    } else {
+        snprintf(buf, cap, "stage %d", s);
+    }
+}
+
+int timeline_write_json(FILE *f, const Plan *p, const ClusterSpec *c,
+                        const TimelineEvent *ev, int nev)
+{
+    Jw w = {.f = f, .pretty = 0};
+    char buf[256];
+    jw_open(&w, '{');
+    KSTR(&w, "displayTimeUnit", "ms");
+    jw_key(&w, "traceEvents");
+    jw_open(&w, '[');
+    w.pretty = 1;   /* one event per line: diffable, still compact */
+    /* Metadata: name each stage's process and its compute/comm threads. */
+    for (int s = 0; s < p->nstages; s++) {
+        stage_label(p, c, s, buf, sizeof buf);
+        jw_open(&w, '{');
+        w.pretty = 0;
+        KSTR(&w, "name", "process_name");
+        KSTR(&w, "ph", "M");
+        KINT(&w, "pid", s);
+        jw_key(&w, "args");
+        jw_open(&w, '{');
+        KSTR(&w, "name", buf);
+        jw_close(&w, '}');
+        jw_close(&w, '}');
+        w.pretty = 1;
+        for (int t = 0; t < 2; t++) {
+            jw_open(&w, '{');
+            w.pretty = 0;
+            KSTR(&w, "name", "thread_name");
+            KSTR(&w, "ph", "M");
+            KINT(&w, "pid", s);
+            KINT(&w, "tid", t);
+            jw_key(&w, "args");
+            jw_open(&w, '{');
+            KSTR(&w, "name", t ? "comm" : "compute");
+            jw_close(&w, '}');
+            jw_close(&w, '}');
+            w.pretty = 1;
+        }
+    }
+    for (int i = 0; i < nev; i++) {
+        const TimelineEvent *e = &ev[i];
+        event_name(e, buf, sizeof buf);
+        jw_open(&w, '{');
+        w.pretty = 0;
+        KSTR(&w, "name", buf);
+        KSTR(&w, "cat", is_compute(e->kind) ? "compute" : "comm");
+        KSTR(&w, "ph", "X");
+        KINT(&w, "pid", e->stage);
+        KINT(&w, "tid", is_compute(e->kind) ? 0 : 1);
+        KNUM(&w, "ts", e->start * 1e6);
+        KNUM(&w, "dur", (e->end - e->start) * 1e6);
+        jw_key(&w, "args");
+        jw_open(&w, '{');
+        KINT(&w, "mb", e->mb);
+        jw_close(&w, '}');
+        jw_close(&w, '}');
+        w.pretty = 1;
+    }
+    jw_close(&w, ']');
+    w.pretty = 0;
+    jw_close(&w, '}');
+    fputc('\n', f);
+    return ferror(f) ? -1 : 0;
+}
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&apos;", f); break;
+        default:
+            if ((unsigned char)*s >= 0x20 || *s == '\t')
+                fputc(*s, f);
+        }
+    }
+}
+
+/* A "nice" axis step (1, 2 or 5 x 10^k) giving about `want` ticks. */
+static double nice_step(double span, int want)
+{
+    double raw = span / want;
+    double p = pow(10, floor(log10(raw)));
+    double m = raw / p;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+int timeline_write_svg(FILE *f, const Plan *p, const ClusterSpec *c,
+                       const TimelineEvent *ev, int nev)
+{
+    const double left = 230, right = 20, top = 50, row_h = 44, plot_w = 1100;
+    int nst = p->nstages;
+    for (int i = 0; i < nev; i++)
+        if (ev[i].stage + 1 > nst)
+            nst = ev[i].stage + 1;
+    double t0 = 0, t1 = 0;
+    for (int i = 0; i < nev; i++) {
+        if (ev[i].start < t0)
+            t0 = ev[i].start;
+        if (ev[i].end > t1)
+            t1 = ev[i].end;
+    }
+    if (!(t1 > t0))
+        t1 = t0 + 1e-3;
+    double scale = plot_w / (t1 - t0);   /* px per second */
+    double width = left + plot_w + right;
+    double height = top + nst * row_h + 50;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
+            width, height, width, height);
+    fputs("<style>.F{fill:#4e79a7}.B{fill:#f28e2b}.S{fill:#59a14f}.R{fill:#76b7b2}.A{fill:#b07aa1}"
+          ".lbl{fill:#fff;font-size:10px;text-anchor:middle}</style>\n", f);
+    fprintf(f, "<rect class=\"bg\" x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n",
+            width, height);
+    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">hetc timeline: %s, B = %d, one iteration "
+               "(%.3f ms)</text>\n", schedule_name(p->schedule), p->microbatches, (t1 - t0) * 1e3);
+    /* Legend */
+    static const struct { char k; const char *label; } legend[] = {
+        {'F', "forward"}, {'B', "backward"}, {'S', "send activation"}, {'R', "send gradient"},
+        {'A', "DP all-reduce"}};
+    double lx = left;
+    for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++) {
+        fprintf(f, "<rect class=\"legend %c\" x=\"%.0f\" y=\"28\" width=\"14\" height=\"10\"/>"
+                   "<text x=\"%.0f\" y=\"37\">%s</text>\n",
+                legend[i].k, lx, lx + 18, legend[i].label);
+        lx += 18 + 7.5 * strlen(legend[i].label) + 16;
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"37\" fill=\"#666\">gaps = bubbles</text>\n", lx);
+    /* Rows: a light band per stage; compute boxes on top, comm bars below. */
+    for (int s = 0; s < nst; s++) {
+        char label[256];
+        double y = top + s * row_h;
+        stage_label(p, c, s, label, sizeof label);
+        fprintf(f, "<rect class=\"row\" x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.1f\" "
+                   "fill=\"%s\"/>\n",
+                left, y + 2, plot_w, row_h - 4, s % 2 ? "#f4f4f4" : "#ececec");
+        fprintf(f, "<text x=\"8\" y=\"%.1f\">", y + row_h / 2 + 4);
+        xml_text(f, label);
+        fputs("</text>\n", f);
+    }
+    for (int i = 0; i < nev; i++) {
+        const TimelineEvent *e = &ev[i];
+        double x = left + (e->start - t0) * scale;
+        double w = (e->end - e->start) * scale;
+        if (w < 0.5)
+            w = 0.5;   /* keep zero-length events visible */
+        double y = top + e->stage * row_h;
+        char name[64];
+        event_name(e, name, sizeof name);
+        if (is_compute(e->kind)) {
+            fprintf(f, "<rect class=\"ev %c\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
+                       "stroke=\"#fff\" stroke-width=\"0.5\"><title>%s</title></rect>\n",
+                    e->kind, x, y + 5, w, row_h - 20, name);
+            if (w >= 14 && e->mb >= 0)
+                fprintf(f, "<text class=\"lbl\" x=\"%.2f\" y=\"%.1f\">%d</text>\n", x + w / 2,
+                        y + 5 + (row_h - 20) / 2 + 4, e->mb);
+        } else {
+            /* Two lanes under the boxes: activations (and the all-reduce)
+             * above, gradients below, as the two directions of a link run
+             * at the same time. */
+            char k = e->kind == 'S' || e->kind == 'R' || e->kind == 'A' ? e->kind : 'S';
+            fprintf(f, "<rect class=\"ev %c\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"4\">"
+                       "<title>%s</title></rect>\n",
+                    k, x, y + row_h - (k == 'R' ? 8 : 13), w, name);
+        }
+    }
+    /* Time axis */
+    double ay = top + nst * row_h + 6;
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#000\"/>\n", left, ay,
+            left + plot_w, ay);
+    double span_ms = (t1 - t0) * 1e3;
+    double step = nice_step(span_ms, 10);
+    for (double t = 0; t <= span_ms + 1e-9 * span_ms; t += step) {
+        double x = left + t / 1e3 * scale;
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#000\"/>"
+                   "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                x, ay, x, ay + 5, x, ay + 18, t);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"middle\">time (ms)</text>\n",
+            left + plot_w / 2, ay + 36);
+    fputs("</svg>\n", f);
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- files */
+
+typedef int (*WriteFn)(FILE *f, const void *ctx);
+
+typedef struct OutCtx {
+    const Plan *p;
+    const ClusterSpec *c;
+    const PlanOutputInfo *info;
+    const TimelineEvent *ev;
+    int nev;
+} OutCtx;
+
+static int w_plan_json(FILE *f, const void *x)
+{
+    const OutCtx *o = x;
+    return plan_write_json(f, o->p, o->c, o->info, o->ev, o->nev);
+}
+
+static int w_plan_txt(FILE *f, const void *x)
+{
+    const OutCtx *o = x;
+    return plan_write_txt(f, o->p, o->c, o->info, o->ev, o->nev);
+}
+
+static int w_tl_json(FILE *f, const void *x)
+{
+    const OutCtx *o = x;
+    return timeline_write_json(f, o->p, o->c, o->ev, o->nev);
+}
+
+static int w_tl_svg(FILE *f, const void *x)
+{
+    const OutCtx *o = x;
+    return timeline_write_svg(f, o->p, o->c, o->ev, o->nev);
+}
+
+/* Write dir/name through a temp file in the same folder + rename(2), which
+ * replaces the old file in one step on POSIX file systems. */
+static int write_atomic(const char *dir, const char *name, WriteFn fn, const void *ctx, IrError *err)
+{
+    char path[4096], tmp[4200];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return ir_errorf(err, "%s/%s: path too long", dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmpXXXXXX", dir, name);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return ir_errorf(err, "%s: cannot create a temporary file: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return ir_errorf(err, "%s: %s", path, strerror(e));
+    }
+    int rc = fn(f, ctx);
+    if (fflush(f) != 0)
+        rc = -1;
+    if (fclose(f) != 0)
+        rc = -1;
+    if (rc != 0) {
+        unlink(tmp);
+        return ir_errorf(err, "%s: write failed: %s", path, strerror(errno));
+    }
+    chmod(tmp, 0644);   /* mkstemp makes 0600; outputs are ordinary files */
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return ir_errorf(err, "%s: cannot rename into place: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+int plan_write_outputs(const char *dir, const Plan *p, const ClusterSpec *c,
+                       const PlanOutputInfo *info, const TimelineEvent *ev, int nev,
+                       IrError *err)
+{
+    if (!dir || !p || !c)
+        return ir_errorf(err, "plan output: missing folder, plan or cluster");
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return ir_errorf(err, "%s: cannot create folder: %s", dir, strerror(errno));
+    OutCtx o = {p, c, info, ev, nev};
+    if (write_atomic(dir, "plan.json", w_plan_json, &o, err) ||
+        write_atomic(dir, "plan.txt", w_plan_txt, &o, err))
+        return -1;
+    if (nev > 0 && (write_atomic(dir, "timeline.json", w_tl_json, &o, err) ||
+                    write_atomic(dir, "timeline.svg", w_tl_svg, &o, err)))
+        return -1;
+    return 0;
+}

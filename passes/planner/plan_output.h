@@ -1,0 +1,46 @@
+/* Plan output: plan.json, plan.txt, timeline.json (Chrome trace), timeline.svg.
+ * Formats: docs/PLAN_FORMAT.md.  Every file is written atomically (a temp
+ * file in the same folder, then rename), so a reader never sees half a plan.
+ */
+#ifndef HETC_PLAN_OUTPUT_H
+#define HETC_PLAN_OUTPUT_H
+
+#include <stdio.h>
+
+#include "cost_model.h"
+#include "planner.h"
+#include "simulate.h"   /* TimelineEvent: the simulator's event record (owner "dp") */
+
+typedef struct PlanOutputInfo {
+    const char *model;          /* model name or path (NULL: "unknown") */
+    long global_batch;          /* samples per iteration (0: unknown) */
+    long seq;                   /* tokens per sample (0: unknown) */
+    double iteration_time;      /* predicted iteration time, s (0: the timeline's end,
+                                   or the objective when there is no timeline) */
+    const CostCounters *counters; /* profiler counters (NULL: omitted) */
+} PlanOutputInfo;
+
+/* η of Eq. 25 over every device of the cluster (devices no stage uses
+ * count with compute time 0): td_i = B (t_f + t_b) of the device's stage,
+ * PeakFlops_i the device's peak for the training dtype.  In [0, 1]. */
+double plan_eta(const Plan *p, const ClusterSpec *c);
+/* The iteration time the outputs report (see PlanOutputInfo.iteration_time). */
+double plan_iteration_time(const Plan *p, const PlanOutputInfo *info,
+                           const TimelineEvent *ev, int nev);
+
+int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
+                    const TimelineEvent *ev, int nev);
+int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
+                   const TimelineEvent *ev, int nev);
+int timeline_write_json(FILE *f, const Plan *p, const ClusterSpec *c,
+                        const TimelineEvent *ev, int nev);
+int timeline_write_svg(FILE *f, const Plan *p, const ClusterSpec *c,
+                       const TimelineEvent *ev, int nev);
+
+/* Write plan.json, plan.txt and (when nev > 0) timeline.json and
+ * timeline.svg into dir (created if missing). */
+int plan_write_outputs(const char *dir, const Plan *p, const ClusterSpec *c,
+                       const PlanOutputInfo *info, const TimelineEvent *ev, int nev,
+                       IrError *err);
+
+#endif
