@@ -1,0 +1,91 @@
+/* Backward of MatMul and Linear through cblas_sgemm. */
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hk_train.h"
+
+static int bad(char *err, const char *msg)
+{
+    if (err)
+        snprintf(err, HK_ERRLEN, "%s", msg);
+    return -1;
+}
+
+/* The four transpose cases, with A stored as a (MxK or KxM) and B as b:
+ *   C = A B      dA = dC B^T            dB = A^T dC
+ *   C = A^T B    dA(KxM) = B dC^T       dB = A dC
+ *   C = A B^T    dA = dC B              dB(NxK) = dC^T A
+ *   C = A^T B^T  dA(KxM) = B^T dC^T     dB(NxK) = dC^T A^T
+ * so every gradient is one sgemm with the right transposes and leading
+ * dimensions; beta = 1 accumulates (shared operands, accum). */
+static void grad_a(const float *b, const float *dc, int64_t M, int64_t N, int64_t K, int ta,
+                   int tb, float beta, float *da)
+{
+    int ldb = tb ? (int)K : (int)N;
+    if (!ta) /* da[M,K] = dC[M,N] op(B)^T[N,K] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, (int)M, (int)K,
+                    (int)N, 1.0f, dc, (int)N, b, ldb, beta, da, (int)K);
+    else /* da[K,M] = op(B)[K,N] dC^T[N,M] */
+        cblas_sgemm(CblasRowMajor, tb ? CblasTrans : CblasNoTrans, CblasTrans, (int)K, (int)M,
+                    (int)N, 1.0f, b, ldb, dc, (int)N, beta, da, (int)M);
+}
+
+static void grad_b(const float *a, const float *dc, int64_t M, int64_t N, int64_t K, int ta,
+                   int tb, float beta, float *db)
+{
+    int lda = ta ? (int)M : (int)K;
+    if (!tb) /* db[K,N] = op(A)^T[K,M] dC[M,N] */
+        cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)K, (int)N,
+                    (int)M, 1.0f, a, lda, dc, (int)N, beta, db, (int)N);
+    else /* db[N,K] = dC^T[N,M] op(A)[M,K] */
+        cblas_sgemm(CblasRowMajor, CblasTrans, ta ? CblasTrans : CblasNoTrans, (int)N, (int)K,
+                    (int)M, 1.0f, dc, (int)N, a, lda, beta, db, (int)K);
+}
+
+int hk_matmul_backward_f32(const float *a, const float *b, const float *dc, int64_t batch,
+                           int64_t M, int64_t N, int64_t K, int ta, int tb, int a_shared,
+                           int b_shared, float *da, float *db, int accum, char *err)
+{
+    if (batch < 0 || M < 0 || N < 0 || K < 0)
+        return bad(err, "matmul backward: negative dimension");
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return bad(err, "matmul backward: dimension exceeds BLAS int range");
+    int64_t sa = a_shared ? 0 : M * K, sb = b_shared ? 0 : K * N, sc = M * N;
+    /* A zero-sized reduction (M, N or batch empty) still defines the
+     * gradient: zero, unless accumulating. */
+    if (da && !accum)
+        memset(da, 0, sizeof(float) * (size_t)((a_shared ? 1 : batch) * M * K));
+    if (db && !accum)
+        memset(db, 0, sizeof(float) * (size_t)((b_shared ? 1 : batch) * K * N));
+    if (M == 0 || N == 0 || K == 0)
+        return 0;
+    for (int64_t i = 0; i < batch; i++) {
+        if (da)
+            grad_a(b + i * sb, dc + i * sc, M, N, K, ta, tb, 1.0f, da + i * sa);
+        if (db)
+            grad_b(a + i * sa, dc + i * sc, M, N, K, ta, tb, 1.0f, db + i * sb);
+    }
+    return 0;
+}
+
+int hk_linear_backward_f32(const float *x, const float *w, const float *dy, int64_t M,
+                           int64_t K, int64_t N, float *dx, float *dw, float *dbias, int accum,
+                           char *err)
+{
+    /* x is a [M,K] matrix times the shared weight: dx overwritten, dw
+     * summed over all M rows in one gemm. */
+    if (dx && hk_matmul_backward_f32(x, w, dy, 1, M, N, K, 0, 0, 0, 0, dx, NULL, 0, err))
+        return -1;
+    if (dw && hk_matmul_backward_f32(x, w, dy, 1, M, N, K, 0, 0, 0, 0, NULL, dw, accum, err))
+        return -1;
+    if (dbias) {
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t i = 0; i < M; i++)
+                s += dy[i * N + j];
+            dbias[j] = (float)(accum ? dbias[j] + s : s);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,148 @@
+/* Backward of softmax / log-softmax along one axis, and the fused softmax
+ * cross-entropy loss. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hk_train.h"
+
+static int bad(char *err, const char *msg)
+{
+    if (err)
+        snprintf(err, HK_ERRLEN, "%s", msg);
+    return -1;
+}
+
+int hk_softmax_backward_f32(const float *y, const float *dy, int rank, const int64_t *dims,
+                            int axis, int log, float *dx, char *err)
+{
+    if (rank < 1 || rank > HK_MAX_RANK)
+        return bad(err, "softmax backward: rank out of range");
+    if (axis < 0)
+        axis += rank;
+    if (axis < 0 || axis >= rank)
+        return bad(err, "softmax backward: axis out of range");
+    /* view as [outer, n, inner]: the softmax runs along n with stride inner */
+    int64_t outer = 1, n = dims[axis], inner = 1;
+    for (int i = 0; i < axis; i++)
+        outer *= dims[i];
+    for (int i = axis + 1; i < rank; i++)
+        inner *= dims[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            int64_t base = o * n * inner + in;
+            double s = 0;
+            for (int64_t j = 0; j < n; j++) {
+                int64_t k = base + j * inner;
+                s += log ? (double)dy[k] : (double)dy[k] * y[k];
+            }
+            for (int64_t j = 0; j < n; j++) {
+                int64_t k = base + j * inner;
+                dx[k] = log ? (float)(dy[k] - exp((double)y[k]) * s)
+                            : (float)(y[k] * (dy[k] - s));
+            }
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------------ cross entropy */
+static int target_at(HkDType tdt, const void *t, int64_t i, int64_t *out)
+{
+    if (tdt == HK_I64)
+        *out = ((const int64_t *)t)[i];
+    else if (tdt == HK_I32)
+        *out = ((const int32_t *)t)[i];
+    else
+        return -1;
+    return 0;
+}
+
+static double row_lse(const float *row, int64_t V)
+{
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < V; j++)
+        if (row[j] > mx)
+            mx = row[j];
+    if (mx == -INFINITY)
+        return mx; /* all -inf: exp sum is 0 */
+    double s = 0;
+    for (int64_t j = 0; j < V; j++)
+        s += exp((double)row[j] - mx);
+    return mx + log(s);
+}
+
+/* Validate every target once; returns the counted rows or -1. */
+static int64_t check_targets(HkDType tdt, const void *targets, int64_t N, int64_t V,
+                             int use_ignore, int64_t ignore_index, char *err)
+{
+    if (N < 0 || V < 1)
+        return bad(err, "cross entropy: need N >= 0 and V >= 1");
+    int64_t count = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = 0;
+        if (target_at(tdt, targets, i, &t))
+            return bad(err, "cross entropy: targets must be int32 or int64");
+        if (use_ignore && t == ignore_index)
+            continue;
+        if (t < 0 || t >= V) {
+            if (err)
+                snprintf(err, HK_ERRLEN,
+                         "cross entropy: target %lld at row %lld outside [0, %lld)",
+                         (long long)t, (long long)i, (long long)V);
+            return -1;
+        }
+        count++;
+    }
+    return count;
+}
+
+int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targets, int64_t N,
+                             int64_t V, int use_ignore, int64_t ignore_index, float *loss,
+                             float *lse, int64_t *count_out, char *err)
+{
+    int64_t count = check_targets(tdt, targets, N, V, use_ignore, ignore_index, err);
+    if (count < 0)
+        return -1;
+    double total = 0;
+    for (int64_t i = 0; i < N; i++) {
+        double l = row_lse(logits + i * V, V);
+        if (lse)
+            lse[i] = (float)l;
+        int64_t t = 0;
+        target_at(tdt, targets, i, &t);
+        if (use_ignore && t == ignore_index)
+            continue;
+        total += l - logits[i * V + t];
+    }
+    /* torch's reduction="mean" divides by the counted rows: 0/0 = NaN when
+     * every row is ignored. */
+    *loss = count ? (float)(total / (double)count) : NAN;
+    if (count_out)
+        *count_out = count;
+    return 0;
+}
+
+int hk_cross_entropy_bwd_f32(const float *logits, HkDType tdt, const void *targets,
+                             const float *lse, int64_t N, int64_t V, int use_ignore,
+                             int64_t ignore_index, float dloss, float *dlogits, char *err)
+{
+    int64_t count = check_targets(tdt, targets, N, V, use_ignore, ignore_index, err);
+    if (count < 0)
+        return -1;
+    double w = count ? (double)dloss / (double)count : 0.0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = 0;
+        target_at(tdt, targets, i, &t);
+        float *d = dlogits + i * V;
+        if (use_ignore && t == ignore_index) {
+            memset(d, 0, sizeof(float) * (size_t)V);
+            continue;
+        }
+        const float *row = logits + i * V;
+        double l = lse ? (double)lse[i] : row_lse(row, V);
+        for (int64_t j = 0; j < V; j++)
+            d[j] = (float)(w * exp((double)row[j] - l));
+        d[t] = (float)(w * (exp((double)row[t] - l) - 1.0));
+    }
+    return 0;
+}

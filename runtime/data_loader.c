@@ -1,0 +1,192 @@
+/* Token-file data loader; layout and batching rules in data_loader.h. */
+#include "data_loader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fail(char *err, const char *path, const char *what)
+{
+    if (err)
+        snprintf(err, RT_ERRLEN, "%s: %s", path, what);
+    return -1;
+}
+
+const char *rt_token_format_name(RtTokenFormat f)
+{
+    return f == RT_TOKENS_LLMC ? "llm.c" : "nanoGPT";
+}
+
+static int32_t le_i32(const unsigned char *p)
+{
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                     (uint32_t)p[3] << 24);
+}
+
+/* Decide the format and locate the tokens inside the mapped bytes. */
+static int parse_layout(RtDataLoader *dl, const char *path, char *err)
+{
+    const unsigned char *bytes = dl->map;
+    size_t len = dl->map_len;
+    size_t hdr = RT_LLMC_HEADER_INTS * sizeof(int32_t);
+    char msg[RT_ERRLEN];
+    if (len >= 4 && le_i32(bytes) == RT_LLMC_MAGIC) {
+        if (len < hdr) {
+            snprintf(msg, sizeof msg,
+                     "llm.c magic %d but only %zu bytes, shorter than the %zu-byte header",
+                     RT_LLMC_MAGIC, len, hdr);
+            return fail(err, path, msg);
+        }
+        int32_t version = le_i32(bytes + 4), ntok = le_i32(bytes + 8);
+        if (version != RT_LLMC_VERSION) {
+            snprintf(msg, sizeof msg, "llm.c token file has version %d, expected %d", version,
+                     RT_LLMC_VERSION);
+            return fail(err, path, msg);
+        }
+        if (ntok <= 0) {
+            snprintf(msg, sizeof msg, "llm.c header token count %d is not positive", ntok);
+            return fail(err, path, msg);
+        }
+        size_t want = hdr + (size_t)ntok * sizeof(uint16_t);
+        if (want != len) {
+            snprintf(msg, sizeof msg,
+                     "llm.c header says %d tokens (%zu bytes with header) but the file has %zu "
+                     "bytes (%s)",
+                     ntok, want, len, want > len ? "token count beyond file size"
+                                                 : "trailing bytes after the tokens");
+            return fail(err, path, msg);
+        }
+        dl->format = RT_TOKENS_LLMC;
+        dl->tokens = (const uint16_t *)(bytes + hdr);
+        dl->ntok = ntok;
+        return 0;
+    }
+    if (len % 2) {
+        snprintf(msg, sizeof msg,
+                 "not an llm.c token file (no magic %d) and its %zu bytes are an odd length, "
+                 "so not nanoGPT uint16 tokens either",
+                 RT_LLMC_MAGIC, len);
+        return fail(err, path, msg);
+    }
+    dl->format = RT_TOKENS_NANOGPT;
+    dl->tokens = (const uint16_t *)bytes;
+    dl->ntok = (int64_t)(len / 2);
+    return 0;
+}
+
+int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int dp_rank,
+                 int dp_size, char *err)
+{
+    memset(dl, 0, sizeof *dl);
+    char msg[RT_ERRLEN];
+    if (B < 1 || T < 1)
+        return fail(err, path, "batch rows and sequence length must be >= 1");
+    if (dp_size < 1 || dp_rank < 0 || dp_rank >= dp_size) {
+        snprintf(msg, sizeof msg, "data-parallel rank %d of %d is out of range", dp_rank, dp_size);
+        return fail(err, path, msg);
+    }
+    if (B % dp_size) {
+        snprintf(msg, sizeof msg, "batch of %lld rows does not split over %d data-parallel ranks",
+                 (long long)B, dp_size);
+        return fail(err, path, msg);
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return fail(err, path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return fail(err, path, "not a regular file");
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        return fail(err, path, "empty token file");
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd); /* the mapping keeps the file alive */
+    if (map == MAP_FAILED)
+        return fail(err, path, strerror(e));
+    dl->map = map;
+    dl->map_len = (size_t)st.st_size;
+    if (parse_layout(dl, path, err)) {
+        rt_data_close(dl);
+        return -1;
+    }
+    dl->B = B;
+    dl->T = T;
+    dl->dp_rank = dp_rank;
+    dl->dp_size = dp_size;
+    dl->rows = B / dp_size;
+    /* llm.c: shard_num_samples = (ntok - 1) / (B*T) across all processes */
+    if (B > (INT64_MAX - 1) / T || dl->ntok < B * T + 1) {
+        snprintf(msg, sizeof msg,
+                 "%lld tokens (%s format) are too few for one batch of %lld x %lld (+1) tokens",
+                 (long long)dl->ntok, rt_token_format_name(dl->format), (long long)B,
+                 (long long)T);
+        rt_data_close(dl);
+        return fail(err, path, msg);
+    }
+    dl->nbatches = (dl->ntok - 1) / (B * T);
+    return 0;
+}
+
+/* First token of this rank's rows in step's batch. */
+static const uint16_t *batch_start(const RtDataLoader *dl, int64_t step)
+{
+    int64_t idx = step % dl->nbatches;
+    return dl->tokens + idx * dl->B * dl->T + (int64_t)dl->dp_rank * dl->rows * dl->T;
+}
+
+static int bad_step(int64_t step, char *err)
+{
+    if (step >= 0)
+        return 0;
+    if (err)
+        snprintf(err, RT_ERRLEN, "data loader: step %lld is negative", (long long)step);
+    return -1;
+}
+
+int rt_data_batch(const RtDataLoader *dl, int64_t step, int64_t *inputs, int64_t *targets,
+                  char *err)
+{
+    if (bad_step(step, err))
+        return -1;
+    const uint16_t *t = batch_start(dl, step);
+    int64_t n = dl->rows * dl->T;
+    for (int64_t i = 0; i < n; i++) {
+        inputs[i] = t[i];
+        targets[i] = t[i + 1];
+    }
+    return 0;
+}
+
+int rt_data_batch_i32(const RtDataLoader *dl, int64_t step, int32_t *inputs, int32_t *targets,
+                      char *err)
+{
+    if (bad_step(step, err))
+        return -1;
+    const uint16_t *t = batch_start(dl, step);
+    int64_t n = dl->rows * dl->T;
+    for (int64_t i = 0; i < n; i++) {
+        inputs[i] = t[i];
+        targets[i] = t[i + 1];
+    }
+    return 0;
+}
+
+void rt_data_close(RtDataLoader *dl)
+{
+    if (dl->map)
+        munmap(dl->map, dl->map_len);
+    memset(dl, 0, sizeof *dl);
+}

@@ -1,0 +1,72 @@
+/* Token-file data loader: llm.c's .bin layout and nanoGPT's headerless
+ * uint16 .bin, batched the way llm.c's DataLoader batches (no shuffling),
+ * so loss curves are comparable with llm.c and nanoGPT runs.
+ *
+ * Formats (detected from the bytes, not the file name):
+ *  - llm.c: a 256 x int32 little-endian header {20240520 (magic), 1
+ *    (version), ntok, 0...} followed by ntok uint16 tokens; the file size
+ *    must be exactly 1024 + 2 ntok bytes (llm.c's "file size is not as
+ *    expected" check).
+ *  - nanoGPT: the raw uint16 tokens (np.memmap(..., dtype=np.uint16)), no
+ *    header; the byte length must be even.
+ *  A file whose first int32 is 20240520 is read as llm.c.  A headerless
+ *  file starting with that int32 would begin with the tokens 54264, 308;
+ *  54264 is beyond GPT-2's 50257-token vocabulary, so for GPT-2-tokenised
+ *  nanoGPT data the header test cannot misfire.
+ *
+ * Batching (llm.c dataloader_load_batch with one shard, no shuffle):
+ *  with B rows of T tokens per global batch, the file holds
+ *  nbatches = (ntok - 1) / (B*T) batches (the -1: each batch reads one token
+ *  past its end); step k uses batch idx = k mod nbatches, i.e. it wraps to
+ *  the start after the last whole batch, like llm.c's reset at the end of
+ *  its last shard (the tail that does not fill a batch is never read).
+ *  Batch idx reads tokens [idx*B*T, idx*B*T + B*T + 1): inputs are the first
+ *  B*T, targets the last B*T (inputs shifted by one).
+ *  Data parallel: B is the GLOBAL batch; rank r of P reads rows
+ *  [r*B/P, (r+1)*B/P), i.e. B/P*T+1 tokens at idx*B*T + r*(B/P)*T, which
+ *  is llm.c's local_batch_offset_bytes with its B set to B/P.  The rows of
+ *  all ranks concatenated are the single-process batch.
+ */
+#ifndef HETC_RT_DATA_LOADER_H
+#define HETC_RT_DATA_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RT_ERRLEN 256
+#define RT_LLMC_MAGIC 20240520
+#define RT_LLMC_VERSION 1
+#define RT_LLMC_HEADER_INTS 256
+
+typedef enum RtTokenFormat { RT_TOKENS_LLMC, RT_TOKENS_NANOGPT } RtTokenFormat;
+
+typedef struct RtDataLoader {
+    void *map;              /* whole file, mmap'd read-only */
+    size_t map_len;
+    const uint16_t *tokens; /* first token (after the header for llm.c) */
+    int64_t ntok;
+    RtTokenFormat format;
+    int64_t B, T;           /* global batch rows, sequence length */
+    int dp_rank, dp_size;
+    int64_t rows;           /* rows this rank reads: B / dp_size */
+    int64_t nbatches;       /* whole global batches in the file */
+} RtDataLoader;
+
+/* Open and validate `path` for global batches of B x T split over dp_size
+ * ranks (use 0, 1 for a single process).  Errors (open/mmap failures, bad
+ * magic-but-short header, bad version, token count not matching the file
+ * size, odd byte length, empty file, fewer than B*T+1 tokens, B not
+ * divisible by dp_size) return -1 with a message naming the file. */
+int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int dp_rank,
+                 int dp_size, char *err);
+/* This rank's rows of step k's batch: rows*T inputs and rows*T targets.
+ * The 32-bit variant exists for callers whose id input is int32.  The
+ * caller owns the arrays.  -1 on a negative step. */
+int rt_data_batch(const RtDataLoader *dl, int64_t step, int64_t *inputs, int64_t *targets,
+                  char *err);
+int rt_data_batch_i32(const RtDataLoader *dl, int64_t step, int32_t *inputs, int32_t *targets,
+                      char *err);
+void rt_data_close(RtDataLoader *dl);
+const char *rt_token_format_name(RtTokenFormat f);
+
+#endif
