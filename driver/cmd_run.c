@@ -220,12 +220,15 @@ int cmd_run(int argc, char **argv) {
         }
         for (int d = 0; d < v->shape.rank; d++)
             if (v->sym[d] && v->shape.dims[d] < 0) {
-                binds[nb].name = v->sym[d];
+                /* a copy: binding frees the graph's own sym names */
+                binds[nb].name = ir_strdup(v->sym[d]);
                 binds[nb].value = inputs[i]->shape.dims[d];
                 nb++;
             }
     }
-    if (hetc_bind_dims(g, binds, nb, &err) != 0) {
+    int bound = hetc_bind_dims(g, binds, nb, &err);
+    for (int i = 0; i < nb; i++) free((char *)binds[i].name);
+    if (bound != 0) {
         fprintf(stderr, "hetc run: %s\n", err.msg);
         goto done;
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_plan.h"
 #include "pass.h"
 
 static void usage(FILE *f) {
@@ -15,6 +16,12 @@ static void usage(FILE *f) {
             "commands:\n"
             "  import MODEL.onnx   import into hetc IR, run the passes, dump the IR\n"
             "  run MODEL.onnx      execute on the host backend (fp32 reference kernels)\n"
+            "  plan MODEL.onnx CLUSTER.yaml -o DIR\n"
+            "                      plan a heterogeneous pipeline (HAPT): plan.json, plan.txt,\n"
+            "                      timeline.json, timeline.svg\n"
+            "  MODEL.onnx CLUSTER.yaml -o DIR [plan options]\n"
+            "                      the default: plan (per-stage codegen joins it in a later\n"
+            "                      release; today this is exactly hetc plan)\n"
             "\n"
             "  hetc COMMAND --help       options of one command\n"
             "  hetc --list-passes        the passes --passes and --dump-ir-after accept\n"
@@ -22,12 +29,13 @@ static void usage(FILE *f) {
             "\n"
             "examples:\n"
             "  hetc import examples/gpt_tiny.onnx --batch 2 --seq 64 --dump-ir-after=all -o build/\n"
+            "  hetc plan examples/gpt_tiny.onnx examples/clusters/case_study.yaml --seq 64 \\\n"
+            "      --microbatch 2 --global-batch 64 -o build/\n"
             "  hetc run examples/gpt_tiny.onnx --input input_ids=examples/gpt_tiny.input_ids.npy \\\n"
             "      --output-dir out/ --expect logits=examples/gpt_tiny.logits.npy\n"
             "\n"
-            "Planning (hetc plan), training (hetc train) and per-stage binaries\n"
-            "(hetc MODEL.onnx CLUSTER.yaml -o build/) are not in this build yet; see\n"
-            "README.md for the roadmap.\n",
+            "Training (hetc train) and per-stage binaries are not in this build yet;\n"
+            "see README.md for the roadmap.\n",
             HETC_VERSION);
 }
 
@@ -51,6 +59,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "import")) return cmd_import(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+    /* default: hetc MODEL.onnx CLUSTER.yaml ... = plan (then codegen, later) */
+    size_t cl = strlen(cmd);
+    if (cl > 5 && !strcmp(cmd + cl - 5, ".onnx")) return cmd_plan(argc, argv);
     fprintf(stderr, "hetc: unknown command '%s' (see hetc --help)\n", cmd);
     return 2;
 }

@@ -47,6 +47,7 @@ void dp_options_default(DpOptions *o)
     o->batch = 8;
     o->max_perm_meshes = 5;
     o->fixed_order = 0;
+    o->tmax_comm_candidates = 0;
 }
 
 void plan_free(Plan *p)
@@ -162,7 +163,7 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
     x->tab = calloc(ntab, sizeof *x->tab);
     x->comm = calloc(L2 * P * P, sizeof *x->comm);
     x->sp_off = calloc((size_t)P * x->nsubmax * L2 + 1, sizeof *x->sp_off);
-    x->tcand = malloc(ntab * sizeof *x->tcand);
+    x->tcand = malloc((ntab + L2 * P * P) * sizeof *x->tcand);   /* + boundary costs */
     if (!x->subs || !x->tab || !x->comm || !x->sp_off || !x->tcand)
         return ir_errorf(err, "plan: out of memory tabulating %zu stage candidates", ntab);
     for (int a = 0; a < P; a++)
@@ -203,6 +204,12 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
                 x->comm[((size_t)i * P + a) * P + b] = cv;
                 x->nonneg &= cv >= 0;
                 calls++;
+                /* (added by "plan") Where a slow link forces t_max above every
+                 * stage time (constraint (ii), C(i) <= t_max), the stage times
+                 * alone offer no usable t_max near C(i): offer C(i) itself. */
+                if (x->opt->tmax_comm_candidates && x->opt->comm_bound && nfeas > 0 &&
+                    isfinite(cv) && cv > 0)
+                    x->tcand[nfeas++] = cv;
             }
     if (st) {
         st->oracle_calls += calls;

@@ -44,6 +44,11 @@ typedef struct DpOptions {
     int max_stages;          /* cap on pipeline stages S (0 = none: min(L, devices)).
                                 The DP table holds (L+2) x devices x (S+1) states per
                                 thread, so large clusters need a cap. */
+    int tmax_comm_candidates; /* (added by "plan") 1: the finite boundary costs C(i, a, b)
+                                 join the t_max candidates (Algorithm 1 line 3 takes stage
+                                 times only; when a slow link forces t_max above every stage
+                                 time, C(i) is the t_max that plan needs).  Default 0, the
+                                 paper's set, which brute.c enumerates; hetc plan sets 1. */
 } DpOptions;
 
 void dp_options_default(DpOptions *o);
