@@ -1,0 +1,199 @@
+/* Causal attention spelled out by exporters:
+ *
+ *   s  = MatMul(q, kT)            kT = k with its last two dims swapped
+ *        [* scale | / scale]      (or q and kT each scaled by sqrt(scale),
+ *                                  as torch's SDPA export does)
+ *        [+ mask | Where(cond, s, -big) | Where(cond, -big, s)]
+ *   y  = MatMul(Softmax(s, axis=-1), v)
+ *
+ * -> Attention(q, k, v) {causal, scale}.  The mask must be a CONST (after
+ * folding) whose content is checked numerically: an additive mask is 0 on
+ * and below the diagonal and <= -1e4 (or -inf) above it; a Where condition
+ * selects the scores exactly on and below the diagonal.  No mask at all
+ * gives causal=0.  k is recovered from a Transpose feeding kT by swapping
+ * the last two entries of its perm (so a head-split Transpose with perm
+ * [0,2,3,1] becomes one with [0,2,1,3]); otherwise an explicit Transpose
+ * of kT is inserted. */
+#include <math.h>
+#include <string.h>
+
+#include "canon.h"
+#include "shape_rules.h"
+
+#define MASK_BIG -1e4
+
+/* diagonal offset: key j is visible from query i when j <= i + (S - T) */
+static int visible(int64_t i, int64_t j, int64_t t, int64_t s) { return j <= i + (s - t); }
+
+/* A CONST whose last two dims are exactly [T, S] and whose other dims
+ * broadcast into the scores' batch dims. */
+static int mask_shaped(IrValue *m, const IrShape *scores) {
+    if (!m || m->kind != IR_VK_CONST || !ir_value_has_data(m) || !m->shape_known) return 0;
+    int r = scores->rank;
+    if (m->shape.rank < 2 || m->shape.rank > r) return 0;
+    int mr = m->shape.rank;
+    if (m->shape.dims[mr - 2] != scores->dims[r - 2] || m->shape.dims[mr - 1] != scores->dims[r - 1])
+        return 0;
+    for (int i = 0; i < mr - 2; i++) {
+        int64_t d = m->shape.dims[i], sd = scores->dims[r - mr + i];
+        if (d != 1 && d != sd) return 0;
+    }
+    return 1;
+}
+
+/* kind 0: additive mask; 1: cond true where visible; 2: cond true where hidden */
+static int mask_is_causal(IrValue *m, const IrShape *scores, int kind) {
+    if (!mask_shaped(m, scores)) return 0;
+    if (kind == 0 && !ir_dtype_is_float(m->dtype)) return 0;
+    if (kind != 0 && m->dtype != IR_BOOL) return 0;
+    int64_t t = scores->dims[scores->rank - 2], s = scores->dims[scores->rank - 1];
+    int64_t ne = ir_shape_numel(&m->shape);
+    for (int64_t e = 0; e < ne; e++) {
+        int64_t j = e % s, i = (e / s) % t;
+        double x;
+        if (value_read_double(m, e, &x)) return 0;
+        int vis = visible(i, j, t, s);
+        if (kind == 0 && !(vis ? x == 0.0 : x <= MASK_BIG)) return 0;
+        if (kind == 1 && (x != 0) != vis) return 0;
+        if (kind == 2 && (x != 0) == vis) return 0;
+    }
+    return 1;
+}
+
+/* Every element of a CONST is <= MASK_BIG (the "fill" of a Where mask). */
+static int all_very_negative(IrValue *f) {
+    if (!f || f->kind != IR_VK_CONST || !ir_value_has_data(f) || !ir_dtype_is_float(f->dtype))
+        return 0;
+    int64_t ne = ir_shape_numel(&f->shape);
+    if (ne < 1) return 0;
+    for (int64_t e = 0; e < ne; e++) {
+        double x;
+        if (value_read_double(f, e, &x) || !(x <= MASK_BIG)) return 0;
+    }
+    return 1;
+}
+
+/* Peel one mask off s: returns the masked operand or NULL. */
+static IrValue *peel_mask(IrValue *s, Match *m) {
+    const IrShape *sh = &s->shape;
+    IrNode *p = canon_def(s, IR_OP_ADD);
+    if (p) {
+        for (int i = 0; i < 2; i++)
+            if (p->in[i]->shape_known && ir_shape_equal(&p->in[i]->shape, sh) &&
+                mask_is_causal(p->in[1 - i], sh, 0)) {
+                match_add(m, p);
+                return p->in[i];
+            }
+        return NULL;
+    }
+    p = canon_def(s, IR_OP_WHERE);
+    if (p) {
+        IrValue *c = p->in[0];
+        if (p->in[1]->shape_known && ir_shape_equal(&p->in[1]->shape, sh) &&
+            all_very_negative(p->in[2]) && mask_is_causal(c, sh, 1)) {
+            match_add(m, p);
+            return p->in[1];
+        }
+        if (p->in[2]->shape_known && ir_shape_equal(&p->in[2]->shape, sh) &&
+            all_very_negative(p->in[1]) && mask_is_causal(c, sh, 2)) {
+            match_add(m, p);
+            return p->in[2];
+        }
+    }
+    return NULL;
+}
+
+/* v = Mul(a, k) / Mul(k, a) / Div(a, k) with k a scalar const: returns a
+ * and multiplies *scale. */
+static IrValue *peel_scale(const Canon *c, IrValue *v, double *scale, Match *m, int need_single) {
+    if (need_single && canon_uses(c, v) != 1) return NULL;
+    double k;
+    IrNode *p = canon_def(v, IR_OP_DIV);
+    if (p && canon_const_scalar(p->in[1], &k) && k != 0) {
+        match_add(m, p);
+        *scale /= k;
+        return p->in[0];
+    }
+    p = canon_def(v, IR_OP_MUL);
+    if (!p) return NULL;
+    for (int i = 0; i < 2; i++)
+        if (canon_const_scalar(p->in[1 - i], &k)) {
+            match_add(m, p);
+            *scale *= k;
+            return p->in[i];
+        }
+    return NULL;
+}
+
+int canon_attention(Canon *c, IrNode *root, IrError *err) {
+    if (root->op != IR_OP_MATMUL) return 0;
+    IrNode *sm = canon_def(root->in[0], IR_OP_SOFTMAX);
+    if (!sm) return 0;
+    IrValue *s = sm->in[0], *v = root->in[1];
+    int r = s->shape.rank;
+    if (r < 2 || v->shape.rank != r || s->dtype != IR_F32) return 0;
+    int64_t ax = ir_attr_int(sm, "axis", -1);
+    if (ax != -1 && ax != r - 1) return 0;
+    Match m = {0};
+    match_add(&m, sm);
+    int causal = 0;
+    for (int k = 0; k < 3; k++) {
+        IrValue *u = peel_mask(s, &m);
+        if (!u) break;
+        causal = 1;
+        s = u;
+    }
+    double scale = 1.0;
+    IrValue *u = peel_scale(c, s, &scale, &m, 0);
+    if (u) s = u;
+    IrNode *qk = canon_def(s, IR_OP_MATMUL);
+    if (!qk) return 0;
+    match_add(&m, qk);
+    IrValue *q = qk->in[0], *kt = qk->in[1];
+    if ((u = peel_scale(c, q, &scale, &m, 1))) q = u;
+    if ((u = peel_scale(c, kt, &scale, &m, 1))) kt = u;
+    if (q->shape.rank != r || kt->shape.rank != r) return 0;
+    /* the canonical op takes q, k, v with identical batch dims (no
+     * broadcasting of heads; kT has k's batch dims): else stay primitive */
+    for (int i = 0; i < r - 2; i++)
+        if (kt->shape.dims[i] != q->shape.dims[i] || v->shape.dims[i] != q->shape.dims[i])
+            return 0;
+    /* k from kT: undo the swap of the last two dims */
+    IrValue *k = NULL;
+    IrNode *tr = canon_def(kt, IR_OP_TRANSPOSE);
+    int64_t perm[IR_MAX_RANK];
+    if (tr && canon_uses(c, kt) == 1 && !kt->is_graph_output) {
+        const int64_t *p;
+        int np = ir_attr_ints(tr, "perm", &p);
+        if (np && np != r) return 0;
+        for (int i = 0; i < r; i++) perm[i] = np ? p[i] : r - 1 - i;
+        int64_t t = perm[r - 1];
+        perm[r - 1] = perm[r - 2];
+        perm[r - 2] = t;
+        int ident = 1;
+        for (int i = 0; i < r; i++) ident &= perm[i] == i;
+        Match mt = m;
+        match_add(&mt, tr);
+        if (!match_internal(c, &mt, root)) return 0;
+        m = mt;
+        if (ident) k = tr->in[0];
+    } else {
+        tr = NULL;
+        for (int i = 0; i < r; i++) perm[i] = i;
+        perm[r - 1] = r - 2;
+        perm[r - 2] = r - 1;
+        if (!match_internal(c, &m, root)) return 0;
+    }
+    if (!k) {
+        char name[512];
+        snprintf(name, sizeof name, "%s.k", root->name);
+        IrValue *src = tr ? tr->in[0] : kt;
+        k = canon_insert(c, root, IR_OP_TRANSPOSE, name, 1, &src, err);
+        if (!k) return -1;
+        ir_node_set_ints(k->producer, "perm", r, perm);
+        if (shape_infer_node(k->producer, err)) return -1;
+    }
+    IrValue *in[3] = {q, k, v};
+    CanonAttr at[2] = {{.name = "causal", .i = causal}, {.name = "scale", .is_float = 1, .f = scale}};
+    return canon_rewrite(c, &m, root, IR_OP_ATTENTION, 3, in, at, 2, err) ? 1 : -1;
+}
