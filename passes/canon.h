@@ -19,6 +19,10 @@ typedef struct Canon {
     int *uses;     /* uses[value->id]: live node inputs + graph outputs */
     int nuses;
     int rewrites[IR_OP_COUNT]; /* canonical ops produced, by op (verbose) */
+    /* masks already found causal: every layer of an export usually shares
+     * one mask constant, and checking it is O(T*S) */
+    struct { const IrValue *v; int kind; int64_t t, s; } causal_memo[8];
+    int ncausal_memo;
 } Canon;
 
 typedef struct Match {

@@ -41,13 +41,68 @@ static int mask_shaped(IrValue *m, const IrShape *scores) {
     return 1;
 }
 
+/* Row-wise fast paths for the common dtypes: a 4096x4096 mask per layer of a
+ * 70B model is checked at memory speed instead of element by element. */
+static int bool_rows_causal(const uint8_t *d, int64_t rows, int64_t t, int64_t s, int kind) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *row = d + r * s;
+        int64_t i = r % t, nvis = i + (s - t) + 1; /* keys 0..nvis-1 visible */
+        if (nvis < 0) nvis = 0;
+        if (nvis > s) nvis = s;
+        uint8_t want_vis = kind == 1, want_hid = kind != 1;
+        for (int64_t j = 0; j < nvis; j++)
+            if ((row[j] != 0) != want_vis) return 0;
+        for (int64_t j = nvis; j < s; j++)
+            if ((row[j] != 0) != want_hid) return 0;
+    }
+    return 1;
+}
+
+static int f32_rows_causal(const float *d, int64_t rows, int64_t t, int64_t s) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = d + r * s;
+        int64_t i = r % t, nvis = i + (s - t) + 1;
+        if (nvis < 0) nvis = 0;
+        if (nvis > s) nvis = s;
+        int bad = 0;
+        for (int64_t j = 0; j < nvis; j++) bad |= row[j] != 0.0f;
+        for (int64_t j = nvis; j < s; j++) bad |= !(row[j] <= (float)MASK_BIG);
+        if (bad) return 0;
+    }
+    return 1;
+}
+
 /* kind 0: additive mask; 1: cond true where visible; 2: cond true where hidden */
-static int mask_is_causal(IrValue *m, const IrShape *scores, int kind) {
+static int mask_is_causal_uncached(IrValue *m, const IrShape *scores, int kind);
+
+static int mask_is_causal(Canon *c, IrValue *m, const IrShape *scores, int kind) {
+    int64_t t = scores->dims[scores->rank - 2], s = scores->dims[scores->rank - 1];
+    for (int i = 0; i < c->ncausal_memo; i++)
+        if (c->causal_memo[i].v == m && c->causal_memo[i].kind == kind &&
+            c->causal_memo[i].t == t && c->causal_memo[i].s == s && mask_shaped(m, scores))
+            return 1;
+    int ok = mask_is_causal_uncached(m, scores, kind);
+    if (ok && c->ncausal_memo < 8) {
+        c->causal_memo[c->ncausal_memo].v = m;
+        c->causal_memo[c->ncausal_memo].kind = kind;
+        c->causal_memo[c->ncausal_memo].t = t;
+        c->causal_memo[c->ncausal_memo].s = s;
+        c->ncausal_memo++;
+    }
+    return ok;
+}
+
+static int mask_is_causal_uncached(IrValue *m, const IrShape *scores, int kind) {
     if (!mask_shaped(m, scores)) return 0;
     if (kind == 0 && !ir_dtype_is_float(m->dtype)) return 0;
     if (kind != 0 && m->dtype != IR_BOOL) return 0;
     int64_t t = scores->dims[scores->rank - 2], s = scores->dims[scores->rank - 1];
     int64_t ne = ir_shape_numel(&m->shape);
+    const void *data = ir_value_data(m, NULL);
+    if (data && m->nbytes == (size_t)ne * ir_dtype_size(m->dtype) && s > 0) {
+        if (m->dtype == IR_BOOL) return bool_rows_causal(data, ne / s, t, s, kind);
+        if (m->dtype == IR_F32) return f32_rows_causal(data, ne / s, t, s);
+    }
     for (int64_t e = 0; e < ne; e++) {
         int64_t j = e % s, i = (e / s) % t;
         double x;
@@ -74,13 +129,13 @@ static int all_very_negative(IrValue *f) {
 }
 
 /* Peel one mask off s: returns the masked operand or NULL. */
-static IrValue *peel_mask(IrValue *s, Match *m) {
+static IrValue *peel_mask(Canon *c, IrValue *s, Match *m) {
     const IrShape *sh = &s->shape;
     IrNode *p = canon_def(s, IR_OP_ADD);
     if (p) {
         for (int i = 0; i < 2; i++)
             if (p->in[i]->shape_known && ir_shape_equal(&p->in[i]->shape, sh) &&
-                mask_is_causal(p->in[1 - i], sh, 0)) {
+                mask_is_causal(c, p->in[1 - i], sh, 0)) {
                 match_add(m, p);
                 return p->in[i];
             }
@@ -88,14 +143,14 @@ static IrValue *peel_mask(IrValue *s, Match *m) {
     }
     p = canon_def(s, IR_OP_WHERE);
     if (p) {
-        IrValue *c = p->in[0];
+        IrValue *cond = p->in[0];
         if (p->in[1]->shape_known && ir_shape_equal(&p->in[1]->shape, sh) &&
-            all_very_negative(p->in[2]) && mask_is_causal(c, sh, 1)) {
+            all_very_negative(p->in[2]) && mask_is_causal(c, cond, sh, 1)) {
             match_add(m, p);
             return p->in[1];
         }
         if (p->in[2]->shape_known && ir_shape_equal(&p->in[2]->shape, sh) &&
-            all_very_negative(p->in[1]) && mask_is_causal(c, sh, 2)) {
+            all_very_negative(p->in[1]) && mask_is_causal(c, cond, sh, 2)) {
             match_add(m, p);
             return p->in[2];
         }
@@ -138,7 +193,7 @@ int canon_attention(Canon *c, IrNode *root, IrError *err) {
     match_add(&m, sm);
     int causal = 0;
     for (int k = 0; k < 3; k++) {
-        IrValue *u = peel_mask(s, &m);
+        IrValue *u = peel_mask(c, s, &m);
         if (!u) break;
         causal = 1;
         s = u;
