@@ -113,6 +113,19 @@ static int in_list(const char *s, const char *const *list) {
     return 0;
 }
 
+/* ONNX float attributes are float32; keep the shortest decimal that reads
+ * back to the same float, so dumps say epsilon=1e-05, not 9.99999974e-06.
+ * Kernels compute in fp32 where the difference vanishes. */
+static double float_attr(float f) {
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f) return d;
+    }
+    return f;
+}
+
 int imp_copy_attrs(NodeCtx *n, IrNode *node, const char *const *skip) {
     for (size_t i = 0; i < n->np->n_attribute; i++) {
         const Onnx__AttributeProto *a = n->np->attribute[i];
@@ -122,7 +135,7 @@ int imp_copy_attrs(NodeCtx *n, IrNode *node, const char *const *skip) {
             return imp_node_err(n, "attribute '%s' refers to a function attribute", a->name);
         switch (imp_attr_type(a)) {
         case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
-            ir_node_set_float(node, a->name, a->f);
+            ir_node_set_float(node, a->name, float_attr(a->f));
             break;
         case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT:
             ir_node_set_int(node, a->name, a->i);
@@ -144,7 +157,7 @@ int imp_copy_attrs(NodeCtx *n, IrNode *node, const char *const *skip) {
         case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: {
             if (a->n_floats > INT_MAX) return imp_node_err(n, "attribute '%s' too long", a->name);
             double *d = ir_xmalloc((a->n_floats ? a->n_floats : 1) * sizeof *d);
-            for (size_t k = 0; k < a->n_floats; k++) d[k] = a->floats[k];
+            for (size_t k = 0; k < a->n_floats; k++) d[k] = float_attr(a->floats[k]);
             ir_node_set_floats(node, a->name, (int)a->n_floats, d);
             free(d);
             break;
