@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "hk.h"
+#include "hostexec_train.h"
 
 /* ---------------------------------------------------------------- helpers */
 #define IN_V(c, i) ((c)->n->in[i])
@@ -642,6 +643,18 @@ static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_SILU] = {run_unary, chk_float, HK_SILU, 0, 1},
     [IR_OP_ATTENTION] = {run_attention, chk_f32, 0, 0, HX_ALL},
     [IR_OP_EMBEDDING] = {run_embedding, chk_f32, 0, 0, 1},
+    /* training ops: codegen/hostexec_train.c */
+    [IR_OP_CROSS_ENTROPY] = {hxt_run_cross_entropy, hxt_chk_f32, 0, 0, 1},
+    [IR_OP_CROSS_ENTROPY_GRAD] = {hxt_run_cross_entropy_grad, hxt_chk_f32, 0, 0, 5},
+    [IR_OP_LINEAR_GRAD] = {hxt_run_linear_grad, hxt_chk_f32, 0, 0, HX_ALL},
+    [IR_OP_LAYER_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL},
+    [IR_OP_RMS_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL},
+    [IR_OP_ATTENTION_GRAD] = {hxt_run_attention_grad, hxt_chk_f32, 0, 0, HX_ALL},
+    [IR_OP_UNARY_GRAD] = {hxt_run_unary_grad, hxt_chk_f32, 0, 0, HX_ALL},
+    [IR_OP_SOFTMAX_GRAD] = {hxt_run_softmax_grad, hxt_chk_f32, 0, 0, HX_ALL},
+    [IR_OP_EMBEDDING_GRAD] = {hxt_run_embedding_grad, hxt_chk_f32, 0, 0, 5},
+    [IR_OP_SUM_TO_SHAPE] = {hxt_run_sum_to_shape, hxt_chk_f32, 0, 0, 1},
+    [IR_OP_SLICE_GRAD] = {hxt_run_slice_grad, hxt_chk_f32, 0, 0, 1},
 };
 
 const HxOpEntry *hx_op_entry(IrOp op) {

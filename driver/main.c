@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "cmd_plan.h"
+#include "cmd_train.h"
 #include "pass.h"
 
 static void usage(FILE *f) {
@@ -19,6 +20,9 @@ static void usage(FILE *f) {
             "  plan MODEL.onnx CLUSTER.yaml -o DIR\n"
             "                      plan a heterogeneous pipeline (HAPT): plan.json, plan.txt,\n"
             "                      timeline.json, timeline.svg\n"
+            "  train MODEL.onnx --data TOKENS.bin --steps N\n"
+            "                      train on the host backend (loss, autodiff, AdamW/SGD),\n"
+            "                      checkpoints, --export trained.onnx\n"
             "  MODEL.onnx CLUSTER.yaml -o DIR [plan options]\n"
             "                      the default: plan (per-stage codegen joins it in a later\n"
             "                      release; today this is exactly hetc plan)\n"
@@ -34,7 +38,7 @@ static void usage(FILE *f) {
             "  hetc run examples/gpt_tiny.onnx --input input_ids=examples/gpt_tiny.input_ids.npy \\\n"
             "      --output-dir out/ --expect logits=examples/gpt_tiny.logits.npy\n"
             "\n"
-            "Training (hetc train) and per-stage binaries are not in this build yet;\n"
+            "Per-stage training binaries are not in this build yet;\n"
             "see README.md for the roadmap.\n",
             HETC_VERSION);
 }
@@ -60,6 +64,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "import")) return cmd_import(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
     /* default: hetc MODEL.onnx CLUSTER.yaml ... = plan (then codegen, later) */
     size_t cl = strlen(cmd);
     if (cl > 5 && !strcmp(cmd + cl - 5, ".onnx")) return cmd_plan(argc, argv);

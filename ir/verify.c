@@ -252,10 +252,14 @@ static int verify(V *c) {
                              "not list it as an output)",
                              v->name, ir_op_name(v->producer->op));
         if (produced) continue;
-        if (v->kind != IR_VK_INPUT && v->kind != IR_VK_PARAM && v->kind != IR_VK_CONST)
+        /* optimizer state persists across steps like a parameter: the runner
+         * holds its data and writes it back from its update node's outputs
+         * (state carry, ir/ops.def) */
+        if (v->kind != IR_VK_INPUT && v->kind != IR_VK_PARAM && v->kind != IR_VK_CONST &&
+            v->kind != IR_VK_OPTSTATE)
             return ir_errorf(err,
                              "value '%s' (%s) is not produced by any node and is not an input, "
-                             "param or const",
+                             "param, const or optimizer state",
                              v->name, ir_value_kind_name(v->kind));
         irpm_put(&c->defined, v, 1);
     }

@@ -11,6 +11,9 @@
 #include "pass.h"
 #include "layers.h"   /* pass_layers (planner IR side) */
 #include "modules.h"  /* pass_modules */
+#include "autodiff.h" /* pass_autodiff (training) */
+#include "loss.h"     /* pass_loss, pass_tie_weights (training) */
+#include "optimizer.h" /* pass_optimizer (training) */
 
 static const Pass pass_table[] = {
     {"shape-infer", "infer dtype and static shape of every value; fold shape computations",
@@ -25,6 +28,15 @@ static const Pass pass_table[] = {
                 "HAPT §5.1; sets module ids", pass_modules, 1},
     {"layers", "split modules into cost-balanced fine-grained layers (HAPT §5.1); sets layer ids",
      pass_layers, 1},
+    /* training (docs/TRAINING.md) */
+    {"tie-weights", "re-tie parameters an exporter untied (one equals another transposed, "
+                    "bit-exact) as Transpose(original)", pass_tie_weights, 1},
+    {"loss", "append next-token cross entropy on the logits against a new 'targets' input; "
+             "output 'loss'", pass_loss, 1},
+    {"autodiff", "reverse-mode gradients of 'loss' for every parameter (outputs grad/<param>)",
+     pass_autodiff, 1},
+    {"optimizer", "AdamW (default hyper-parameters) after global-norm clipping: optimizer "
+                  "states, inputs lr/step, outputs upd/<param>", pass_optimizer, 1},
 };
 #define NPASSES ((int)(sizeof pass_table / sizeof pass_table[0]))
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "shape_rules.h"
+#include "shape_rules_train.h"
 
 /* ---------------------------------------------------------------- helpers */
 /* No tensor hetc handles has more elements (256 T); anything above is a
@@ -745,6 +746,14 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     [IR_OP_LINEAR] = rule_linear, [IR_OP_LAYER_NORM] = rule_norm, [IR_OP_RMS_NORM] = rule_norm,
     [IR_OP_GELU] = rule_unary, [IR_OP_SILU] = rule_unary, [IR_OP_ATTENTION] = rule_attention,
     [IR_OP_EMBEDDING] = rule_embedding,
+    /* training ops: passes/shape_rules_train.c */
+    [IR_OP_CROSS_ENTROPY] = rule_cross_entropy,
+    [IR_OP_CROSS_ENTROPY_GRAD] = rule_cross_entropy_grad,
+    [IR_OP_LINEAR_GRAD] = rule_linear_grad, [IR_OP_LAYER_NORM_GRAD] = rule_grad_like_inputs,
+    [IR_OP_RMS_NORM_GRAD] = rule_grad_like_inputs, [IR_OP_ATTENTION_GRAD] = rule_grad_like_inputs,
+    [IR_OP_UNARY_GRAD] = rule_grad_like_inputs, [IR_OP_SOFTMAX_GRAD] = rule_grad_like_inputs,
+    [IR_OP_EMBEDDING_GRAD] = rule_grad_like_inputs, [IR_OP_SUM_TO_SHAPE] = rule_grad_to_shape,
+    [IR_OP_SLICE_GRAD] = rule_grad_to_shape,
 };
 
 int shape_rule_exists(IrOp op) { return (int)op >= 0 && op < IR_OP_COUNT && shape_rules[op]; }

@@ -409,6 +409,12 @@ case("Reshape", [I(xs), C(i64([7]))], [np.zeros(7, np.float32)], error="does not
 case("Transpose", [I(xs)], [np.transpose(xs, (1, 0, 2))], {"perm": [1, 0, 2]}, ev=True)
 case("Transpose", [I(xs)], [np.zeros((4, 5, 3), np.float32)], {"perm": [1, 0, 2]}, error="permuted")
 
+# ------------------------------------------------------------- other areas' ops
+# the training ops' cases live beside their passes (tests/train/kernel_cases.py)
+_extra = os.path.join(SRC, "tests/train/kernel_cases.py")
+if os.path.exists(_extra):
+    exec(compile(open(_extra).read(), _extra, "exec"))
+
 # ------------------------------------------------------------- completeness
 ops = re.findall(r'^OP\(\w+, "(\w+)"', open(os.path.join(SRC, "ir/ops.def")).read(), re.M)
 missing = [o for o in ops if o not in covered]

@@ -1,0 +1,317 @@
+/* hetc train: import, build the training graph (tie-weights, loss,
+ * autodiff), then run steps on the host backend: microbatches from an
+ * llm.c / nanoGPT token file, gradients accumulated over --accum
+ * microbatches (sum / K, as torch accumulating loss / K), global-norm
+ * clipping, the learning-rate schedule, and the optimizer step (AdamW or
+ * SGD with momentum, kernels/host/hk_train.h) on every parameter. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "autodiff.h"
+#include "cli.h"
+#include "cmd_train.h"
+#include "compile_opts.h"
+#include "data_loader.h"
+#include "hk_train.h"
+#include "hostexec.h"
+#include "loss.h"
+#include "lr_schedule.h"
+#include "optimizer.h"
+#include "train_state.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: hetc train MODEL.onnx --data TOKENS.bin --steps N [options]\n"
+            "\n"
+            "Train on the host backend (fp32 reference kernels), one process.  TOKENS.bin is\n"
+            "an llm.c token file (header magic 20240520) or nanoGPT's headerless uint16 .bin;\n"
+            "step k reads microbatch rows like llm.c's loader.\n"
+            "\n"
+            "  --data FILE            token file (required)\n"
+            "  --steps N              optimizer steps (required)\n"
+            "  --microbatch B         rows per microbatch (binds the batch dim; default 4)\n"
+            "  --seq T                sequence length (binds the sequence dim; default 64)\n"
+            "  --accum K              microbatches per step; gradients are averaged (default 1)\n"
+            "  --loss SPEC            xent | xent:ignore=N (default xent)\n"
+            "  --optimizer adamw|sgd  (default adamw)\n"
+            "  --lr X                 peak learning rate (default 1e-3)\n"
+            "  --beta1 X --beta2 X    AdamW betas (default 0.9, 0.95)\n"
+            "  --eps X                AdamW epsilon (default 1e-8)\n"
+            "  --weight-decay X       decoupled (AdamW) or L2 (SGD) decay on parameters of rank\n"
+            "                         >= 2; norms and biases are not decayed (default 0.1)\n"
+            "  --momentum X           SGD momentum (default 0.9)\n"
+            "  --clip X               global gradient-norm clip; 0 = off (default 1.0)\n"
+            "  --lr-schedule constant|cosine   (default constant)\n"
+            "  --warmup N             warm-up steps of the schedule (default 0)\n"
+            "  --checkpoint-dir DIR   where checkpoints go (default: checkpoint)\n"
+            "  --checkpoint-every N   also checkpoint every N steps (default: only at the end)\n"
+            "  --no-checkpoint        write no checkpoint\n"
+            "  --export FILE.onnx     write the trained weights into a copy of MODEL.onnx\n"
+            "  --dump-grads DIR       write loss.npy and grad_<param>.npy of the first step\n"
+            "                         (before clipping) for checks against a reference\n"
+            "  --quiet                only the final line\n");
+    compile_opts_help(f);
+}
+
+typedef struct TrainOpts {
+    const char *data, *loss, *optimizer, *schedule, *ckpt_dir, *export_path, *dump_grads;
+    int64_t steps, accum, warmup, ckpt_every;
+    double lr, beta1, beta2, eps, wd, momentum, clip;
+    int quiet, no_ckpt;
+} TrainOpts;
+
+static int parse_d(const char *opt, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "hetc train: %s: '%s' is not a number\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = compile_opts_parse_one(co, argc, argv, &i)) != 0) {
+            if (r < 0) return -1;
+            continue;
+        }
+#define STR(name, field)                                                     \
+    if ((r = cli_opt(argc, argv, &i, name, &v)) != 0) {                      \
+        if (r < 0) return -1;                                                \
+        t->field = v;                                                        \
+        continue;                                                            \
+    }
+#define I64(name, field)                                                     \
+    if ((r = cli_opt(argc, argv, &i, name, &v)) != 0) {                      \
+        if (r < 0 || cli_parse_i64(name, v, &t->field)) return -1;           \
+        continue;                                                            \
+    }
+#define DBL(name, field)                                                     \
+    if ((r = cli_opt(argc, argv, &i, name, &v)) != 0) {                      \
+        if (r < 0 || parse_d(name, v, &t->field)) return -1;                 \
+        continue;                                                            \
+    }
+        STR("--data", data) STR("--loss", loss) STR("--optimizer", optimizer)
+        STR("--lr-schedule", schedule) STR("--checkpoint-dir", ckpt_dir)
+        STR("--export", export_path) STR("--dump-grads", dump_grads)
+        I64("--steps", steps) I64("--accum", accum) I64("--warmup", warmup)
+        I64("--checkpoint-every", ckpt_every)
+        DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--eps", eps)
+        DBL("--weight-decay", wd) DBL("--momentum", momentum) DBL("--clip", clip)
+        if ((r = cli_opt(argc, argv, &i, "--microbatch", &v)) != 0) {
+            if (r < 0 || cli_parse_i64("--microbatch", v, &co->batch)) return -1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--quiet")) {
+            t->quiet = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--no-checkpoint")) {
+            t->no_ckpt = 1;
+            continue;
+        }
+        if (argv[i][0] == '-') {
+            fprintf(stderr, "hetc train: unknown option '%s' (see hetc train --help)\n", argv[i]);
+            return -1;
+        }
+        if (co->model) {
+            fprintf(stderr, "hetc train: more than one model given ('%s')\n", argv[i]);
+            return -1;
+        }
+        co->model = argv[i];
+    }
+#undef STR
+#undef I64
+#undef DBL
+    if (!co->model || !t->data || t->steps <= 0) {
+        fprintf(stderr, "hetc train: MODEL.onnx, --data and --steps N (N > 0) are required\n");
+        return -1;
+    }
+    if (t->accum < 1) {
+        fprintf(stderr, "hetc train: --accum must be at least 1\n");
+        return -1;
+    }
+    if (strcmp(t->optimizer, "adamw") && strcmp(t->optimizer, "sgd")) {
+        fprintf(stderr, "hetc train: --optimizer must be adamw or sgd, not '%s'\n", t->optimizer);
+        return -1;
+    }
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Output names may contain '/' and ':' (ONNX initializer names). */
+static void safe_name(char *dst, size_t n, const char *src) {
+    snprintf(dst, n, "%s", src);
+    for (char *c = dst; *c; c++)
+        if (*c == '/' || *c == ':') *c = '_';
+}
+
+static int dump_first(const char *dir, TrainState *st, double loss, IrError *err) {
+    char path[4096], nm[1024];
+    if (cli_mkdirs(dir, err)) return -1;
+    IrShape s0 = {0};
+    IrTensor *t = ir_tensor_new("loss", IR_F32, &s0);
+    *(float *)t->data = (float)loss;
+    snprintf(path, sizeof path, "%s/loss.npy", dir);
+    int rc = hetc_write_npy(path, t, err);
+    ir_tensor_free(t);
+    for (int i = 0; i < st->nparams && !rc; i++) {
+        TrainParam *p = &st->params[i];
+        safe_name(nm, sizeof nm, p->value->name);
+        snprintf(path, sizeof path, "%s/grad_%s.npy", dir, nm);
+        IrTensor tt = {.name = p->value->name, .dtype = IR_F32, .shape = p->value->shape,
+                       .data = p->grad, .nbytes = (size_t)p->n * sizeof(float)};
+        rc = hetc_write_npy(path, &tt, err);
+    }
+    return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+    CompileOpts co;
+    compile_opts_init(&co);
+    co.batch = 4;
+    co.seq = 64;
+    TrainOpts t = {.loss = "xent", .optimizer = "adamw", .schedule = "constant",
+                   .ckpt_dir = "checkpoint", .accum = 1, .lr = 1e-3, .beta1 = 0.9,
+                   .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .momentum = 0.9, .clip = 1.0};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+    if (parse_args(argc, argv, &co, &t)) return 2;
+    IrError err = {{0}};
+    PassContext ctx;
+    pass_context_default(&ctx);
+    ctx.dump_after = co.dump_after;
+    ctx.dump_dir = co.out_dir ? co.out_dir : ".";
+    ctx.verbose = co.verbose;
+    LossOpts lo;
+    loss_opts_default(&lo);
+    RtLrSchedule sched = {.max_lr = t.lr, .warmup_steps = t.warmup, .decay_steps = t.steps,
+                          .min_lr_ratio = 0.1};
+    if (rt_lr_kind_from_name(t.schedule, &sched.kind)) {
+        fprintf(stderr, "hetc train: --lr-schedule must be constant or cosine\n");
+        return 2;
+    }
+    if (loss_opts_parse(&lo, t.loss, &err)) {
+        fprintf(stderr, "hetc train: %s\n", err.msg);
+        return 2;
+    }
+    int rc = 1;
+    char rerr[RT_ERRLEN] = "";
+    RtDataLoader dl;
+    memset(&dl, 0, sizeof dl);
+    TrainState st;
+    memset(&st, 0, sizeof st);
+    IrGraph *g = compile_import(&co, NULL, 0, 0, &ctx, &err);
+    if (!g || compile_run_passes(g, &co, &ctx, &err) ||
+        pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss_with(g, &lo, &err) ||
+        pass_maybe_dump(g, "loss", &ctx, &err) ||
+        pass_run_pipeline(g, "autodiff,shape-infer", &ctx, &err)) {
+        fprintf(stderr, "hetc train: %s\n", err.msg);
+        goto done;
+    }
+    if (rt_data_open(&dl, t.data, co.batch, co.seq, 0, 1, rerr)) {
+        fprintf(stderr, "hetc train: %s: %s\n", t.data, rerr);
+        goto done;
+    }
+    OptimOpts oo;
+    optim_opts_default(&oo);
+    oo.sgd = !strcmp(t.optimizer, "sgd");
+    oo.beta1 = t.beta1, oo.beta2 = t.beta2, oo.eps = t.eps, oo.weight_decay = t.wd;
+    oo.momentum = t.momentum, oo.clip = t.clip;
+    if (train_state_init(&st, g, &oo, &err)) {
+        fprintf(stderr, "hetc train: %s\n", err.msg);
+        goto done;
+    }
+    IrValue *ids = g->ninputs > 0 ? g->inputs[0] : NULL, *tg = ir_graph_find_value(g, "targets");
+    if (!ids || !tg || ids == tg || ir_shape_numel(&ids->shape) != co.batch * co.seq ||
+        ids->dtype != IR_I64) {
+        fprintf(stderr, "hetc train: the model's first input must be int64 token ids [%lld,%lld]\n",
+                (long long)co.batch, (long long)co.seq);
+        goto done;
+    }
+    IrTensor *in[2] = {ir_tensor_new(ids->name, IR_I64, &ids->shape),
+                       ir_tensor_new("targets", IR_I64, &tg->shape)};
+    int64_t tok_per_step = co.batch * co.seq * t.accum;
+    double t0 = now_s();
+    if (!t.quiet)
+        printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, data %s "
+               "(%s, %lld microbatches)\n",
+               co.model, st.nparams, (long long)st.total, (long long)tok_per_step, t.optimizer,
+               t.data, rt_token_format_name(dl.format), (long long)dl.nbatches);
+    double loss = 0;
+    rc = 0;
+    for (int64_t step = 0; step < t.steps && !rc; step++) {
+        double ts = now_s();
+        loss = 0;
+        train_state_zero_grads(&st);
+        for (int64_t a = 0; a < t.accum && !rc; a++) {
+            int64_t mb = (step * t.accum + a) % (dl.nbatches > 0 ? dl.nbatches : 1);
+            if (rt_data_batch(&dl, mb, in[0]->data, in[1]->data, rerr)) {
+                fprintf(stderr, "hetc train: %s\n", rerr);
+                rc = 1;
+                break;
+            }
+            double l;
+            if (train_state_forward_backward(&st, in, 2, 1.0f / (float)t.accum, &l, &err)) {
+                fprintf(stderr, "hetc train: step %lld: %s\n", (long long)step + 1, err.msg);
+                rc = 1;
+                break;
+            }
+            loss += l / (double)t.accum;
+        }
+        if (rc) break;
+        if (step == 0 && t.dump_grads && dump_first(t.dump_grads, &st, loss, &err)) {
+            fprintf(stderr, "hetc train: --dump-grads: %s\n", err.msg);
+            rc = 1;
+            break;
+        }
+        double lr = rt_lr_at(&sched, step), norm;
+        if (train_state_step(&st, lr, &norm, &err)) {
+            fprintf(stderr, "hetc train: step %lld: %s\n", (long long)step + 1, err.msg);
+            rc = 1;
+            break;
+        }
+        double te = now_s(), el = te - t0, dt = te - ts;
+        double eta = el / (double)(step + 1) * (double)(t.steps - step - 1);
+        if (!t.quiet || step + 1 == t.steps)
+            printf("step %5lld/%lld | loss %.9g | grad norm %.6g | lr %.4e | %.0f tok/s | "
+                   "ETA %.1fs\n",
+                   (long long)step + 1, (long long)t.steps, loss, norm, lr,
+                   dt > 0 ? (double)tok_per_step / dt : 0.0, eta);
+        fflush(stdout);
+        int last = step + 1 == t.steps;
+        if (!t.no_ckpt && (last || (t.ckpt_every > 0 && (step + 1) % t.ckpt_every == 0)) &&
+            train_state_save(&st, t.ckpt_dir, step + 1, &err)) {
+            fprintf(stderr, "hetc train: checkpoint: %s\n", err.msg);
+            rc = 1;
+        }
+    }
+    if (!rc && t.export_path && train_state_export_onnx(&st, co.model, t.export_path, &err)) {
+        fprintf(stderr, "hetc train: --export: %s\n", err.msg);
+        rc = 1;
+    }
+    ir_tensor_free(in[0]);
+    ir_tensor_free(in[1]);
+done:
+    train_state_free(&st);
+    rt_data_close(&dl);
+    if (g) ir_graph_free(g);
+    return rc;
+}

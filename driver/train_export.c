@@ -1,0 +1,126 @@
+/* --export: the trained weights written back into the original ONNX graph.
+ * The model protobuf is copied as it is (nodes, opset, metadata), and each
+ * initializer that is a trained parameter gets the new bytes as raw_data;
+ * an initializer tie-weights re-tied (Transpose node with "tied_from")
+ * gets the transposed trained weight, so onnxruntime computes the same
+ * function hetc trained. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx.pb-c.h"
+#include "train_state.h"
+
+static unsigned char *read_all(const char *path, size_t *n, IrError *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ir_errorf(err, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0;
+    unsigned char *buf = ir_xmalloc(cap);
+    size_t r;
+    while ((r = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += r;
+        if (len == cap) buf = ir_xrealloc(buf, cap *= 2);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        ir_errorf(err, "cannot read '%s'", path);
+        return NULL;
+    }
+    *n = len;
+    return buf;
+}
+
+static const TrainParam *find_param(const TrainState *s, const char *name) {
+    for (int i = 0; i < s->nparams; i++)
+        if (!strcmp(s->params[i].value->name, name)) return &s->params[i];
+    return NULL;
+}
+
+/* the parameter an untied copy named `name` was re-tied to, or NULL */
+static const TrainParam *tied_to(const TrainState *s, const char *name) {
+    for (int i = 0; i < s->g->nnodes; i++) {
+        const IrNode *n = s->g->nodes[i];
+        const char *tf = n->op == IR_OP_TRANSPOSE ? ir_attr_string(n, "tied_from", NULL) : NULL;
+        if (tf && !strcmp(tf, name) && n->in[0]) return find_param(s, n->in[0]->name);
+    }
+    return NULL;
+}
+
+static void set_raw(Onnx__TensorProto *t, const void *data, size_t nb) {
+    free(t->raw_data.data);
+    t->raw_data.data = ir_xmalloc(nb ? nb : 1);
+    if (nb) memcpy(t->raw_data.data, data, nb);
+    t->raw_data.len = nb;
+    t->has_raw_data = 1;
+    free(t->float_data);
+    t->float_data = NULL;
+    t->n_float_data = 0;
+    for (size_t i = 0; i < t->n_external_data; i++)
+        protobuf_c_message_free_unpacked(&t->external_data[i]->base, NULL);
+    free(t->external_data);
+    t->external_data = NULL;
+    t->n_external_data = 0;
+    t->has_data_location = 0;
+}
+
+int train_state_export_onnx(const TrainState *s, const char *model_path, const char *out_path,
+                            IrError *err) {
+    size_t n;
+    unsigned char *buf = read_all(model_path, &n, err);
+    if (!buf) return -1;
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, n, buf);
+    free(buf);
+    if (!m || !m->graph) {
+        if (m) onnx__model_proto__free_unpacked(m, NULL);
+        return ir_errorf(err, "'%s' is not a readable ONNX model", model_path);
+    }
+    int rc = 0, replaced = 0;
+    for (size_t i = 0; i < m->graph->n_initializer && !rc; i++) {
+        Onnx__TensorProto *t = m->graph->initializer[i];
+        if (!t->name) continue;
+        const TrainParam *p = find_param(s, t->name);
+        if (p) {
+            set_raw(t, p->data, (size_t)p->n * sizeof(float));
+            replaced++;
+            continue;
+        }
+        if (!(p = tied_to(s, t->name))) continue;
+        if (p->value->shape.rank != 2) {
+            rc = ir_errorf(err, "tied parameter '%s' is not 2-D", p->value->name);
+            break;
+        }
+        int64_t r = p->value->shape.dims[0], c = p->value->shape.dims[1];
+        float *tr = ir_xmalloc((size_t)((r * c) != 0 ? r * c : 1) * sizeof(float));
+        for (int64_t a = 0; a < r; a++)
+            for (int64_t b = 0; b < c; b++) tr[b * r + a] = p->data[a * c + b];
+        set_raw(t, tr, (size_t)(r * c) * sizeof(float));
+        free(tr);
+        replaced++;
+    }
+    if (!rc && replaced == 0) rc = ir_errorf(err, "no initializer of '%s' was trained", model_path);
+    if (!rc) {
+        size_t len = onnx__model_proto__get_packed_size(m);
+        unsigned char *out = ir_xmalloc(len ? len : 1);
+        onnx__model_proto__pack(m, out);
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
+        FILE *f = fopen(tmp, "wb");
+        if (!f) rc = ir_errorf(err, "cannot create '%s': %s", tmp, strerror(errno));
+        else {
+            int ok = fwrite(out, 1, len, f) == len;
+            if (fclose(f) != 0) ok = 0;
+            if (!ok) rc = ir_errorf(err, "cannot write '%s'", tmp);
+            else if (rename(tmp, out_path))
+                rc = ir_errorf(err, "cannot rename '%s': %s", tmp, strerror(errno));
+        }
+        free(out);
+    }
+    onnx__model_proto__free_unpacked(m, NULL);
+    return rc;
+}

@@ -1,0 +1,55 @@
+/* The trainer's state: every trainable parameter of a training graph (one
+ * with a "grad/<param>" output), its fp32 weights (owned, written back
+ * into the graph's parameter value so the executor reads the current
+ * weights), accumulated gradient and optimizer state. */
+#ifndef HETC_TRAIN_STATE_H
+#define HETC_TRAIN_STATE_H
+
+#include "ir.h"
+
+typedef struct TrainParam {
+    IrValue *value;   /* the parameter */
+    int out_index;    /* its gradient's position in the graph outputs */
+    int64_t n;
+    float *data;      /* == value->data (owned by the value) */
+    float *grad;      /* accumulated over microbatches */
+    float *m, *v;     /* AdamW moments / SGD momentum buffer (m; v NULL): the
+                         update graph's optimizer-state values' data */
+    int upd_out[3];   /* update-graph outputs carried back into data, m, v */
+    IrValue *state[2];
+} TrainParam;
+
+typedef struct TrainState {
+    IrGraph *g;
+    TrainParam *params;
+    int nparams;
+    int64_t total;    /* parameter elements */
+    int loss_index;   /* "loss" in the graph outputs */
+    int64_t step;     /* optimizer steps taken */
+    IrGraph *upd;     /* the update graph (optimizer pass over grad/<param> inputs) */
+    int norm_out;     /* "grad_norm" in its outputs */
+} TrainState;
+
+struct OptimOpts;
+/* g: the training graph (fwd + bwd); the update runs as a graph of its own
+ * (passes/optimizer.c on inputs grad/<param>) after the microbatches of a
+ * step have accumulated their gradients. */
+int train_state_init(TrainState *s, IrGraph *g, const struct OptimOpts *o, IrError *err);
+void train_state_free(TrainState *s);
+void train_state_zero_grads(TrainState *s);
+/* run the graph on inputs; grad += scale * gradient; *loss = the loss */
+int train_state_forward_backward(TrainState *s, IrTensor *const *in, int nin, float scale,
+                                 double *loss, IrError *err);
+/* one optimizer step at learning rate lr through the update graph (global
+ * norm clipping inside); *norm = the gradient norm before clipping */
+int train_state_step(TrainState *s, double lr, double *norm, IrError *err);
+/* DIR/step-N/<param>.bin per parameter and optimizer state with an FNV-1a
+ * checksum in DIR/step-N/MANIFEST; written to a temporary directory and
+ * renamed into place, so a crash never leaves a half checkpoint. */
+int train_state_save(const TrainState *s, const char *dir, int64_t step, IrError *err);
+/* copy model_path to out_path with every initializer replaced by the
+ * trained weights (re-tied copies get the transposed trained weight) */
+int train_state_export_onnx(const TrainState *s, const char *model_path, const char *out_path,
+                            IrError *err);
+
+#endif

@@ -1,0 +1,195 @@
+/* Reverse-mode automatic differentiation over the forward IR.
+ *
+ * The graph output "loss" (a scalar, made by the loss pass) is seeded with
+ * 1; nodes are visited in reverse order and each op's rule (grad_rules.c)
+ * emits the backward nodes for it.  Only values that depend on a parameter
+ * get gradients ("needs"), so index inputs, masks and constants cost
+ * nothing.  Gradients reaching a value from several uses (residual
+ * streams, a tied embedding used as the head) are summed with Add.
+ * New nodes are phase bwd, new values kind grad; the gradient of parameter
+ * P ends in a graph output named "grad/P". */
+#include "autodiff.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct AdCtx {
+    IrGraph *g;
+    int nfwd;              /* values with id < nfwd are forward values */
+    unsigned char *needs;  /* by value id */
+    IrValue **grad;        /* accumulated gradient by forward value id */
+};
+
+IrGraph *ad_graph(AdCtx *c) { return c->g; }
+
+int ad_needs(AdCtx *c, const IrValue *v) {
+    return v && v->id >= 0 && v->id < c->nfwd && c->needs[v->id];
+}
+
+IrValue *ad_value(AdCtx *c, const IrValue *like, IrDType dt, const IrShape *s) {
+    char name[512];
+    snprintf(name, sizeof name, "d/%s", like ? like->name : "tmp");
+    return ir_value_new(c->g, name, dt, s, IR_VK_GRAD);
+}
+
+IrNode *ad_emit(AdCtx *c, IrOp op, int nin, IrValue *const *in, int nout,
+                IrValue *const *out) {
+    char name[64];
+    snprintf(name, sizeof name, "bwd/%s_%d", ir_op_name(op), c->g->next_node_id);
+    IrNode *n = ir_node_new(c->g, op, name, nin, in, nout, out);
+    n->phase = IR_PHASE_BWD;
+    return n;
+}
+
+IrValue *ad_op1(AdCtx *c, IrOp op, const IrValue *like, const IrShape *s, int nin,
+                IrValue *const *in) {
+    IrValue *o = ad_value(c, like, in[0]->dtype, s);
+    ad_emit(c, op, nin, in, 1, &o);
+    return o;
+}
+
+IrValue *ad_shape_const(AdCtx *c, const IrShape *s) {
+    IrValue *v = ir_const_i64s(c->g, "bwd/shape", s->rank, s->dims);
+    return v;
+}
+
+IrValue *ad_sum_to(AdCtx *c, IrValue *g, const IrValue *x) {
+    if (ir_shape_equal(&g->shape, &x->shape)) return g;
+    IrValue *in[2] = {g, ad_shape_const(c, &x->shape)};
+    return ad_op1(c, IR_OP_SUM_TO_SHAPE, x, &x->shape, 2, in);
+}
+
+IrValue *ad_zeros(AdCtx *c, const IrValue *x) {
+    return ir_const_new(c->g, "bwd/zeros", x->dtype, &x->shape, NULL);
+}
+
+int ad_contrib(AdCtx *c, IrValue *x, IrValue *g, IrError *err) {
+    if (!ad_needs(c, x) || !g) return 0;
+    if (g->dtype != x->dtype)
+        return ir_errorf(err, "gradient '%s' (%s) of '%s' (%s): dtypes differ", g->name,
+                         ir_dtype_name(g->dtype), x->name, ir_dtype_name(x->dtype));
+    g = ad_sum_to(c, g, x);
+    if (!ir_shape_equal(&g->shape, &x->shape)) {
+        char a[96], b[96];
+        return ir_errorf(err, "gradient '%s' %s does not match '%s' %s", g->name,
+                         ir_shape_str(&g->shape, a, sizeof a), x->name,
+                         ir_shape_str(&x->shape, b, sizeof b));
+    }
+    IrValue *prev = c->grad[x->id];
+    if (!prev) {
+        c->grad[x->id] = g;
+        return 0;
+    }
+    IrValue *in[2] = {prev, g};
+    c->grad[x->id] = ad_op1(c, IR_OP_ADD, x, &x->shape, 2, in);
+    return 0;
+}
+
+static IrValue *find_output(IrGraph *g, const char *name) {
+    for (int i = 0; i < g->noutputs; i++)
+        if (!strcmp(g->outputs[i]->name, name)) return g->outputs[i];
+    return NULL;
+}
+
+IrValue *ad_param_grad(IrGraph *g, const IrValue *p) {
+    char name[512];
+    snprintf(name, sizeof name, "grad/%s", p->name);
+    /* any kind: shape-infer may fold a gradient that needs no data to a constant */
+    return find_output(g, name);
+}
+
+/* needs[v]: v is a float parameter, or a float output of a node with an
+ * input that needs a gradient through a differentiable slot. */
+static void mark_needs(AdCtx *c) {
+    IrGraph *g = c->g;
+    for (int i = 0; i < g->nvalues; i++) {
+        IrValue *v = g->values[i];
+        if (v->kind == IR_VK_PARAM && ir_dtype_is_float(v->dtype)) c->needs[v->id] = 1;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        const GradRule *r = grad_rule(n->op);
+        int any = 0;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] && c->needs[n->in[j]->id] && (!r || j >= 32 || (r->diff >> j) & 1))
+                any = 1;
+        if (!any) continue;
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] && ir_dtype_is_float(n->out[j]->dtype)) c->needs[n->out[j]->id] = 1;
+    }
+}
+
+int pass_autodiff(IrGraph *g, PassContext *ctx, IrError *err) {
+    (void)ctx;
+    IrValue *loss = find_output(g, "loss");
+    if (!loss)
+        return ir_errorf(err, "graph '%s' has no output named 'loss'; run the loss pass first",
+                         g->name);
+    if (ir_shape_numel(&loss->shape) != 1 || loss->dtype != IR_F32)
+        return ir_errorf(err, "loss '%s' must be an f32 scalar", loss->name);
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->phase != IR_PHASE_FWD)
+            return ir_errorf(err, "graph already has backward node '%s'; run autodiff once",
+                             g->nodes[i]->name);
+    ir_graph_compact(g); /* dense value ids index the tables below */
+    AdCtx c = {.g = g, .nfwd = g->nvalues};
+    c.needs = ir_xcalloc((size_t)c.nfwd + 1, 1);
+    c.grad = ir_xcalloc((size_t)c.nfwd + 1, sizeof *c.grad);
+    mark_needs(&c);
+    int rc = 0;
+    if (!c.needs[loss->id]) {
+        rc = ir_errorf(err, "loss '%s' does not depend on any parameter", loss->name);
+        goto done;
+    }
+    c.grad[loss->id] = ir_const_scalar_f32(g, "grad/loss", 1.0f);
+    if (loss->shape.rank != 0) {
+        IrValue *in[2] = {c.grad[loss->id], ad_shape_const(&c, &loss->shape)};
+        c.grad[loss->id] = ad_op1(&c, IR_OP_RESHAPE, loss, &loss->shape, 2, in);
+    }
+    int nfwd_nodes = g->nnodes;
+    IrValue *gout[64];
+    for (int i = nfwd_nodes - 1; i >= 0 && !rc; i--) {
+        IrNode *n = g->nodes[i];
+        if (n->dead) continue;
+        int any_out = 0, any_in = 0;
+        if (n->nout > 64) {
+            rc = ir_errorf(err, "node '%s' has too many outputs", n->name);
+            break;
+        }
+        for (int j = 0; j < n->nout; j++) {
+            gout[j] = n->out[j] && n->out[j]->id < c.nfwd ? c.grad[n->out[j]->id] : NULL;
+            if (gout[j]) any_out = 1;
+        }
+        const GradRule *r = grad_rule(n->op);
+        for (int j = 0; j < n->nin; j++)
+            if (ad_needs(&c, n->in[j]) && (!r || j >= 32 || (r->diff >> j) & 1)) any_in = 1;
+        if (!any_out || !any_in) continue;
+        if (!r) {
+            rc = ir_errorf(err, "node '%s' (%s): no gradient rule for this op", n->name,
+                           ir_op_name(n->op));
+            break;
+        }
+        if (r->fn(&c, n, gout, err))
+            rc = ir_error_prefix(err, "gradient of node '%s' (%s)", n->name, ir_op_name(n->op));
+    }
+    /* parameters' gradients as named graph outputs, in value order */
+    for (int i = 0; i < c.nfwd && !rc; i++) {
+        IrValue *p = g->values[i];
+        if (p->kind != IR_VK_PARAM || !c.grad[p->id]) continue;
+        char name[512];
+        snprintf(name, sizeof name, "grad/%s", p->name);
+        if (ir_graph_find_value(g, name)) {
+            rc = ir_errorf(err, "value name '%s' is taken; cannot name the gradient of '%s'",
+                           name, p->name);
+            break;
+        }
+        IrValue *o = ir_value_new(g, name, p->dtype, &p->shape, IR_VK_GRAD);
+        ad_emit(&c, IR_OP_IDENTITY, 1, &c.grad[p->id], 1, &o);
+        ir_graph_add_output(g, o);
+    }
+done:
+    free(c.needs);
+    free(c.grad);
+    return rc;
+}

@@ -1,0 +1,54 @@
+/* Reverse-mode autodiff (passes/autodiff.c) and its gradient rule table
+ * (passes/grad_rules.c, one entry per IrOp).  A rule EMITS backward IR
+ * nodes: forward ops where they express the gradient (Mul, Transpose,
+ * Reshape, Split, ...) and the training ops of ir/ops.def for fused ones. */
+#ifndef HETC_AUTODIFF_H
+#define HETC_AUTODIFF_H
+
+#include "ir.h"
+#include "pass.h"
+
+typedef struct AdCtx AdCtx;
+
+/* gout[j]: gradient of n->out[j] (NULL: that output receives none).  The
+ * rule calls ad_contrib for each differentiable input that ad_needs. */
+typedef int (*GradRuleFn)(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err);
+
+typedef struct GradRule {
+    GradRuleFn fn;
+    unsigned diff; /* bit i: input i can carry a gradient */
+} GradRule;
+
+/* The rule for op, or NULL if the op has none (not differentiable). */
+const GradRule *grad_rule(IrOp op);
+
+/* ---- helpers rules use (autodiff.c) */
+IrGraph *ad_graph(AdCtx *c);
+/* 1 if v depends on a parameter and is float: its gradient is wanted */
+int ad_needs(AdCtx *c, const IrValue *v);
+/* a fresh backward value named after the forward value it differentiates */
+IrValue *ad_value(AdCtx *c, const IrValue *like, IrDType dt, const IrShape *s);
+/* emit a backward node (phase bwd) at the end of the graph */
+IrNode *ad_emit(AdCtx *c, IrOp op, int nin, IrValue *const *in, int nout,
+                IrValue *const *out);
+/* emit op(in...) with one output shaped s; returns the output */
+IrValue *ad_op1(AdCtx *c, IrOp op, const IrValue *like, const IrShape *s, int nin,
+                IrValue *const *in);
+/* i64 [rank] constant holding the dims of s */
+IrValue *ad_shape_const(AdCtx *c, const IrShape *s);
+/* g (broadcast shape) summed down to x's shape (g itself if equal) */
+IrValue *ad_sum_to(AdCtx *c, IrValue *g, const IrValue *x);
+/* a zero tensor of x's dtype and shape (a constant) */
+IrValue *ad_zeros(AdCtx *c, const IrValue *x);
+/* add g to x's gradient (g is summed to x's shape first); no-op unless
+ * ad_needs(x) */
+int ad_contrib(AdCtx *c, IrValue *x, IrValue *g, IrError *err);
+
+/* ---- the pass */
+/* Differentiate the graph output named "loss" (a scalar) with respect to
+ * every parameter; gradients become graph outputs "grad/<param>". */
+int pass_autodiff(IrGraph *g, PassContext *ctx, IrError *err);
+/* The gradient value of param p after pass_autodiff (NULL if none). */
+IrValue *ad_param_grad(IrGraph *g, const IrValue *p);
+
+#endif

@@ -1,0 +1,343 @@
+/* The gradient rule table: one entry per differentiable IrOp, beside the
+ * op's name, each emitting the backward IR for one forward node
+ * (autodiff.h).  Ops without an entry are not differentiable (comparisons,
+ * shape computations, integer ops); autodiff fails naming the node if a
+ * parameter's gradient would have to flow through one.
+ * tests/train/test_grad_rules.c enumerates this table: a rule without a
+ * finite-difference case fails the suite. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff.h"
+#include "shape_rules.h"
+
+#define X(i) (n->in[i])
+#define Y (n->out[0])
+#define DY (gout[0])
+
+static int contrib(AdCtx *c, IrNode *n, int i, IrValue *g, IrError *err) {
+    return i < n->nin && X(i) ? ad_contrib(c, X(i), g, err) : 0;
+}
+static int needs(AdCtx *c, IrNode *n, int i) { return i < n->nin && ad_needs(c, X(i)); }
+
+static void copy_attr(IrNode *dst, const IrNode *src, const char *name) {
+    const IrAttr *a = ir_node_attr(src, name);
+    if (!a) return;
+    switch (a->type) {
+    case IR_ATTR_INT: ir_node_set_int(dst, name, a->i); break;
+    case IR_ATTR_FLOAT: ir_node_set_float(dst, name, a->f); break;
+    case IR_ATTR_STRING: ir_node_set_string(dst, name, a->s); break;
+    case IR_ATTR_INTS: ir_node_set_ints(dst, name, a->n, a->ints); break;
+    case IR_ATTR_FLOATS: ir_node_set_floats(dst, name, a->n, a->floats); break;
+    }
+}
+
+/* ------------------------------------------------------------ elementwise */
+static int g_add(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    return contrib(c, n, 0, DY, err) || contrib(c, n, 1, DY, err);
+}
+static int g_sub(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    if (contrib(c, n, 0, DY, err)) return -1;
+    if (!needs(c, n, 1)) return 0;
+    return contrib(c, n, 1, ad_op1(c, IR_OP_NEG, X(1), &DY->shape, 1, &DY), err);
+}
+static int g_mul(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    for (int i = 0; i < 2; i++) {
+        if (!needs(c, n, i)) continue;
+        IrValue *in[2] = {DY, X(1 - i)};
+        if (contrib(c, n, i, ad_op1(c, IR_OP_MUL, X(i), &DY->shape, 2, in), err)) return -1;
+    }
+    return 0;
+}
+/* y = a / b:  da = dy / b,  db = -(dy * y) / b */
+static int g_div(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    if (needs(c, n, 0)) {
+        IrValue *in[2] = {DY, X(1)};
+        if (contrib(c, n, 0, ad_op1(c, IR_OP_DIV, X(0), &DY->shape, 2, in), err)) return -1;
+    }
+    if (needs(c, n, 1)) {
+        IrValue *m[2] = {DY, Y};
+        IrValue *t = ad_op1(c, IR_OP_MUL, X(1), &DY->shape, 2, m);
+        IrValue *d[2] = {t, X(1)};
+        t = ad_op1(c, IR_OP_DIV, X(1), &DY->shape, 2, d);
+        if (contrib(c, n, 1, ad_op1(c, IR_OP_NEG, X(1), &DY->shape, 1, &t), err)) return -1;
+    }
+    return 0;
+}
+/* y = a ^ b with a constant scalar exponent b: da = dy * b * a^(b-1) */
+static int g_pow(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    double b;
+    if (needs(c, n, 1) || ir_shape_numel(&X(1)->shape) != 1 || value_read_double(X(1), 0, &b))
+        return ir_errorf(err, "only a constant scalar exponent is differentiable");
+    IrGraph *g = ad_graph(c);
+    IrValue *bm1 = ir_const_scalar_f32(g, "bwd/pow_exp", (float)(b - 1));
+    IrValue *bv = ir_const_scalar_f32(g, "bwd/pow_scale", (float)b);
+    IrValue *p[2] = {X(0), bm1};
+    IrValue *t = ad_op1(c, IR_OP_POW, X(0), &X(0)->shape, 2, p);
+    IrValue *m[2] = {t, bv};
+    t = ad_op1(c, IR_OP_MUL, X(0), &X(0)->shape, 2, m);
+    IrValue *d[2] = {DY, t};
+    return contrib(c, n, 0, ad_op1(c, IR_OP_MUL, X(0), &DY->shape, 2, d), err);
+}
+static int g_neg(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    return contrib(c, n, 0, ad_op1(c, IR_OP_NEG, X(0), &DY->shape, 1, &DY), err);
+}
+/* dx = UnaryGrad{fn}(x, dy, y): the host kernel's HkUnaryGrad table */
+static int g_unary(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    static const char *const fn[IR_OP_COUNT] = {
+        [IR_OP_SQRT] = "sqrt", [IR_OP_EXP] = "exp", [IR_OP_LOG] = "log",
+        [IR_OP_TANH] = "tanh", [IR_OP_SIGMOID] = "sigmoid", [IR_OP_ERF] = "erf",
+        [IR_OP_RELU] = "relu", [IR_OP_RECIPROCAL] = "reciprocal", [IR_OP_GELU] = "gelu",
+        [IR_OP_SILU] = "silu",
+    };
+    const char *f = fn[n->op];
+    if (n->op == IR_OP_GELU && !strcmp(ir_attr_string(n, "approximate", "none"), "tanh"))
+        f = "gelu_tanh";
+    IrValue *in[3] = {X(0), DY, Y};
+    IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
+    IrNode *b = ad_emit(c, IR_OP_UNARY_GRAD, 3, in, 1, &o);
+    ir_node_set_string(b, "fn", f);
+    return contrib(c, n, 0, o, err);
+}
+static int g_identity(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    return contrib(c, n, 0, DY, err);
+}
+static int g_cast(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    if (X(0)->dtype == DY->dtype) return contrib(c, n, 0, DY, err);
+    IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
+    IrNode *b = ad_emit(c, IR_OP_CAST, 1, &DY, 1, &o);
+    ir_node_set_int(b, "to", X(0)->dtype);
+    return contrib(c, n, 0, o, err);
+}
+/* where(cond, a, b): the gradient goes to the branch each element took */
+static int g_where(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrShape s0 = {0};
+    IrValue *zero = ir_const_new(ad_graph(c), "bwd/zero", DY->dtype, &s0, NULL);
+    for (int i = 1; i <= 2; i++) {
+        if (!needs(c, n, i)) continue;
+        IrValue *in[3] = {X(0), i == 1 ? DY : zero, i == 1 ? zero : DY};
+        IrValue *o = ad_value(c, X(i), DY->dtype, &DY->shape);
+        ad_emit(c, IR_OP_WHERE, 3, in, 1, &o);
+        if (contrib(c, n, i, o, err)) return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ linear algebra */
+static IrValue *swap_last2(AdCtx *c, IrValue *v) {
+    int r = v->shape.rank;
+    int64_t perm[IR_MAX_RANK];
+    IrShape s = v->shape;
+    for (int i = 0; i < r; i++) perm[i] = i;
+    perm[r - 2] = r - 1, perm[r - 1] = r - 2;
+    s.dims[r - 2] = v->shape.dims[r - 1], s.dims[r - 1] = v->shape.dims[r - 2];
+    IrValue *o = ad_value(c, v, v->dtype, &s);
+    IrNode *b = ad_emit(c, IR_OP_TRANSPOSE, 1, &v, 1, &o);
+    ir_node_set_ints(b, "perm", r, perm);
+    return o;
+}
+/* numpy matmul (rank >= 2): dA = dy B^T, dB = A^T dy, each summed over the
+ * batch dims it was broadcast along */
+static int g_matmul(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    if (X(0)->shape.rank < 2 || X(1)->shape.rank < 2)
+        return ir_errorf(err, "MatMul gradient needs operands of rank >= 2");
+    int r = DY->shape.rank;
+    if (needs(c, n, 0)) {
+        IrShape s = DY->shape;
+        s.dims[r - 1] = X(0)->shape.dims[X(0)->shape.rank - 1];
+        IrValue *in[2] = {DY, swap_last2(c, X(1))};
+        if (contrib(c, n, 0, ad_op1(c, IR_OP_MATMUL, X(0), &s, 2, in), err)) return -1;
+    }
+    if (needs(c, n, 1)) {
+        IrShape s = DY->shape;
+        s.dims[r - 2] = X(1)->shape.dims[X(1)->shape.rank - 2];
+        IrValue *in[2] = {swap_last2(c, X(0)), DY};
+        if (contrib(c, n, 1, ad_op1(c, IR_OP_MATMUL, X(1), &s, 2, in), err)) return -1;
+    }
+    return 0;
+}
+static int g_linear(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    int hb = n->nin > 2 && X(2);
+    IrValue *in[3] = {X(0), X(1), DY};
+    IrValue *out[3] = {ad_value(c, X(0), X(0)->dtype, &X(0)->shape),
+                       ad_value(c, X(1), X(1)->dtype, &X(1)->shape),
+                       hb ? ad_value(c, X(2), X(2)->dtype, &X(2)->shape) : NULL};
+    ad_emit(c, IR_OP_LINEAR_GRAD, 3, in, hb ? 3 : 2, out);
+    return contrib(c, n, 0, out[0], err) || contrib(c, n, 1, out[1], err) ||
+           (hb && contrib(c, n, 2, out[2], err));
+}
+
+/* ------------------------------------------------------------ reductions */
+static int g_reduce(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    const IrShape *xs = &X(0)->shape;
+    int64_t axes[IR_MAX_RANK];
+    int na = 0;
+    if (n->nin > 1 && X(1)) {
+        IrError e2;
+        if ((na = value_read_ints(X(1), axes, IR_MAX_RANK, &e2)) < 0)
+            return ir_errorf(err, "axes: %s", e2.msg);
+    }
+    int red[IR_MAX_RANK] = {0};
+    if (na == 0 && ir_attr_int(n, "noop_with_empty_axes", 0)) return contrib(c, n, 0, DY, err);
+    for (int i = 0; i < xs->rank; i++) red[i] = na == 0;
+    for (int i = 0; i < na; i++) red[axes[i] < 0 ? axes[i] + xs->rank : axes[i]] = 1;
+    IrShape keep = *xs;
+    int64_t cnt = 1;
+    for (int i = 0; i < xs->rank; i++)
+        if (red[i]) cnt *= xs->dims[i], keep.dims[i] = 1;
+    IrValue *r[2] = {DY, ad_shape_const(c, &keep)};
+    IrValue *g = ad_op1(c, IR_OP_RESHAPE, X(0), &keep, 2, r);
+    IrValue *e[2] = {g, ad_shape_const(c, xs)};
+    g = ad_op1(c, IR_OP_EXPAND, X(0), xs, 2, e);
+    if (n->op == IR_OP_REDUCE_MEAN) {
+        IrValue *m[2] = {g, ir_const_scalar_f32(ad_graph(c), "bwd/inv_count",
+                                                (float)(1.0 / (double)(cnt ? cnt : 1)))};
+        g = ad_op1(c, IR_OP_MUL, X(0), xs, 2, m);
+    }
+    return contrib(c, n, 0, g, err);
+}
+static int g_softmax(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *in[2] = {Y, DY};
+    IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
+    IrNode *b = ad_emit(c, IR_OP_SOFTMAX_GRAD, 2, in, 1, &o);
+    ir_node_set_int(b, "axis", ir_attr_int(n, "axis", -1));
+    ir_node_set_int(b, "log", n->op == IR_OP_LOG_SOFTMAX);
+    return contrib(c, n, 0, o, err);
+}
+static int g_norm(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    int ln = n->op == IR_OP_LAYER_NORM, hb = ln && n->nin > 2 && X(2);
+    IrValue *in[3] = {X(0), X(1), DY};
+    IrValue *out[3] = {ad_value(c, X(0), X(0)->dtype, &X(0)->shape),
+                       ad_value(c, X(1), X(1)->dtype, &X(1)->shape),
+                       hb ? ad_value(c, X(2), X(2)->dtype, &X(1)->shape) : NULL};
+    IrNode *b = ad_emit(c, ln ? IR_OP_LAYER_NORM_GRAD : IR_OP_RMS_NORM_GRAD, 3, in,
+                        hb ? 3 : 2, out);
+    copy_attr(b, n, "axis");
+    copy_attr(b, n, "epsilon");
+    if (hb && !ir_shape_equal(&X(2)->shape, &X(1)->shape))
+        return ir_errorf(err, "LayerNorm bias and scale shapes differ");
+    return contrib(c, n, 0, out[0], err) || contrib(c, n, 1, out[1], err) ||
+           (hb && contrib(c, n, 2, out[2], err));
+}
+static int g_attention(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *in[4] = {X(0), X(1), X(2), DY};
+    IrValue *out[3];
+    for (int i = 0; i < 3; i++) out[i] = ad_value(c, X(i), X(i)->dtype, &X(i)->shape);
+    IrNode *b = ad_emit(c, IR_OP_ATTENTION_GRAD, 4, in, 3, out);
+    copy_attr(b, n, "causal");
+    copy_attr(b, n, "scale");
+    for (int i = 0; i < 3; i++)
+        if (contrib(c, n, i, out[i], err)) return -1;
+    return 0;
+}
+static int emb_grad(AdCtx *c, IrNode *n, IrValue *table, IrValue *ids, IrValue *dy,
+                    IrError *err, int slot) {
+    IrValue *in[3] = {table, ids, dy};
+    IrValue *o = ad_value(c, table, table->dtype, &table->shape);
+    ad_emit(c, IR_OP_EMBEDDING_GRAD, 3, in, 1, &o);
+    return contrib(c, n, slot, o, err);
+}
+static int g_embedding(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    return emb_grad(c, n, X(0), X(1), DY, err, 0);
+}
+static int g_gather(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    if (ir_attr_int(n, "axis", 0) != 0 || X(0)->shape.rank != 2)
+        return ir_errorf(err, "only Gather of rows of a 2-D table (axis 0) is differentiable");
+    return emb_grad(c, n, X(0), X(1), DY, err, 0);
+}
+static int g_cross_entropy(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *in[3] = {X(0), X(1), DY};
+    IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
+    IrNode *b = ad_emit(c, IR_OP_CROSS_ENTROPY_GRAD, 3, in, 1, &o);
+    copy_attr(b, n, "use_ignore");
+    copy_attr(b, n, "ignore_index");
+    return contrib(c, n, 0, o, err);
+}
+
+/* ------------------------------------------------------------ data movement */
+static int g_reshape(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *in[2] = {DY, ad_shape_const(c, &X(0)->shape)};
+    return contrib(c, n, 0, ad_op1(c, IR_OP_RESHAPE, X(0), &X(0)->shape, 2, in), err);
+}
+static int g_transpose(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    int r = X(0)->shape.rank;
+    int64_t perm[IR_MAX_RANK], inv[IR_MAX_RANK];
+    const int64_t *p;
+    int np = ir_attr_ints(n, "perm", &p);
+    for (int i = 0; i < r; i++) perm[i] = np ? p[i] : r - 1 - i;
+    if (np && np != r) return ir_errorf(err, "perm has %d entries for rank %d", np, r);
+    for (int i = 0; i < r; i++) {
+        if (perm[i] < 0 || perm[i] >= r) return ir_errorf(err, "perm entry out of range");
+        inv[perm[i]] = i;
+    }
+    IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
+    IrNode *b = ad_emit(c, IR_OP_TRANSPOSE, 1, &DY, 1, &o);
+    ir_node_set_ints(b, "perm", r, inv);
+    return contrib(c, n, 0, o, err);
+}
+static int g_expand(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    return contrib(c, n, 0, DY, err); /* summed back by ad_contrib */
+}
+static int g_concat(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    int r = Y->shape.rank;
+    int64_t a = ir_attr_int(n, "axis", 0), sizes[256];
+    if (a < 0) a += r;
+    if (n->nin > 256 || a < 0 || a >= r) return ir_errorf(err, "bad Concat axis or arity");
+    IrValue **outs = ir_xcalloc((size_t)n->nin, sizeof *outs);
+    for (int i = 0; i < n->nin; i++) {
+        sizes[i] = X(i)->shape.dims[a];
+        outs[i] = ad_value(c, X(i), X(i)->dtype, &X(i)->shape);
+    }
+    IrValue *in[2] = {DY, ir_const_i64s(ad_graph(c), "bwd/split", n->nin, sizes)};
+    IrNode *b = ad_emit(c, IR_OP_SPLIT, 2, in, n->nin, outs);
+    ir_node_set_int(b, "axis", a);
+    int rc = 0;
+    for (int i = 0; i < n->nin && !rc; i++) rc = contrib(c, n, i, outs[i], err);
+    free(outs);
+    return rc;
+}
+static int g_split(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue **in = ir_xcalloc((size_t)n->nout, sizeof *in);
+    for (int j = 0; j < n->nout; j++) in[j] = gout[j] ? gout[j] : ad_zeros(c, n->out[j]);
+    IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
+    IrNode *b = ad_emit(c, IR_OP_CONCAT, n->nout, in, 1, &o);
+    int64_t a = ir_attr_int(n, "axis", 0);
+    ir_node_set_int(b, "axis", a < 0 ? a + X(0)->shape.rank : a);
+    free(in);
+    return contrib(c, n, 0, o, err);
+}
+static int g_slice(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *in[6] = {DY, ad_shape_const(c, &X(0)->shape), X(1), X(2),
+                      n->nin > 3 ? X(3) : NULL, n->nin > 4 ? X(4) : NULL};
+    int nin = n->nin > 4 && X(4) ? 6 : n->nin > 3 && X(3) ? 5 : 4;
+    return contrib(c, n, 0, ad_op1(c, IR_OP_SLICE_GRAD, X(0), &X(0)->shape, nin, in), err);
+}
+
+/* ------------------------------------------------------------ the table */
+#define R(fn, mask) {fn, mask}
+static const GradRule rules[IR_OP_COUNT] = {
+    [IR_OP_ADD] = R(g_add, 3), [IR_OP_SUB] = R(g_sub, 3), [IR_OP_MUL] = R(g_mul, 3),
+    [IR_OP_DIV] = R(g_div, 3), [IR_OP_POW] = R(g_pow, 1), [IR_OP_WHERE] = R(g_where, 6),
+    [IR_OP_NEG] = R(g_neg, 1), [IR_OP_SQRT] = R(g_unary, 1), [IR_OP_EXP] = R(g_unary, 1),
+    [IR_OP_LOG] = R(g_unary, 1), [IR_OP_TANH] = R(g_unary, 1),
+    [IR_OP_SIGMOID] = R(g_unary, 1), [IR_OP_ERF] = R(g_unary, 1), [IR_OP_RELU] = R(g_unary, 1),
+    [IR_OP_RECIPROCAL] = R(g_unary, 1), [IR_OP_CAST] = R(g_cast, 1),
+    [IR_OP_IDENTITY] = R(g_identity, 1), [IR_OP_DROPOUT] = R(g_identity, 1),
+    [IR_OP_MATMUL] = R(g_matmul, 3), [IR_OP_REDUCE_MEAN] = R(g_reduce, 1),
+    [IR_OP_REDUCE_SUM] = R(g_reduce, 1), [IR_OP_SOFTMAX] = R(g_softmax, 1),
+    [IR_OP_LOG_SOFTMAX] = R(g_softmax, 1), [IR_OP_RESHAPE] = R(g_reshape, 1),
+    [IR_OP_TRANSPOSE] = R(g_transpose, 1), [IR_OP_SPLIT] = R(g_split, 1),
+    [IR_OP_CONCAT] = R(g_concat, ~0u), [IR_OP_SLICE] = R(g_slice, 1),
+    [IR_OP_SQUEEZE] = R(g_reshape, 1), [IR_OP_UNSQUEEZE] = R(g_reshape, 1),
+    [IR_OP_EXPAND] = R(g_expand, 1), [IR_OP_FLATTEN] = R(g_reshape, 1),
+    [IR_OP_GATHER] = R(g_gather, 1), [IR_OP_LINEAR] = R(g_linear, 7),
+    [IR_OP_LAYER_NORM] = R(g_norm, 7), [IR_OP_RMS_NORM] = R(g_norm, 3),
+    [IR_OP_GELU] = R(g_unary, 1), [IR_OP_SILU] = R(g_unary, 1),
+    [IR_OP_ATTENTION] = R(g_attention, 7), [IR_OP_EMBEDDING] = R(g_embedding, 1),
+    [IR_OP_CROSS_ENTROPY] = R(g_cross_entropy, 1),
+};
+
+const GradRule *grad_rule(IrOp op) {
+    return (int)op >= 0 && op < IR_OP_COUNT && rules[op].fn ? &rules[op] : NULL;
+}

@@ -1,0 +1,93 @@
+/* Shape rules of the training ops.  Backward ops produce gradients shaped
+ * like the forward operands they differentiate, so most rules copy an
+ * input's type; SumToShape and SliceGrad read the target shape from a
+ * constant operand. */
+#include <string.h>
+
+#include "shape_rules.h"
+#include "shape_rules_train.h"
+
+#define SH(s) ir_shape_str((s), (char[160]){0}, 160)
+
+static int need(IrNode *n, int i, IrError *err) {
+    if (i >= n->nin || !n->in[i]) return node_errorf(err, n, "input %d is missing", i);
+    const IrValue *v = n->in[i];
+    if (!v->shape_known || !ir_shape_is_static(&v->shape))
+        return node_errorf(err, n, "input %d '%s' has no static shape", i, v->name);
+    return 0;
+}
+
+static void put(IrNode *n, int i, IrDType dt, const IrShape *s) {
+    if (i >= n->nout || !n->out[i]) return;
+    IrValue *o = n->out[i];
+    o->dtype = dt;
+    o->shape = *s;
+    o->shape_known = 1;
+}
+
+int rule_cross_entropy(IrNode *n, IrError *err) {
+    if (need(n, 0, err) || need(n, 1, err)) return -1;
+    const IrValue *lg = n->in[0], *t = n->in[1];
+    if (lg->dtype != IR_F32) return node_errorf(err, n, "logits '%s' must be f32", lg->name);
+    if (t->dtype != IR_I64 && t->dtype != IR_I32)
+        return node_errorf(err, n, "targets '%s' must be i64 or i32", t->name);
+    IrShape want = lg->shape;
+    if (want.rank < 1) return node_errorf(err, n, "logits '%s' must have rank >= 1", lg->name);
+    want.rank--;
+    if (!ir_shape_equal(&want, &t->shape))
+        return node_errorf(err, n, "targets %s must have the logits' shape %s without the "
+                           "vocabulary axis", SH(&t->shape), SH(&lg->shape));
+    IrShape scalar = {0};
+    put(n, 0, IR_F32, &scalar);
+    return 0;
+}
+
+int rule_cross_entropy_grad(IrNode *n, IrError *err) {
+    if (need(n, 0, err) || need(n, 1, err) || need(n, 2, err)) return -1;
+    if (ir_shape_numel(&n->in[2]->shape) != 1)
+        return node_errorf(err, n, "dloss '%s' must be a scalar", n->in[2]->name);
+    put(n, 0, n->in[0]->dtype, &n->in[0]->shape);
+    return 0;
+}
+
+int rule_linear_grad(IrNode *n, IrError *err) {
+    for (int i = 0; i < 3; i++)
+        if (need(n, i, err)) return -1;
+    const IrShape *x = &n->in[0]->shape, *w = &n->in[1]->shape, *dy = &n->in[2]->shape;
+    if (w->rank != 2 || x->rank < 1 || x->dims[x->rank - 1] != w->dims[0] ||
+        dy->rank != x->rank || dy->dims[dy->rank - 1] != w->dims[1])
+        return node_errorf(err, n, "x %s, W %s and dy %s do not agree (x[...,K] W[K,N] "
+                           "dy[...,N])", SH(x), SH(w), SH(dy));
+    put(n, 0, n->in[0]->dtype, x);
+    put(n, 1, n->in[1]->dtype, w);
+    IrShape b = ir_shape_make(1, &w->dims[1]);
+    put(n, 2, n->in[1]->dtype, &b);
+    return 0;
+}
+
+int rule_grad_like_inputs(IrNode *n, IrError *err) {
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] && need(n, i, err)) return -1;
+    for (int i = 0; i < n->nout; i++) {
+        if (!n->out[i]) continue;
+        /* LayerNormGrad's dbias is shaped like scale */
+        int src = n->op == IR_OP_LAYER_NORM_GRAD && i == 2 ? 1 : i;
+        if (src >= n->nin || !n->in[src])
+            return node_errorf(err, n, "output %d has no input to take its shape from", i);
+        put(n, i, n->in[src]->dtype, &n->in[src]->shape);
+    }
+    return 0;
+}
+
+int rule_grad_to_shape(IrNode *n, IrError *err) {
+    if (need(n, 0, err) || need(n, 1, err)) return -1;
+    int64_t d[IR_MAX_RANK];
+    IrError e2;
+    int r = value_read_ints(n->in[1], d, IR_MAX_RANK, &e2);
+    if (r < 0) return node_errorf(err, n, "target shape: %s", e2.msg);
+    for (int i = 0; i < r; i++)
+        if (d[i] < 0) return node_errorf(err, n, "target shape has a negative extent");
+    IrShape s = ir_shape_make(r, d);
+    put(n, 0, n->in[0]->dtype, &s);
+    return 0;
+}

@@ -1,0 +1,107 @@
+"""Host-executor cases of the training ops (ir/ops.def "training" section),
+numpy oracles.  tests/kernels/test_kernels.py executes this file with its
+case(), I, C, rnd, i64 and np in scope, so its every-op-has-a-case check
+covers these ops too."""
+from math import erf, sqrt, pi
+
+f64 = np.float64
+
+
+def sm(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+# CrossEntropy / CrossEntropyGrad: mean over counted rows, one ignored row
+lg = rnd((2, 3, 7))
+tg = i64([[1, 6, -100], [0, 3, 3]])
+m = tg.reshape(-1) != -100
+l2 = lg.reshape(-1, 7).astype(f64)
+lse = np.log(np.exp(l2).sum(-1))
+rows = np.where(m)[0]
+loss = np.mean(lse[rows] - l2[rows, tg.reshape(-1)[rows]])
+case("CrossEntropy", [I(lg), I(tg)], [np.array(loss, np.float32)],
+     {"use_ignore": 1, "ignore_index": -100})
+case("CrossEntropy", [I(lg), I(i64([[1, 6, 2], [0, 3, 9]]))], [np.array(0, np.float32)],
+     error="outside [0, 7)")  # a target outside [0, V) is an error, not a read past the row
+dl = np.float32(0.7)
+oh = np.zeros_like(l2)
+oh[rows, tg.reshape(-1)[rows]] = 1
+g = (sm(l2) - oh) * m[:, None] * dl / m.sum()
+case("CrossEntropyGrad", [I(lg), I(tg), I(np.array(dl))], [g.reshape(lg.shape).astype(np.float32)],
+     {"use_ignore": 1, "ignore_index": -100})
+
+# LinearGrad: y = x W + b
+x, w, dy = rnd((2, 3, 4)), rnd((4, 5)), rnd((2, 3, 5))
+x2, dy2 = x.reshape(-1, 4).astype(f64), dy.reshape(-1, 5).astype(f64)
+case("LinearGrad", [I(x), I(w), I(dy)],
+     [(dy2 @ w.T.astype(f64)).reshape(x.shape).astype(np.float32),
+      (x2.T @ dy2).astype(np.float32), dy2.sum(0).astype(np.float32)])
+
+# LayerNormGrad / RMSNormGrad over the last axis
+x, s, dy = rnd((2, 3, 6)), rnd((6,)), rnd((2, 3, 6))
+xd, sd, gd = x.astype(f64), s.astype(f64), dy.astype(f64)
+eps = 1e-5
+mu = xd.mean(-1, keepdims=True)
+rstd = 1 / np.sqrt(((xd - mu) ** 2).mean(-1, keepdims=True) + eps)
+xh = (xd - mu) * rstd
+gg = gd * sd
+dx = rstd * (gg - gg.mean(-1, keepdims=True) - xh * (gg * xh).mean(-1, keepdims=True))
+case("LayerNormGrad", [I(x), I(s), I(dy)],
+     [dx.astype(np.float32), (gd * xh).reshape(-1, 6).sum(0).astype(np.float32),
+      gd.reshape(-1, 6).sum(0).astype(np.float32)], {"axis": -1, "epsilon": eps})
+r = 1 / np.sqrt((xd ** 2).mean(-1, keepdims=True) + eps)
+dx = r * gg - xd * r ** 3 * (gg * xd).mean(-1, keepdims=True)
+case("RMSNormGrad", [I(x), I(s), I(dy)],
+     [dx.astype(np.float32), (gd * xd * r).reshape(-1, 6).sum(0).astype(np.float32)],
+     {"axis": -1, "epsilon": eps})
+
+# AttentionGrad (causal, T == S)
+q, k, v, do = rnd((2, 4, 3)), rnd((2, 4, 3)), rnd((2, 4, 5)), rnd((2, 4, 5))
+qd, kd, vd, dod = (a.astype(f64) for a in (q, k, v, do))
+sc = 0.5
+S = qd @ kd.transpose(0, 2, 1) * sc + np.triu(np.full((4, 4), -np.inf), 1)
+P = sm(S)
+dv = P.transpose(0, 2, 1) @ dod
+dP = dod @ vd.transpose(0, 2, 1)
+dS = P * (dP - (dP * P).sum(-1, keepdims=True))
+case("AttentionGrad", [I(q), I(k), I(v), I(do)],
+     [(sc * dS @ kd).astype(np.float32), (sc * dS.transpose(0, 2, 1) @ qd).astype(np.float32),
+      dv.astype(np.float32)], {"causal": 1, "scale": sc})
+
+# UnaryGrad: silu (with y) and gelu (recomputed)
+x, dy = rnd((3, 4)), rnd((3, 4))
+xd = x.astype(f64)
+sg = 1 / (1 + np.exp(-xd))
+case("UnaryGrad", [I(x), I(dy), I((xd * sg).astype(np.float32))],
+     [(dy * sg * (1 + xd * (1 - sg))).astype(np.float32)], {"fn": "silu"})
+Phi = 0.5 * (1 + np.vectorize(erf)(xd / sqrt(2)))
+phi = np.exp(-xd * xd / 2) / sqrt(2 * pi)
+case("UnaryGrad", [I(x), I(dy)], [(dy * (Phi + xd * phi)).astype(np.float32)], {"fn": "gelu"})
+
+# SoftmaxGrad along axis 1
+y = sm(rnd((2, 5, 3)).astype(f64), 1)
+dy = rnd((2, 5, 3)).astype(f64)
+case("SoftmaxGrad", [I(y.astype(np.float32)), I(dy.astype(np.float32))],
+     [(y * (dy - (dy * y).sum(1, keepdims=True))).astype(np.float32)], {"axis": 1, "log": 0})
+
+# EmbeddingGrad: repeated ids accumulate
+tab = rnd((6, 3))
+ids = i64([[5, 1], [5, 0]])
+dy = rnd((2, 2, 3))
+dt = np.zeros((6, 3), f64)
+np.add.at(dt, ids.reshape(-1), dy.reshape(-1, 3).astype(f64))
+case("EmbeddingGrad", [I(tab), I(ids), I(dy)], [dt.astype(np.float32)])
+
+# SumToShape: [2,3,4] -> [3,1]
+g = rnd((2, 3, 4))
+case("SumToShape", [I(g), C(i64([3, 1]))],
+     [g.astype(f64).sum(axis=(0, 2)).reshape(3, 1).astype(np.float32)])
+
+# SliceGrad: x[1:3, 1::2] of a [4,6] input
+dy = rnd((2, 3))
+dx = np.zeros((4, 6), np.float32)
+dx[1:3, 1::2] = dy
+case("SliceGrad", [I(dy), C(i64([4, 6])), C(i64([1, -5])), C(i64([3, 6])), C(i64([0, 1])),
+                   C(i64([1, 2]))], [dx])
+
