@@ -105,8 +105,11 @@ int live_nodes(const IrGraph *g, int **pos)
     if (!p)
         return -1;
     int n = 0;
+    /* Forward nodes only: in a training graph the backward and update nodes
+     * are not part of the op-signature sequence (layers.c costs the backward
+     * from the op table; see the hook there). */
     for (int i = 0; i < g->nnodes; i++)
-        if (!g->nodes[i]->dead)
+        if (!g->nodes[i]->dead && g->nodes[i]->phase == IR_PHASE_FWD)
             p[n++] = i;
     *pos = p;
     return n;

@@ -53,8 +53,8 @@ int pass_modules(IrGraph *g, PassContext *ctx, IrError *err);
  * thing on the same shapes, whatever their names. */
 uint64_t node_signature(const IrNode *n);
 
-/* The live nodes of g in order.  pos[i] is the g->nodes index of the i-th
- * live node; returns the count (malloc'd *pos; -1 on OOM). */
+/* The live forward (@fwd) nodes of g in order.  pos[i] is the g->nodes
+ * index of the i-th one; returns the count (malloc'd *pos; -1 on OOM). */
 int live_nodes(const IrGraph *g, int **pos);
 
 /* cut[j], j = 0..n: bytes of the activations and graph inputs live across

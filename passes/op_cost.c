@@ -23,6 +23,8 @@
  *   1 for elementwise and data movement ops (one pass over the gradient);
  *   2 for norms and softmax (two reductions and an elementwise pass);
  *   1 for Embedding's scatter-add (counted on the output: 1 per element).
+ * Training ops (CrossEntropy, the *Grad ops, SumToShape) have rules too, so
+ * a training graph can be costed node by node once it exists.
  * These are the approximations the planner plans with until the training
  * graph (@bwd nodes) exists; then layers.c takes the real nodes (hook there).
  */
@@ -40,6 +42,7 @@ typedef enum Rule {
     R_IN_ELEMS,     /* per_elem x numel(input 0) */
     R_MOVE,         /* 0 FLOPs, bytes only */
     R_GATHER,       /* 0 FLOPs; reads the gathered rows, not the table */
+    R_LINEAR_GRAD,  /* x[..,K] W[K,N] dy[..,N]: 4 * numel(dy) * K (dx and dW) */
 } Rule;
 
 typedef struct OpCostRule {
@@ -120,6 +123,19 @@ static const OpCostRule op_rules[IR_OP_COUNT] = {
     [IR_OP_SILU] = ELEM(8, 1, 1, 0),
     [IR_OP_ATTENTION] = {R_ATTENTION, 0, 2, 1, 1, 1}, /* q, k, v and the output */
     [IR_OP_EMBEDDING] = {R_GATHER, 1, 1, 0, 1, 0},    /* keeps the ids */
+    /* Training ops (loss, backward, optimizer; the training issue).  Their
+     * fwd_flops is the op's own cost; backward ops have no backward (0). */
+    [IR_OP_CROSS_ENTROPY] = {R_IN_ELEMS, 5, 1, 0, 1, 0},       /* log-softmax + pick over logits */
+    [IR_OP_CROSS_ENTROPY_GRAD] = {R_IN_ELEMS, 5, 0, 0, 0, 0},
+    [IR_OP_LINEAR_GRAD] = {R_LINEAR_GRAD, 0, 0, 1, 0, 0},      /* dx and dW: two GEMMs */
+    [IR_OP_LAYER_NORM_GRAD] = {R_IN_ELEMS, 8, 0, 0, 0, 0},
+    [IR_OP_RMS_NORM_GRAD] = {R_IN_ELEMS, 6, 0, 0, 0, 0},
+    [IR_OP_ATTENTION_GRAD] = {R_ATTENTION, 2, 0, 1, 0, 0},     /* 2x the forward (dQ dK dV dP) */
+    [IR_OP_UNARY_GRAD] = {R_OUT_ELEMS, 2, 0, 0, 0, 0},
+    [IR_OP_SOFTMAX_GRAD] = {R_OUT_ELEMS, 4, 0, 0, 0, 0},
+    [IR_OP_EMBEDDING_GRAD] = {R_OUT_ELEMS, 1, 0, 0, 0, 0},     /* zero + scatter-add into dtable */
+    [IR_OP_SUM_TO_SHAPE] = {R_IN_ELEMS, 1, 0, 0, 0, 0},
+    [IR_OP_SLICE_GRAD] = {R_MOVE, 0, 0, 0, 0, 0},
 };
 
 int op_is_heavy(IrOp op)
@@ -195,6 +211,16 @@ int op_cost_node(const IrNode *n, OpCost *out, IrError *err)
         fl = batch * T * S * (2.0 * D + 2.0 * Dv + 5.0);
         if (ir_attr_int(n, "causal", 0))
             fl *= 0.5;
+        if (r->per_elem > 0)
+            fl *= r->per_elem;   /* AttentionGrad: a multiple of the forward */
+        break;
+    }
+    case R_LINEAR_GRAD: {
+        if (need(n, 0, 1, err) || need(n, 2, 1, err))
+            return -1;
+        const IrShape *x = &n->in[0]->shape;
+        double K = x->rank ? (double)x->dims[x->rank - 1] : 1;
+        fl = 4.0 * numel_of(n->in[2]) * K;
         break;
     }
     case R_OUT_ELEMS:

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-300}
-CC=clang-14 BUILD_TYPE=Debug scripts/build build-fuzz -DCMAKE_C_COMPILER=clang-14 \
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang-14 \
   -DHETC_SANITIZE=ON -DHETC_FUZZ=ON >/dev/null
+ninja -C build-fuzz fuzz_ir_parse fuzz_onnx_import >/dev/null
 for t in ir_parse onnx_import; do
   seeds=tests/ir/golden; [ $t = onnx_import ] && seeds=tests/models
   corpus=build-fuzz/fuzz/long_corpus_$t; mkdir -p "$corpus"
@@ -14,6 +15,6 @@ for t in ir_parse onnx_import; do
   build-fuzz/fuzz/fuzz_$t -max_total_time="$secs" -print_final_stats=1 -rss_limit_mb=2048 \
     -artifact_prefix=build-fuzz/fuzz/crash_$t- "$corpus" "$seeds" >"$log" 2>&1 || rc=$?
   execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
-  crashes=$(ls build-fuzz/fuzz/crash_$t-* 2>/dev/null | wc -l)
+  crashes=$(find build-fuzz/fuzz -maxdepth 1 -name "crash_$t-*" | wc -l)
   echo "fuzz_$t: ${secs}s, ${execs:-?} executions, $crashes crash files, exit $rc"
 done
