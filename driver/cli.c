@@ -35,6 +35,19 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **val) {
     return 1;
 }
 
+int cli_take_model(const char *cmd, const char *arg, const char **model) {
+    if (arg[0] == '-' && arg[1]) {
+        fprintf(stderr, "hetc %s: unknown option '%s' (see hetc %s --help)\n", cmd, arg, cmd);
+        return -1;
+    }
+    if (*model) {
+        fprintf(stderr, "hetc %s: more than one model given ('%s' and '%s')\n", cmd, *model, arg);
+        return -1;
+    }
+    *model = arg;
+    return 0;
+}
+
 int cli_mkdirs(const char *path, IrError *err) {
     char buf[4096];
     size_t n = strlen(path);

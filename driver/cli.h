@@ -13,6 +13,10 @@ int cli_parse_i64(const char *opt, const char *s, int64_t *out);
  * (consuming the next arg when needed) and return 1; 0 if not this option;
  * -1 if the value is missing. */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
+/* A non-option argument or an unknown option of subcommand `cmd`: an
+ * unknown option is reported; a positional fills *model, once.  Returns 0
+ * when the argument was taken, -1 (after printing why) otherwise. */
+int cli_take_model(const char *cmd, const char *arg, const char **model);
 /* mkdir -p */
 int cli_mkdirs(const char *path, IrError *err);
 

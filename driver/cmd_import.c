@@ -33,16 +33,7 @@ int cmd_import(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "hetc import: unknown option '%s' (see hetc import --help)\n", argv[i]);
-            return 2;
-        }
-        if (o.model) {
-            fprintf(stderr, "hetc import: more than one model given ('%s' and '%s')\n", o.model,
-                    argv[i]);
-            return 2;
-        }
-        o.model = argv[i];
+        if (cli_take_model("import", argv[i], &o.model)) return 2;
     }
     if (!o.model) {
         usage(stderr);

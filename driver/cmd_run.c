@@ -150,16 +150,7 @@ int cmd_run(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "hetc run: unknown option '%s' (see hetc run --help)\n", argv[i]);
-            return 2;
-        }
-        if (o.model) {
-            fprintf(stderr, "hetc run: more than one model given ('%s' and '%s')\n", o.model,
-                    argv[i]);
-            return 2;
-        }
-        o.model = argv[i];
+        if (cli_take_model("run", argv[i], &o.model)) return 2;
     }
     if (!o.model) {
         usage(stderr);

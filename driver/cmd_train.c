@@ -119,15 +119,7 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
             t->no_ckpt = 1;
             continue;
         }
-        if (argv[i][0] == '-') {
-            fprintf(stderr, "hetc train: unknown option '%s' (see hetc train --help)\n", argv[i]);
-            return -1;
-        }
-        if (co->model) {
-            fprintf(stderr, "hetc train: more than one model given ('%s')\n", argv[i]);
-            return -1;
-        }
-        co->model = argv[i];
+        if (cli_take_model("train", argv[i], &co->model)) return -1;
     }
 #undef STR
 #undef I64
