@@ -190,8 +190,14 @@ int cmd_train(int argc, char **argv) {
     PassContext ctx;
     pass_context_default(&ctx);
     ctx.dump_after = co.dump_after;
-    ctx.dump_dir = co.out_dir ? co.out_dir : ".";
+    char irdir[4096];
+    snprintf(irdir, sizeof irdir, "%s/ir", co.out_dir ? co.out_dir : "build");
+    ctx.dump_dir = irdir;
     ctx.verbose = co.verbose;
+    if (co.dump_after && cli_mkdirs(irdir, &err) != 0) {
+        fprintf(stderr, "hetc train: %s\n", err.msg);
+        return 1;
+    }
     LossOpts lo;
     loss_opts_default(&lo);
     RtLrSchedule sched = {.max_lr = t.lr, .warmup_steps = t.warmup, .decay_steps = t.steps,
@@ -213,7 +219,7 @@ int cmd_train(int argc, char **argv) {
     IrGraph *g = compile_import(&co, NULL, 0, 0, &ctx, &err);
     if (!g || compile_run_passes(g, &co, &ctx, &err) ||
         pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss_with(g, &lo, &err) ||
-        pass_maybe_dump(g, "loss", &ctx, &err) ||
+        pass_maybe_dump(g, "loss", &ctx, &err) || (ctx.dump_index++, 0) ||
         pass_run_pipeline(g, "autodiff,shape-infer", &ctx, &err)) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
@@ -227,7 +233,9 @@ int cmd_train(int argc, char **argv) {
     oo.sgd = !strcmp(t.optimizer, "sgd");
     oo.beta1 = t.beta1, oo.beta2 = t.beta2, oo.eps = t.eps, oo.weight_decay = t.wd;
     oo.momentum = t.momentum, oo.clip = t.clip;
-    if (train_state_init(&st, g, &oo, &err)) {
+    if (train_state_init(&st, g, &oo, &err) ||
+        /* the update graph (@upd nodes) is built apart from fwd+bwd: dump it too */
+        pass_maybe_dump(st.upd, "optimizer", &ctx, &err)) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
     }

@@ -67,5 +67,24 @@ if os.path.exists(model):
                            "--output-dir", d)
         check(rc == 1 and "nosuch" in err and "input_ids" in err, "run: unknown input name listed")
 
+corpus = os.path.join(SRC, "examples", "tiny_corpus.bin")
+if os.path.exists(model) and os.path.exists(corpus):
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run("train", model, "--data", corpus, "--steps", "1", "--microbatch", "2",
+                           "--seq", "16", "--dump-ir-after=all", "-o", d, "--no-checkpoint",
+                           "--quiet")
+        irdir = os.path.join(d, "ir")
+        dumps = sorted(os.listdir(irdir)) if rc == 0 and os.path.isdir(irdir) else []
+        check(rc == 0 and [f[3:] for f in dumps[-4:]] ==
+              ["loss.ir", "autodiff.ir", "shape-infer.ir", "optimizer.ir"],
+              f"train --dump-ir-after=all: loss, autodiff, optimizer dumps in order: {dumps}")
+        text = {f: open(os.path.join(irdir, f)).read() for f in dumps}
+        fwd_only = [f for f in dumps if "autodiff" not in f and "optimizer" not in f
+                    and not f.startswith(("08", "09", "1"))]
+        check(dumps and all("@bwd" not in text[f] and "@upd" not in text[f] for f in fwd_only)
+              and any("@bwd" in text[f] for f in dumps if "autodiff" in f)
+              and any("@upd" in text[f] for f in dumps if "optimizer" in f),
+              "train dumps mark backward (@bwd) and update (@upd) nodes, forward dumps neither")
+
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)
