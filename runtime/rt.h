@@ -1,0 +1,244 @@
+/* hetrt: the runtime API that generated stage binaries call (host backend).
+ *
+ * The runtime knows nothing of the compiler: a stage binary describes its
+ * world to it (how many stages, each stage's DP degree) and then asks for
+ * arena memory, transport and checkpoints.  See docs/RUNTIME.md.
+ *
+ * Error convention: functions return 0 on success and non-zero on failure
+ * after printing a message that names the rank ("[hetrt rank R] ...") to
+ * stderr.  Generated code wraps every call in rtCheck(), which adds
+ * file:line and aborts the whole job with MPI_Abort -- a stage binary has
+ * no way to recover from a failed step, and a clean abort beats a hang.
+ * Timeouts are the exception: a wait that passes its deadline reports who
+ * waited on whom for what and aborts the job itself, so that no caller can
+ * forget to. */
+#ifndef HETRT_RT_H
+#define HETRT_RT_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ errors */
+
+/* Print "[hetrt rank R] file:line: <msg>" and MPI_Abort(MPI_COMM_WORLD, 1).
+ * Works before MPI_Init too (then it exits with status 1). */
+void rt_die(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+/* Print a message prefixed with this rank (no abort). */
+void rt_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Wrap a hetrt call (returns 0 on success). */
+#define rtCheck(call)                                                                \
+    do {                                                                             \
+        int rt_check_rc_ = (call);                                                   \
+        if (rt_check_rc_ != 0)                                                       \
+            rt_die(__FILE__, __LINE__, "%s failed (status %d)", #call, rt_check_rc_); \
+    } while (0)
+/* Wrap an MPI call (returns MPI_SUCCESS on success). */
+#define rtMpiCheck(call)                                                             \
+    do {                                                                             \
+        int rt_mpi_rc_ = (call);                                                     \
+        if (rt_mpi_rc_ != MPI_SUCCESS) {                                             \
+            char rt_mpi_msg_[MPI_MAX_ERROR_STRING];                                  \
+            int rt_mpi_len_ = 0;                                                     \
+            MPI_Error_string(rt_mpi_rc_, rt_mpi_msg_, &rt_mpi_len_);                 \
+            rt_die(__FILE__, __LINE__, "%s: MPI error: %s", #call, rt_mpi_msg_);     \
+        }                                                                            \
+    } while (0)
+
+/* ----------------------------------------------------------------- context */
+
+#define RT_MAX_STAGES 256
+
+/* World layout.  Stages occupy contiguous world ranks in stage order, which
+ * is what one MPMD launch `mpirun -np a ./stage_0 : -np b ./stage_1` gives:
+ * stage s owns world ranks [stage_first[s], stage_first[s] + stage_dp[s]),
+ * and dp rank d of stage s is world rank stage_first[s] + d. */
+typedef struct RtContext {
+    int world_rank, world_size;
+    int nstages;
+    int stage_dp[RT_MAX_STAGES];
+    int stage_first[RT_MAX_STAGES];
+    int stage;         /* this rank's stage */
+    int dp_rank;       /* this rank's index inside its stage's DP group */
+    int dp_size;       /* == stage_dp[stage] */
+    MPI_Comm dp_comm;  /* this stage's DP group (MPI_Comm_split by stage) */
+    double timeout_s;  /* deadline for every wait; env HETRT_TIMEOUT_S, default 300 */
+    int owns_mpi;      /* 1 when rt_init called MPI_Init (rt_finalize then finalizes) */
+} RtContext;
+
+/* Initialise MPI (if not yet), read HETRT_TIMEOUT_S, and describe the world:
+ * nstages stages with DP degrees stage_dp[0..nstages-1], which must sum to
+ * the world size.  Builds the DP-group communicators.  Collective over
+ * MPI_COMM_WORLD. */
+int rt_init(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp);
+/* Free communicators and finalize MPI if rt_init initialised it. */
+int rt_finalize(RtContext *ctx);
+
+/* World rank of dp rank `dp_rank` of stage `stage`. */
+int rt_stage_rank(const RtContext *ctx, int stage, int dp_rank);
+
+/* ---------------------------------------------------------------- row split */
+
+/* Row split rule for a batch of B rows over dp ranks: the first B % dp ranks
+ * hold one extra row.  Rank r holds rows [start, start + count).  When dp
+ * divides B this is runtime/data_loader's split (rank r reads rows
+ * [r*B/dp, (r+1)*B/dp)).  Concatenating all ranks' rows in rank order gives
+ * the single-process batch. */
+void rt_row_split(int64_t B, int dp, int r, int64_t *start, int64_t *count);
+
+/* One piece of a many-to-many redistribution: rows [start, start+count) of
+ * the global batch move from src dp rank to dst dp rank. */
+typedef struct RtOverlap {
+    int src, dst;
+    int64_t start, count;
+} RtOverlap;
+/* All non-empty overlaps between a dp_a split and a dp_b split of B rows,
+ * ordered by start row.  `out` must have room for dp_a + dp_b - 1 entries
+ * (the most there can be).  Returns the number written. */
+int rt_row_overlaps(int64_t B, int dp_a, int dp_b, RtOverlap *out);
+
+/* ---------------------------------------------------------------- arena */
+
+/* One aligned allocation per rank; memplan gives every buffer a fixed
+ * offset into it. */
+typedef struct RtArena {
+    unsigned char *base;
+    size_t size;
+} RtArena;
+
+/* Allocate `bytes` (rounded up to `align`, a power of two >= sizeof(void*);
+ * 0 means 64) zero-filled bytes. */
+int rt_arena_init(RtArena *a, size_t bytes, size_t align);
+void rt_arena_free(RtArena *a);
+/* Checked accessor: dies (rt_die) if [offset, offset+bytes) is not inside
+ * the arena. */
+void *rt_arena_at_checked(const RtArena *a, size_t offset, size_t bytes, const char *file,
+                          int line);
+/* RT_ARENA_AT(a, off, bytes): pointer to arena bytes [off, off+bytes).
+ * Bounds-checked unless NDEBUG (release builds use the raw offset, as the
+ * offsets are compile-time constants that memplan already checked). */
+#ifdef NDEBUG
+#define RT_ARENA_AT(a, off, bytes) ((void *)((a)->base + (off)))
+#else
+#define RT_ARENA_AT(a, off, bytes) rt_arena_at_checked((a), (off), (bytes), __FILE__, __LINE__)
+#endif
+
+/* ---------------------------------------------------------------- transport */
+/* Every wait below polls non-blocking MPI requests against ctx->timeout_s.
+ * On timeout it prints which rank waited on which peer for what (the
+ * `what` label and the tag) and aborts the job.  Tags must be < 32768
+ * (MPI's guaranteed minimum upper bound). */
+
+/* Send / receive `bytes` bytes to / from world rank `peer`. */
+int rt_send(const RtContext *ctx, const void *buf, size_t bytes, int peer, int tag,
+            const char *what);
+int rt_recv(const RtContext *ctx, void *buf, size_t bytes, int peer, int tag, const char *what);
+/* float32 convenience wrappers (n elements). */
+int rt_send_f32(const RtContext *ctx, const float *buf, size_t n, int peer, int tag,
+                const char *what);
+int rt_recv_f32(const RtContext *ctx, float *buf, size_t n, int peer, int tag, const char *what);
+
+/* In-place sum of n floats over this rank's DP group, then multiply by
+ * `scale` (pass 1.0f for a plain sum, 1.0f/dp_size for a mean). */
+int rt_dp_allreduce_f32(const RtContext *ctx, float *buf, size_t n, float scale,
+                        const char *what);
+
+/* Barrier over MPI_COMM_WORLD with the timeout. */
+int rt_barrier(const RtContext *ctx, const char *what);
+
+/* Many-to-many redistribution of a batch-sharded boundary tensor of B rows
+ * (row_bytes bytes each) from stage src_stage to stage dst_stage, using the
+ * row split rule on both sides.  Ranks of src_stage pass their rows in
+ * `src` (dst may be NULL); ranks of dst_stage receive theirs in `dst` (src
+ * may be NULL); other ranks return at once.  Only overlapping row ranges
+ * travel.  Used forward (activations, stage s -> s+1) and backward (their
+ * gradients, s+1 -> s).  Messages use tag `tag`. */
+int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, int dst_stage,
+                         void *dst, int64_t B, size_t row_bytes, int tag, const char *what);
+
+/* -------------------------------------------------------------- checkpoints */
+
+typedef enum RtDtype { RT_F32 = 1, RT_F64 = 2, RT_I32 = 3, RT_I64 = 4, RT_U8 = 5 } RtDtype;
+size_t rt_dtype_size(RtDtype t);
+const char *rt_dtype_name(RtDtype t);
+
+#define RT_CKPT_MAX_DIMS 8
+#define RT_CKPT_MAX_NAME 256
+
+/* A tensor to save: which layer it belongs to, its name inside the layer,
+ * dtype, shape and data.  Layers, not stages, are the unit of a checkpoint,
+ * so that any stage layout can read any layer. */
+typedef struct RtCkptTensor {
+    int layer;
+    const char *name;
+    RtDtype dtype;
+    int ndim;
+    int64_t shape[RT_CKPT_MAX_DIMS];
+    const void *data;
+} RtCkptTensor;
+
+/* Write one layer's file <dir>/step_<step>/layer_<layer>.bin atomically
+ * (temp file, fsync, rename, fsync of the directory).  Uses every tensor in
+ * `t[0..n)` whose .layer == layer. */
+int rt_ckpt_write_layer(const char *dir, int64_t step, int layer, const RtCkptTensor *t, int n,
+                        char *err, size_t errlen);
+/* Write <dir>/step_<step>/MANIFEST (atomically, last) naming layers
+ * 0..nlayers-1; fails if any layer file is missing or unreadable, so a
+ * manifest never names a half-written checkpoint. */
+int rt_ckpt_write_manifest(const char *dir, int64_t step, int nlayers, char *err, size_t errlen);
+
+/* Collective save: dp rank 0 of every stage writes the layers of its
+ * tensors, a barrier waits for all of them, then world rank 0 writes the
+ * MANIFEST for nlayers layers, and a second barrier publishes it. */
+int rt_checkpoint_save(const RtContext *ctx, const char *dir, int64_t step, int nlayers,
+                       const RtCkptTensor *t, int n);
+
+/* Newest complete checkpoint in dir: writes its directory to path_out and
+ * its step to *step.  Returns 0 when found, 1 when there is none (no
+ * step_* directory with a valid MANIFEST whose files all exist with the
+ * listed sizes), -1 on error. */
+int rt_checkpoint_latest(const char *dir, char *path_out, size_t path_len, int64_t *step,
+                         char *err, size_t errlen);
+
+/* One layer file, read and verified. */
+typedef struct RtCkptLoaded {
+    char name[RT_CKPT_MAX_NAME];
+    RtDtype dtype;
+    int ndim;
+    int64_t shape[RT_CKPT_MAX_DIMS];
+    size_t nbytes;
+    const void *data; /* points into RtCkptLayer.buf */
+} RtCkptLoaded;
+typedef struct RtCkptLayer {
+    int layer;
+    int64_t step;
+    int ntensors;
+    RtCkptLoaded *tensors;
+    unsigned char *buf;
+    size_t buf_len;
+} RtCkptLayer;
+
+/* Read <ckpt_dir>/layer_<layer>.bin (ckpt_dir as given by
+ * rt_checkpoint_latest), verifying the header, sizes and every tensor's
+ * checksum.  Errors name the file and tensor. */
+int rt_ckpt_read_layer(const char *ckpt_dir, int layer, RtCkptLayer *out, char *err,
+                       size_t errlen);
+const RtCkptLoaded *rt_ckpt_find(const RtCkptLayer *l, const char *name);
+/* Copy tensor `name` into dst after checking dtype and shape match. */
+int rt_ckpt_load_tensor(const RtCkptLayer *l, const char *name, RtDtype dtype, int ndim,
+                        const int64_t *shape, void *dst, char *err, size_t errlen);
+void rt_ckpt_layer_free(RtCkptLayer *l);
+
+/* FNV-1a 64-bit hash (the per-tensor checksum). */
+uint64_t rt_fnv1a64(const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+/* hetrt context: MPI bootstrap, world/stage layout, DP communicators, the
+ * fatal-error path (rt_die / rtCheck) and the row split rule. */
+#include "rt.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The rank for error prefixes, asked of MPI each time rather than cached in
+ * a global: it works before rt_init and needs no shared state. */
+static int current_rank(void) {
+    int init = 0, fin = 0, r = -1;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+void rt_log_error(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[hetrt rank %d] %s\n", current_rank(), msg);
+    fflush(stderr);
+}
+
+void rt_die(const char *file, int line, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int rank = current_rank();
+    fprintf(stderr, "[hetrt rank %d] %s:%d: %s -- aborting the job\n", rank, file, line, msg);
+    fflush(stderr);
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+/* HETRT_TIMEOUT_S: positive number of seconds; anything else keeps the
+ * default, with a warning so a typo does not silently mean 300 s. */
+static double timeout_from_env(void) {
+    const double def = 300.0;
+    const char *s = getenv("HETRT_TIMEOUT_S");
+    if (!s || !*s) return def;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v > 0)) {
+        rt_log_error("ignoring HETRT_TIMEOUT_S='%s' (want a positive number); using %.0f s", s,
+                     def);
+        return def;
+    }
+    return v;
+}
+
+int rt_init(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->dp_comm = MPI_COMM_NULL;
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+        if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+            rt_log_error("MPI_Init failed");
+            return 1;
+        }
+        ctx->owns_mpi = 1;
+    }
+    /* Errors come back as codes so that rtMpiCheck can name the call. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &ctx->world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ctx->world_size);
+    ctx->timeout_s = timeout_from_env();
+
+    if (nstages < 1 || nstages > RT_MAX_STAGES || !stage_dp) {
+        rt_log_error("rt_init: %d stages (want 1..%d)", nstages, RT_MAX_STAGES);
+        return 1;
+    }
+    int total = 0;
+    for (int s = 0; s < nstages; s++) {
+        if (stage_dp[s] < 1) {
+            rt_log_error("rt_init: stage %d has DP degree %d (want >= 1)", s, stage_dp[s]);
+            return 1;
+        }
+        ctx->stage_dp[s] = stage_dp[s];
+        ctx->stage_first[s] = total;
+        total += stage_dp[s];
+    }
+    if (total != ctx->world_size) {
+        rt_log_error("rt_init: the stages' DP degrees sum to %d ranks but the job has %d "
+                     "(launch with one -np per stage matching the plan)",
+                     total, ctx->world_size);
+        return 1;
+    }
+    ctx->nstages = nstages;
+    for (int s = 0; s < nstages; s++)
+        if (ctx->world_rank >= ctx->stage_first[s] &&
+            ctx->world_rank < ctx->stage_first[s] + stage_dp[s]) {
+            ctx->stage = s;
+            ctx->dp_rank = ctx->world_rank - ctx->stage_first[s];
+            ctx->dp_size = stage_dp[s];
+        }
+    if (MPI_Comm_split(MPI_COMM_WORLD, ctx->stage, ctx->dp_rank, &ctx->dp_comm) != MPI_SUCCESS) {
+        rt_log_error("rt_init: MPI_Comm_split for stage %d failed", ctx->stage);
+        return 1;
+    }
+    MPI_Comm_set_errhandler(ctx->dp_comm, MPI_ERRORS_RETURN);
+    return 0;
+}
+
+int rt_finalize(RtContext *ctx) {
+    if (ctx->dp_comm != MPI_COMM_NULL) MPI_Comm_free(&ctx->dp_comm);
+    if (ctx->owns_mpi) {
+        ctx->owns_mpi = 0;
+        if (MPI_Finalize() != MPI_SUCCESS) {
+            rt_log_error("MPI_Finalize failed");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int rt_stage_rank(const RtContext *ctx, int stage, int dp_rank) {
+    if (stage < 0 || stage >= ctx->nstages || dp_rank < 0 || dp_rank >= ctx->stage_dp[stage])
+        return -1;
+    return ctx->stage_first[stage] + dp_rank;
+}
+
+void rt_row_split(int64_t B, int dp, int r, int64_t *start, int64_t *count) {
+    int64_t base = B / dp, rem = B % dp;
+    *start = (int64_t)r * base + (r < rem ? r : rem);
+    *count = base + (r < rem ? 1 : 0);
+}
+
+/* Walk both splits' boundaries together, like merging two sorted lists:
+ * each step emits the overlap of the current A range and B range and
+ * advances whichever ends first. */
+int rt_row_overlaps(int64_t B, int dp_a, int dp_b, RtOverlap *out) {
+    int n = 0, a = 0, b = 0;
+    while (a < dp_a && b < dp_b) {
+        int64_t sa, ca, sb, cb;
+        rt_row_split(B, dp_a, a, &sa, &ca);
+        rt_row_split(B, dp_b, b, &sb, &cb);
+        int64_t lo = sa > sb ? sa : sb;
+        int64_t hi = (sa + ca) < (sb + cb) ? (sa + ca) : (sb + cb);
+        if (hi > lo) out[n++] = (RtOverlap){.src = a, .dst = b, .start = lo, .count = hi - lo};
+        if (sa + ca <= sb + cb) a++;
+        else b++;
+    }
+    return n;
+}

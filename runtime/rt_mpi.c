@@ -1,0 +1,220 @@
+/* hetrt host transport over MPI: point-to-point, DP all-reduce, many-to-many
+ * row redistribution.  Nothing here blocks without a deadline: every
+ * operation is posted non-blocking and rt_wait polls it with MPI_Test until
+ * it completes or ctx->timeout_s passes, and then names the waiting rank,
+ * the peer and the operation before aborting the job. */
+#define _POSIX_C_SOURCE 200809L
+#include "rt.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* What one pending request is, for the timeout report. */
+typedef struct RtPending {
+    MPI_Request req;
+    const char *kind; /* "send to", "recv from", "all-reduce in", ... */
+    int peer;         /* world rank, or -1 for collectives */
+    int tag;
+    size_t bytes;
+} RtPending;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Poll until all n requests finish or the deadline passes.  The sleep
+ * between polls grows to 1 ms: short enough not to add latency worth
+ * measuring on the host backend, long enough that ranks oversubscribed on
+ * few cores do not starve the peers they wait for. */
+static int rt_wait(const RtContext *ctx, RtPending *p, int n, const char *what) {
+    double deadline = now_s() + ctx->timeout_s;
+    long sleep_ns = 1000;
+    int left = n;
+    while (left > 0) {
+        left = 0;
+        for (int i = 0; i < n; i++) {
+            if (p[i].req == MPI_REQUEST_NULL) continue;
+            int done = 0;
+            int rc = MPI_Test(&p[i].req, &done, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) {
+                char msg[MPI_MAX_ERROR_STRING];
+                int len = 0;
+                MPI_Error_string(rc, msg, &len);
+                rt_log_error("%s: MPI error during %s rank %d (tag %d): %s", what, p[i].kind,
+                             p[i].peer, p[i].tag, msg);
+                return 1;
+            }
+            if (!done) left++;
+        }
+        if (left == 0) break;
+        if (now_s() > deadline) {
+            for (int i = 0; i < n; i++) {
+                if (p[i].req == MPI_REQUEST_NULL) continue;
+                if (p[i].peer >= 0)
+                    rt_log_error("timed out after %.1f s (HETRT_TIMEOUT_S) in %s: rank %d "
+                                 "(stage %d, dp rank %d) waited on %s rank %d "
+                                 "(tag %d, %zu bytes)",
+                                 ctx->timeout_s, what, ctx->world_rank, ctx->stage, ctx->dp_rank,
+                                 p[i].kind, p[i].peer, p[i].tag, p[i].bytes);
+                else
+                    rt_log_error("timed out after %.1f s (HETRT_TIMEOUT_S) in %s: rank %d "
+                                 "(stage %d, dp rank %d) waited on %s (%zu bytes)",
+                                 ctx->timeout_s, what, ctx->world_rank, ctx->stage, ctx->dp_rank,
+                                 p[i].kind, p[i].bytes);
+            }
+            rt_die(__FILE__, __LINE__, "%s timed out on rank %d", what, ctx->world_rank);
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000) sleep_ns *= 2;
+    }
+    return 0;
+}
+
+static int check_count(size_t bytes, const char *what) {
+    if (bytes > (size_t)INT_MAX) {
+        rt_log_error("%s: message of %zu bytes exceeds MPI's int count", what, bytes);
+        return 1;
+    }
+    return 0;
+}
+
+static int check_peer(const RtContext *ctx, int peer, int tag, const char *what) {
+    if (peer < 0 || peer >= ctx->world_size || peer == ctx->world_rank) {
+        rt_log_error("%s: bad peer rank %d (world size %d, self %d)", what, peer,
+                     ctx->world_size, ctx->world_rank);
+        return 1;
+    }
+    if (tag < 0 || tag > 32767) {
+        rt_log_error("%s: tag %d outside [0, 32767]", what, tag);
+        return 1;
+    }
+    return 0;
+}
+
+int rt_send(const RtContext *ctx, const void *buf, size_t bytes, int peer, int tag,
+            const char *what) {
+    if (check_peer(ctx, peer, tag, what) || check_count(bytes, what)) return 1;
+    RtPending p = {MPI_REQUEST_NULL, "send to", peer, tag, bytes};
+    if (MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Isend to rank %d failed", what, peer);
+        return 1;
+    }
+    return rt_wait(ctx, &p, 1, what);
+}
+
+int rt_recv(const RtContext *ctx, void *buf, size_t bytes, int peer, int tag, const char *what) {
+    if (check_peer(ctx, peer, tag, what) || check_count(bytes, what)) return 1;
+    RtPending p = {MPI_REQUEST_NULL, "recv from", peer, tag, bytes};
+    if (MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Irecv from rank %d failed", what, peer);
+        return 1;
+    }
+    return rt_wait(ctx, &p, 1, what);
+}
+
+int rt_send_f32(const RtContext *ctx, const float *buf, size_t n, int peer, int tag,
+                const char *what) {
+    return rt_send(ctx, buf, n * sizeof(float), peer, tag, what);
+}
+
+int rt_recv_f32(const RtContext *ctx, float *buf, size_t n, int peer, int tag, const char *what) {
+    return rt_recv(ctx, buf, n * sizeof(float), peer, tag, what);
+}
+
+int rt_dp_allreduce_f32(const RtContext *ctx, float *buf, size_t n, float scale,
+                        const char *what) {
+    if (check_count(n, what)) return 1;
+    if (ctx->dp_size > 1) {
+        RtPending p = {MPI_REQUEST_NULL, "all-reduce in the DP group of stage", -1, 0,
+                       n * sizeof(float)};
+        if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, ctx->dp_comm,
+                           &p.req) != MPI_SUCCESS) {
+            rt_log_error("%s: MPI_Iallreduce failed", what);
+            return 1;
+        }
+        if (rt_wait(ctx, &p, 1, what)) return 1;
+    }
+    if (scale != 1.0f)
+        for (size_t i = 0; i < n; i++) buf[i] *= scale;
+    return 0;
+}
+
+int rt_barrier(const RtContext *ctx, const char *what) {
+    RtPending p = {MPI_REQUEST_NULL, "barrier over all ranks", -1, 0, 0};
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Ibarrier failed", what);
+        return 1;
+    }
+    return rt_wait(ctx, &p, 1, what);
+}
+
+int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, int dst_stage,
+                         void *dst, int64_t B, size_t row_bytes, int tag, const char *what) {
+    if (src_stage < 0 || src_stage >= ctx->nstages || dst_stage < 0 ||
+        dst_stage >= ctx->nstages || src_stage == dst_stage || B < 0) {
+        rt_log_error("%s: bad redistribution stage %d -> stage %d of %d (B=%lld)", what,
+                     src_stage, dst_stage, ctx->nstages, (long long)B);
+        return 1;
+    }
+    int am_src = ctx->stage == src_stage, am_dst = ctx->stage == dst_stage;
+    if (!am_src && !am_dst) return 0;
+    int dp_a = ctx->stage_dp[src_stage], dp_b = ctx->stage_dp[dst_stage];
+    RtOverlap *ov = malloc(sizeof(RtOverlap) * (size_t)(dp_a + dp_b));
+    RtPending *p = malloc(sizeof(RtPending) * (size_t)(dp_a + dp_b));
+    if (!ov || !p) {
+        free(ov);
+        free(p);
+        rt_log_error("%s: out of memory", what);
+        return 1;
+    }
+    int nov = rt_row_overlaps(B, dp_a, dp_b, ov), np = 0, rc = 0;
+    int64_t my_start, my_count;
+    rt_row_split(B, am_src ? dp_a : dp_b, ctx->dp_rank, &my_start, &my_count);
+    if ((am_src && my_count > 0 && !src) || (am_dst && my_count > 0 && !dst)) {
+        rt_log_error("%s: NULL buffer for %lld rows", what, (long long)my_count);
+        rc = 1;
+    }
+    /* Rows are contiguous in both buffers, so each overlap is one message
+     * at (start - my_start) rows into the local shard. */
+    for (int i = 0; i < nov && rc == 0; i++) {
+        const RtOverlap *o = &ov[i];
+        size_t off = (size_t)(o->start - my_start) * row_bytes;
+        size_t bytes = (size_t)o->count * row_bytes;
+        if (check_count(bytes, what)) {
+            rc = 1;
+            break;
+        }
+        int irc = MPI_SUCCESS;
+        if (am_src && o->src == ctx->dp_rank) {
+            int peer = rt_stage_rank(ctx, dst_stage, o->dst);
+            p[np] = (RtPending){MPI_REQUEST_NULL, "send to", peer, tag, bytes};
+            irc = MPI_Isend((const unsigned char *)src + off, (int)bytes, MPI_BYTE, peer, tag,
+                            MPI_COMM_WORLD, &p[np].req);
+            np++;
+        } else if (am_dst && o->dst == ctx->dp_rank) {
+            int peer = rt_stage_rank(ctx, src_stage, o->src);
+            p[np] = (RtPending){MPI_REQUEST_NULL, "recv from", peer, tag, bytes};
+            irc = MPI_Irecv((unsigned char *)dst + off, (int)bytes, MPI_BYTE, peer, tag,
+                            MPI_COMM_WORLD, &p[np].req);
+            np++;
+        }
+        if (irc != MPI_SUCCESS) {
+            rt_log_error("%s: posting %s rank %d failed", what, p[np - 1].kind, p[np - 1].peer);
+            rc = 1;
+        }
+    }
+    if (np > 0) {
+        /* Requests already posted must complete (or time out) before their
+         * buffers can be handed back, even when a later post failed. */
+        int wrc = rt_wait(ctx, p, np, what);
+        if (wrc) rc = wrc;
+    }
+    free(ov);
+    free(p);
+    return rc;
+}
