@@ -197,18 +197,57 @@ static int lower_constant_of_shape(NodeCtx *n, const ImportEntry *e) {
     return 0;
 }
 
-/* LayerNormalization: hetc's LayerNorm produces only Y; Mean and InvStdDev
- * are accepted when nothing reads them. */
+/* LayerNormalization: Y is hetc's fused LayerNorm.  When the optional Mean
+ * or InvStdDev outputs are used, they are computed beside it with primitive
+ * ops over the normalized axes (ReduceMean, Sub, Mul, Add eps, Sqrt,
+ * Reciprocal), in X's dtype; canonicalize and training only ever see Y. */
 static int lower_layernorm(NodeCtx *n, const ImportEntry *e) {
-    for (int i = 1; i < n->nout; i++)
-        if (n->out[i] && namemap_get(&n->c->used, n->np->output[i]))
-            return imp_node_err(n, "output %d ('%s') is used, but hetc's LayerNorm only "
-                                "produces Y", i, n->np->output[i]);
-    IrNode *node = imp_emit(n, IR_OP_LAYER_NORM, NULL, n->in, n->nin, n->out, 1);
-    if (!node) return -1;
     (void)e;
+    int want_stats = 0;
+    for (int i = 1; i < n->nout; i++)
+        if (n->out[i] && namemap_get(&n->c->used, n->np->output[i])) want_stats = 1;
+    IrValue *y[1] = {n->out[0]};
+    IrNode *node = imp_emit(n, IR_OP_LAYER_NORM, NULL, n->in, n->nin, y, 1);
+    if (!node) return -1;
     static const char *const skip[] = {"stash_type", NULL};
-    return imp_copy_attrs(n, node, skip);
+    if (imp_copy_attrs(n, node, skip)) return -1;
+    if (!want_stats) return 0;
+    int rank = imp_value_rank(n->c, n->in[0]);
+    if (rank < 1 || rank > IR_MAX_RANK)
+        return imp_node_err(n, "Mean/InvStdDev outputs need the rank of input X, which is not "
+                            "declared");
+    int64_t axis = ir_attr_int(node, "axis", -1);
+    if (axis < -rank || axis >= rank)
+        return imp_node_err(n, "axis %lld is out of range for rank %d", (long long)axis, rank);
+    if (axis < 0) axis += rank;
+    int64_t axes[IR_MAX_RANK];
+    int na = 0;
+    for (int64_t a = axis; a < rank; a++) axes[na++] = a;
+    IrValue *ax = imp_const_i64s(n, "stat_axes", na, axes);
+    IrValue *x = n->in[0];
+    IrValue *mean = n->nout > 1 && n->out[1] ? n->out[1] : imp_tmp(n, "mean");
+    IrValue *rm_in[2] = {x, ax};
+    IrNode *m = imp_emit(n, IR_OP_REDUCE_MEAN, "mean", rm_in, 2, &mean, 1);
+    if (!m) return -1;
+    ir_node_set_int(m, "keepdims", 1);
+    if (n->nout < 3 || !n->out[2]) return 0;
+    IrValue *d = imp_tmp(n, "centered"), *sq = imp_tmp(n, "sq"), *var = imp_tmp(n, "var");
+    IrValue *ve = imp_tmp(n, "var_eps"), *sd = imp_tmp(n, "std");
+    IrValue *sub_in[2] = {x, mean}, *mul_in[2] = {d, d}, *rv_in[2] = {sq, ax};
+    IrValue *eps = imp_const_scalar(n, "eps", x->dtype == IR_UNDEF ? IR_F32 : x->dtype,
+                                    ir_attr_float(node, "epsilon", 1e-5));
+    IrValue *add_in[2] = {var, eps};
+    IrNode *rv;
+    if (!imp_emit(n, IR_OP_SUB, "center", sub_in, 2, &d, 1) ||
+        !imp_emit(n, IR_OP_MUL, "square", mul_in, 2, &sq, 1) ||
+        !(rv = imp_emit(n, IR_OP_REDUCE_MEAN, "var", rv_in, 2, &var, 1)))
+        return -1;
+    ir_node_set_int(rv, "keepdims", 1);
+    if (!imp_emit(n, IR_OP_ADD, "add_eps", add_in, 2, &ve, 1) ||
+        !imp_emit(n, IR_OP_SQRT, "sqrt", &ve, 1, &sd, 1) ||
+        !imp_emit(n, IR_OP_RECIPROCAL, "inv_std", &sd, 1, &n->out[2], 1))
+        return -1;
+    return 0;
 }
 
 /* Constant: the output becomes an IR_VK_CONST value; no node. */
