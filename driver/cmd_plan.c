@@ -467,6 +467,10 @@ again:
     job->opt.tmax_comm_candidates = 1;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     job->opt.threads = a.threads > 0 ? (int)a.threads : (int)(ncpu > 0 ? (ncpu > 16 ? 16 : ncpu) : 1);
+    /* One t_max per thread per batch: a batch is evaluated against the best
+     * known before it, so larger batches only run DPs a finished one would
+     * have pruned (the result does not depend on it). */
+    job->opt.batch = job->opt.threads;
     int D = cluster_total_devices(&cl);
     if (a.max_stages > 0)
         job->opt.max_stages = (int)a.max_stages;

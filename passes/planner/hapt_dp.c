@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <stdio.h>
 
 #define INF DBL_MAX
 
@@ -73,7 +74,26 @@ typedef struct Tab {
     double mem_static, mem_act;
     int dp, tp;
     int feasible;
+    int kmax;               /* largest K <= B with stage_fits_memory (0: none) */
 } Tab;
+
+/* Eq. 24 as a threshold on K, computed with stage_fits_memory itself (it is
+ * monotone in K: mem_act >= 0), so "K <= kmax" and the helper agree on
+ * every K in 1..B. */
+static int kmax_of(double mem_static, double mem_act, double mem_dev, int B)
+{
+    if (!stage_fits_memory(mem_static, mem_act, 1, mem_dev))
+        return 0;
+    if (!(mem_act > 0) || stage_fits_memory(mem_static, mem_act, B, mem_dev))
+        return B;
+    double e = floor((mem_dev - mem_static) / mem_act);
+    int k = e < 1 ? 1 : e > B ? B : (int)e;
+    while (k < B && stage_fits_memory(mem_static, mem_act, k + 1, mem_dev))
+        k++;
+    while (k > 1 && !stage_fits_memory(mem_static, mem_act, k, mem_dev))
+        k--;
+    return k;
+}
 
 typedef struct CandRef {  /* sparse index entry (§5.2.2 (1)) */
     double t;
@@ -193,6 +213,7 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
                     t->dp = sc.dp;
                     t->tp = sc.tp;
                     t->feasible = sc.feasible && isfinite(t->t) && t->t >= 0;
+                    t->kmax = kmax_of(sc.mem_static, sc.mem_act, x->c->meshes[a].dev.mem_bytes, x->B);
                     if (t->feasible)
                         x->tcand[nfeas++] = t->t;
                 }
@@ -317,12 +338,25 @@ typedef struct StageRec {
     int k, i, p, j;
 } StageRec;
 
+/* dp_pareto's per-state front: see there. */
+#define PARETO_MAX 8
+
+typedef struct Front {
+    int n;
+    int s[PARETO_MAX];
+    int N[PARETO_MAX];
+} Front;
+
 typedef struct Work {
     double *G;              /* [L+2][D] relaxed DP */
     double *F;              /* [L+2][D][Smax+1] */
     int *N;                 /* warm-up of the first stage of the substructure */
     int *ch;                /* choice: i * 256 + j, -1 none */
     int *slo, *shi;         /* [L+2][D]: range of s with finite F (empty: lo > hi) */
+    int *Nm, *Sm;           /* [L+2][D]: dp_feasible */
+    int *Ks;                /* [Smax+1]: K by stage count (schedules other than H-1F1B) */
+    Front *Fr;              /* [L+2][D]: dp_pareto (H-1F1B only) */
+    double *Fm;             /* [L+2][D]: dp_pareto's lower bound of F */
     long transitions;
 } Work;
 
@@ -368,10 +402,19 @@ static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, W
     }
     const int *rem_after = od->rem_after;
     long trans = 0;
+    /* K of Eq. 23 is the warm-up this stage gets in the emitted schedule:
+     * schedule_warmup_step, the same function, evaluated outside the
+     * transition loop.  H-1F1B: K(N_next) = min(B, N_next + δ) for
+     * N_next >= 1, so K(n) = min(B, n + K(1) - 1) (also when K(1) = B).
+     * The others depend on s only. */
+    const int h1 = opt->schedule == SCHED_H1F1B;
+    int *Ks = w->Ks;
+    for (int s = 1; s <= x->Smax; s++)
+        Ks[s] = schedule_warmup_step(opt->schedule, 1, s, 0.0, tmax, opt->eps, B, NULL, NULL);
+    const int Kterm = schedule_warmup_step(opt->schedule, 0, 1, 0.0, tmax, opt->eps, B, NULL, NULL);
     for (int k = L; k >= 1; k--) {
         for (int p = 0; p < P; p++) {
             int a = od->mesh[p], Dp = od->Dp[p];
-            double mem_dev = x->c->meshes[a].dev.mem_bytes;
             int smin = P - p; /* every later mesh needs a stage */
             for (int j = 0; j < x->nsub[a]; j++) {
                 Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
@@ -384,6 +427,9 @@ static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, W
                 while ((i = cand_next(&it)) >= 0) {
                     const Tab *tb = tab_at(x, a, j, k, i);
                     int chv = i * 256 + j;
+                    const int kmax = opt->check_memory ? tb->kmax : INT_MAX; /* Eq. 24 */
+                    double c_prev = -1.0;
+                    int K1 = 0;
                     for (int d = nm; d <= Dp; d++) {
                         double c;
                         size_t nbase; /* index of (s = 0, i+1, next pos) */
@@ -430,25 +476,30 @@ static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, W
                                 s_hi = w->shi[nstate] + 1;
                         }
                         size_t cstate = (size_t)k * x->D + od->off[p] + d - 1;
+                        if (h1 && !terminal && c != c_prev) {
+                            K1 = schedule_warmup_step(SCHED_H1F1B, 1, 0, c, tmax, opt->eps, B,
+                                                      NULL, NULL);
+                            c_prev = c;
+                        }
                         for (int s = s_lo; s <= s_hi; s++) {
                             double fn;
-                            int nn;
+                            int K;
                             if (terminal) {
                                 fn = 0.0; /* F(0, L+1, 0..0) = 0, N(0, L+1, ...) = 0 */
-                                nn = 0;
+                                K = Kterm;
                             } else {
                                 fn = w->F[nbase + s - 1];
                                 if (fn == INF)
                                     continue;
-                                nn = w->N[nbase + s - 1];
+                                if (h1) {
+                                    int nn = w->N[nbase + s - 1];
+                                    K = nn + K1 - 1 < B ? nn + K1 - 1 : B;
+                                } else {
+                                    K = Ks[s];
+                                }
                             }
                             trans++;
-                            /* K of Eq. 23: the warm-up this stage gets in the
-                             * emitted schedule (the same function). */
-                            int K = schedule_warmup_step(opt->schedule, nn, s, c, tmax, opt->eps,
-                                                         B, NULL, NULL);
-                            if (opt->check_memory &&
-                                !stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev))
+                            if (K > kmax)
                                 continue; /* Eq. 24 */
                             double v = fn + w0; /* Eq. 14 / 18 */
                             if (v >= bound)
@@ -579,6 +630,284 @@ static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters
     return G[(size_t)1 * D + od->off[0] + od->Dp[0] - 1];
 }
 
+/* Exact-feasibility filter (added by "plan2"): a relaxation of the full DP
+ * without its F and stage-count dimensions that answers "can any layout be
+ * feasible at tmax?" in the time of dp_relaxed.  Two scalar DPs over
+ * (k, pos), both sound (full DP finite => both finite), both monotone in
+ * tmax (more candidates, δ of Eq. 2 non-increasing, comm bound looser):
+ *   Nm: the smallest warm-up N the first stage of any feasible suffix can
+ *       have.  The emitted K of a stage is a non-decreasing function of the
+ *       next stage's N (H-1F1B: N_next + δ, Eq. 1) or of the suffix's stage
+ *       count (1F1B: s, Eager-1F1B: 2s - 1, GPipe: B), and Eq. 24 only gets
+ *       harder as K grows, so the smallest N (H-1F1B) is the best any
+ *       upstream stage can hope for: Nm is exact feasibility without the
+ *       stage cap.
+ *   Sm: the fewest stages of any suffix whose stages fit with a lower bound
+ *       of their K (H-1F1B: N >= min(B, stages in the suffix), since every
+ *       δ >= 1); Sm(start) > Smax means the stage cap cannot be met.
+ * The full DP keeps one (F, N) per state, so it may miss a feasible layout
+ * (min-F substructure) but never finds one these miss: skipping a tmax that
+ * fails here leaves the result unchanged. */
+static int feas_K(const Ctx *x, int n_next, int s_next, double c, double tmax, int use_s)
+{
+    const DpOptions *opt = x->opt;
+    if (opt->schedule == SCHED_H1F1B) {
+        int n = use_s ? (s_next < x->B ? s_next : x->B) : n_next;
+        return schedule_warmup_step(SCHED_H1F1B, n, 0, c, tmax, opt->eps, x->B, NULL, NULL);
+    }
+    return schedule_warmup_step(opt->schedule, n_next, s_next + 1, c, tmax, opt->eps, x->B, NULL,
+                                NULL);
+}
+
+static int dp_feasible(const Ctx *x, const Order *od, double tmax, int *Nm, int *Sm)
+{
+    const int L = x->L, D = x->D, P = od->P;
+    const int h1 = x->opt->schedule == SCHED_H1F1B;
+    for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
+        Nm[q] = Sm[q] = INT_MAX;
+    for (int k = L; k >= 1; k--)
+        for (int p = 0; p < P; p++) {
+            int a = od->mesh[p], Dp = od->Dp[p];
+            double mem_dev = x->c->meshes[a].dev.mem_bytes;
+            int *nk = &Nm[(size_t)k * D + od->off[p]], *sk = &Sm[(size_t)k * D + od->off[p]];
+            for (int j = 0; j < x->nsub[a]; j++) {
+                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
+                int nm = sub.n * sub.m;
+                if (nm > Dp)
+                    continue;
+                CandIter it;
+                cand_begin(&it, x, a, j, k, tmax);
+                int i;
+                while ((i = cand_next(&it)) >= 0) {
+                    const Tab *tb = tab_at(x, a, j, k, i);
+                    if (i == L) { /* terminal: the last device of the last mesh */
+                        if (p != P - 1)
+                            continue;
+                        int K = schedule_warmup_step(x->opt->schedule, 0, 1, 0.0, tmax, x->opt->eps,
+                                                     x->B, NULL, NULL);
+                        if (!x->opt->check_memory ||
+                            stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev)) {
+                            if (K < nk[nm - 1])
+                                nk[nm - 1] = K;
+                            sk[nm - 1] = 1;
+                        }
+                        continue;
+                    }
+                    for (int side = 0; side < 2; side++) {
+                        double c;
+                        int d0, d1;     /* range of d for this kind of successor */
+                        size_t nb;      /* successor of d = d0 */
+                        if (side == 0) { /* d > nm: next stage on this mesh, d - nm free */
+                            c = comm_at(x, i, a, a);
+                            d0 = nm + 1;
+                            d1 = Dp;
+                            nb = (size_t)(i + 1) * D + od->off[p];
+                        } else { /* d == nm: this mesh done, next on π_{p+1} */
+                            if (p + 1 >= P)
+                                continue;
+                            c = comm_at(x, i, a, od->mesh[p + 1]);
+                            d0 = d1 = nm;
+                            nb = (size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1;
+                        }
+                        if (x->opt->comm_bound && c > tmax)
+                            continue;
+                        for (int d = d0; d <= d1; d++) {
+                            size_t q = nb + (size_t)(d - d0);
+                            int sv = Sm[q], nv = Nm[q];
+                            if (sv == INT_MAX)
+                                continue; /* Nm finite implies Sm finite */
+                            /* any suffix from q has N >= Nm[q] (H-1F1B) */
+                            int K = feas_K(x, 0, h1 && nv != INT_MAX && nv > sv ? nv : sv, c, tmax, 1);
+                            if ((!x->opt->check_memory ||
+                                 stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev)) &&
+                                sv + 1 < sk[d - 1])
+                                sk[d - 1] = sv + 1;
+                            if (!h1 || nv == INT_MAX)
+                                continue;
+                            K = feas_K(x, nv, sv, c, tmax, 0);
+                            if ((!x->opt->check_memory ||
+                                 stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev)) &&
+                                K < nk[d - 1])
+                                nk[d - 1] = K;
+                        }
+                    }
+                }
+            }
+        }
+    size_t root = (size_t)1 * D + od->off[0] + od->Dp[0] - 1;
+    if (h1 && Nm[root] == INT_MAX)
+        return 0;
+    return Sm[root] != INT_MAX && Sm[root] <= x->Smax;
+}
+
+/* Exact feasibility under H-1F1B with the stage cap (added by "plan2").
+ * Per (k, pos) the Pareto front of (stages in the suffix, N of its first
+ * stage) over suffixes whose every stage fits (Eq. 24 with its emitted K)
+ * with at most Smax stages: upstream stages need only a small N (K is
+ * N_next + δ, non-decreasing in N_next) and a small stage count (the cap),
+ * so a dominated pair can never help.  The front is exact while it holds at
+ * most PARETO_MAX pairs; *overflow is set otherwise (the caller then trusts
+ * nothing from this run).  Exact feasibility is monotone in tmax, which
+ * makes it binary-searchable.  Cost: like dp_feasible times the front size
+ * (a few), against the full DP's whole stage-count range per transition. */
+
+/* Insert (s, N); returns 0, or -1 when the front would exceed PARETO_MAX. */
+static int front_add(Front *f, int s, int N)
+{
+    for (int q = 0; q < f->n; q++)
+        if (f->s[q] <= s && f->N[q] <= N)
+            return 0; /* dominated */
+    int m = 0;
+    for (int q = 0; q < f->n; q++)
+        if (!(s <= f->s[q] && N <= f->N[q])) { /* keep what the new pair does not dominate */
+            f->s[m] = f->s[q];
+            f->N[m] = f->N[q];
+            m++;
+        }
+    if (m >= PARETO_MAX)
+        return -1;
+    f->s[m] = s;
+    f->N[m] = N;
+    f->n = m + 1;
+    return 0;
+}
+
+static int dp_pareto(const Ctx *x, const Order *od, double tmax, Front *Fr, double *Fm,
+                     int *overflow)
+{
+    const int L = x->L, D = x->D, P = od->P, B = x->B, Smax = x->Smax;
+    const double eps = x->opt->eps;
+    *overflow = 0;
+    for (size_t q = 0; q < (size_t)(L + 2) * D; q++) {
+        Fr[q].n = 0;
+        Fm[q] = INF;
+    }
+    for (int k = L; k >= 1; k--)
+        for (int p = 0; p < P; p++) {
+            int a = od->mesh[p], Dp = od->Dp[p];
+            double mem_dev = x->c->meshes[a].dev.mem_bytes;
+            Front *fk = &Fr[(size_t)k * D + od->off[p]];
+            double *gk = &Fm[(size_t)k * D + od->off[p]];
+            for (int j = 0; j < x->nsub[a]; j++) {
+                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
+                int nm = sub.n * sub.m;
+                if (nm > Dp)
+                    continue;
+                CandIter it;
+                cand_begin(&it, x, a, j, k, tmax);
+                int i;
+                while ((i = cand_next(&it)) >= 0) {
+                    const Tab *tb = tab_at(x, a, j, k, i);
+                    if (i == L) {
+                        if (p != P - 1)
+                            continue;
+                        int K = schedule_warmup_step(SCHED_H1F1B, 0, 1, 0.0, tmax, eps, B, NULL, NULL);
+                        if (!x->opt->check_memory ||
+                            stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev)) {
+                            if (front_add(&fk[nm - 1], 1, K))
+                                *overflow = 1;
+                            if (tb->t < gk[nm - 1])
+                                gk[nm - 1] = tb->t;
+                        }
+                        continue;
+                    }
+                    for (int side = 0; side < 2; side++) {
+                        double c;
+                        int d0, d1;
+                        size_t nb;
+                        if (side == 0) {
+                            c = comm_at(x, i, a, a);
+                            d0 = nm + 1;
+                            d1 = Dp;
+                            nb = (size_t)(i + 1) * D + od->off[p];
+                        } else {
+                            if (p + 1 >= P)
+                                continue;
+                            c = comm_at(x, i, a, od->mesh[p + 1]);
+                            d0 = d1 = nm;
+                            nb = (size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1;
+                        }
+                        if (x->opt->comm_bound && c > tmax)
+                            continue;
+                        double w0 = 2.0 * c + tb->t;
+                        for (int d = d0; d <= d1; d++) {
+                            const Front *fn = &Fr[nb + (size_t)(d - d0)];
+                            int admitted = 0;
+                            for (int q = 0; q < fn->n; q++) {
+                                if (fn->s[q] + 1 > Smax)
+                                    continue;
+                                int K = schedule_warmup_step(SCHED_H1F1B, fn->N[q], 0, c, tmax, eps,
+                                                             B, NULL, NULL);
+                                if (x->opt->check_memory &&
+                                    !stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev))
+                                    continue;
+                                admitted = 1;
+                                if (front_add(&fk[d - 1], fn->s[q] + 1, K))
+                                    *overflow = 1;
+                            }
+                            double v = Fm[nb + (size_t)(d - d0)] + w0;
+                            if (admitted && v < gk[d - 1])
+                                gk[d - 1] = v;
+                        }
+                    }
+                }
+            }
+        }
+    return Fr[(size_t)1 * D + od->off[0] + od->Dp[0] - 1].n > 0;
+}
+
+/* Root of Fm after dp_pareto: a lower bound of Eq. 14's F over every
+ * layout that fits at tmax (valid when the front did not overflow). */
+static double pareto_lb(const Ctx *x, const Order *od, const double *Fm)
+{
+    return Fm[(size_t)1 * x->D + od->off[0] + od->Dp[0] - 1];
+}
+
+/* Both filters of the low side; monotone in tmax, so binary-searchable. */
+static int tmax_possible(const Ctx *x, const Order *od, double tmax, Work *w)
+{
+    return dp_relaxed(x, od, tmax, 1, w->G) < INF && dp_feasible(x, od, tmax, w->Nm, w->Sm);
+}
+
+/* The smallest candidate index in [lo0, limit) that dp_pareto accepts
+ * (H-1F1B with memory checks; other schedules: dp_feasible's stage count
+ * is already exact, return lo0), or limit when none does (the caller's
+ * high-side cut then prunes the rest).  Galloping then bisecting, which
+ * needs monotonicity: exact feasibility has it, so if any probe's front
+ * overflowed the answer falls back to lo0 (every full DP from lo0 up runs,
+ * as before). */
+static int exact_low(const Ctx *x, const Order *od, int lo0, int limit, Work *w)
+{
+    if (x->opt->schedule != SCHED_H1F1B || !x->opt->check_memory || !w->Fr)
+        return lo0;
+    int o;
+    int hi = lo0, step = 1, prev = lo0 - 1; /* prev: known infeasible (or lo0 - 1) */
+    for (;;) {
+        int ok = dp_pareto(x, od, x->tcand[hi], w->Fr, w->Fm, &o);
+        if (o)
+            return lo0;
+        if (ok)
+            break;
+        prev = hi;
+        if (hi == limit - 1)
+            return limit; /* nothing feasible below the high-side cut */
+        hi = hi + step < limit - 1 ? hi + step : limit - 1;
+        step *= 2;
+    }
+    int a = prev + 1, b = hi; /* first feasible in [a, b]; b is feasible */
+    while (a < b) {
+        int mid = a + (b - a) / 2;
+        int ok = dp_pareto(x, od, x->tcand[mid], w->Fr, w->Fm, &o);
+        if (o)
+            return lo0;
+        if (ok)
+            b = mid;
+        else
+            a = mid + 1;
+    }
+    return a;
+}
+
 /* ------------------------------------------------------------ batches */
 
 typedef struct Slot {       /* result of one t_max */
@@ -616,6 +945,14 @@ static void slot_eval(const Batch *b, Work *w, Slot *sl)
     if (x->opt->prune_tmax) {
         double lbt = dp_relaxed(x, b->od, sl->tmax, 1, w->G);
         if (lbt == INF || (b->best < INF && (double)(x->B - 1) * sl->tmax + lbt >= b->best)) {
+            sl->pruned = 1;
+            return;
+        }
+        /* The same test with the bound of layouts that fit (H-1F1B):
+         * tighter where memory forces many or small stages. */
+        int ovf;
+        if (w->Fr && b->best < INF && dp_pareto(x, b->od, sl->tmax, w->Fr, w->Fm, &ovf) &&
+            !ovf && (double)(x->B - 1) * sl->tmax + pareto_lb(x, b->od, w->Fm) >= b->best) {
             sl->pruned = 1;
             return;
         }
@@ -882,7 +1219,16 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
         ws[t].G = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].G);
         ws[t].slo = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].slo);
         ws[t].shi = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].shi);
-        if (!ws[t].F || !ws[t].N || !ws[t].ch || !ws[t].G || !ws[t].slo || !ws[t].shi) {
+        ws[t].Nm = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Nm);
+        ws[t].Sm = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Sm);
+        ws[t].Ks = malloc((size_t)(x.Smax + 2) * sizeof *ws[t].Ks);
+        int pareto = opt.schedule == SCHED_H1F1B && opt.check_memory && opt.prune_tmax;
+        if (pareto) {
+            ws[t].Fr = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Fr);
+            ws[t].Fm = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Fm);
+        }
+        if (!ws[t].F || !ws[t].N || !ws[t].ch || !ws[t].G || !ws[t].slo || !ws[t].shi ||
+            !ws[t].Nm || !ws[t].Sm || !ws[t].Ks || (pareto && (!ws[t].Fr || !ws[t].Fm))) {
             ir_errorf(err, "plan: out of memory for the DP table (%zu states)", wsz);
             goto done;
         }
@@ -913,7 +1259,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
         if (opt.prune_tmax) {
             /* (b) low side: smallest t_max the relaxed DP reaches; every
              * smaller one is infeasible for the full DP as well. */
-            if (dp_relaxed(&x, &od, x.tcand[x.ntcand - 1], 1, G) == INF) {
+            if (!tmax_possible(&x, &od, x.tcand[x.ntcand - 1], &ws[0])) {
                 if (stats)
                     stats->tmax_pruned_low += x.ntcand;
                 continue;
@@ -921,17 +1267,22 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             int a = 0, b = x.ntcand - 1;
             while (a < b) {
                 int mid = a + (b - a) / 2;
-                if (dp_relaxed(&x, &od, x.tcand[mid], 1, G) < INF)
+                if (tmax_possible(&x, &od, x.tcand[mid], &ws[0]))
                     b = mid;
                 else
                     a = mid + 1;
             }
-            lo = a;
-            if (stats)
-                stats->tmax_pruned_low += lo;
             /* high side: Eq. 13 >= (B-1) t_max + LB for every plan. */
             lb = dp_relaxed(&x, &od, INF, 0, G);
+            /* exact feasibility from there, up to where the high side prunes */
+            int limit = a;
+            while (limit < x.ntcand && !(best < INF && (double)(x.B - 1) * x.tcand[limit] + lb >= best))
+                limit++;
+            lo = limit > a ? exact_low(&x, &od, a, limit, &ws[0]) : a;
+            if (stats)
+                stats->tmax_pruned_low += lo;
         }
+        if (getenv("HETC_DPDBG")) fprintf(stderr, "DBG order %d lo %d of %d lb %g best %g\n", oi, lo, x.ntcand, lb, best);
         for (int q = lo; q < x.ntcand;) {
             Batch bt;
             bt.x = &x;
@@ -1017,6 +1368,11 @@ done:
             free(ws[t].G);
             free(ws[t].slo);
             free(ws[t].shi);
+            free(ws[t].Nm);
+            free(ws[t].Sm);
+            free(ws[t].Fr);
+            free(ws[t].Fm);
+            free(ws[t].Ks);
         }
     free(ws);
     free(slots);
