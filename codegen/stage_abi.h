@@ -50,9 +50,47 @@ typedef struct HetcStageDesc {
     const HetcStageFn *funcs;
     int32_t nsched;
     const HetcSchedEntry *sched;
+    /* ABI 2: what the runtime needs besides the calls (NUL-terminated). */
+    const char *ir_train;  /* the stage's train graph, canonical IR text (all const data inline) */
+    const char *ir_update; /* the stage's update graph, canonical IR text */
+    const char *config;    /* the stage config, "hetc-stage 1" text (docs/STAGE_ABI.md) */
 } HetcStageDesc;
 
-#define HETC_STAGE_ABI_VERSION 1
+#define HETC_STAGE_ABI_VERSION 2
+
+/* ---- the hetrt entries generated stage functions call (runtime/stage_exec.c).
+ * Every one returns 0 or nonzero (status: the generated function stops and
+ * returns the call's 1-based index; the runtime names the call).
+ *
+ * Buffer references inside `bufs` of hetrt_node: one int64 per node input
+ * then per node output, (region << 56) | offset, with region
+ *   HETC_BUF_NONE  (0): omitted optional input / unused output
+ *   HETC_BUF_ARENA (1): arena + offset (parameters, gradients, optimizer
+ *                       state, scratch)
+ *   HETC_BUF_SLOT  (2): slot + offset (this microbatch's activation slot)
+ *   HETC_BUF_CONST (3): the IR value's own constant data (offset unused)
+ */
+enum { HETC_BUF_NONE = 0, HETC_BUF_ARENA = 1, HETC_BUF_SLOT = 2, HETC_BUF_CONST = 3 };
+#define HETC_BUF(region, off) (((int64_t)(region) << 56) | (int64_t)(off))
+enum { HETC_GRAPH_TRAIN = 0, HETC_GRAPH_UPDATE = 1 };
+
+/* Run node `node` (index in the graph's node list, as printed) of graph
+ * `graph` (HETC_GRAPH_*) on the host kernels; outputs are zeroed first. */
+int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const int64_t *bufs);
+/* Boundary transfer `xfer` (index into the config's xfer lines) of the
+ * microbatch being run: rows are redistributed between the two stages' DP
+ * ranks (rt_redistribute_rows). */
+int32_t hetrt_recv(int32_t xfer, void *dst);
+int32_t hetrt_send(int32_t xfer, const void *src);
+/* This rank's rows of the running microbatch's token ids (which = 0) or
+ * targets (which = 1), as dtype (RT_I32 = 3 or RT_I64 = 4). */
+int32_t hetrt_tokens(int32_t which, void *dst, int32_t dtype);
+/* acc[i] += g[i] / accum (accum: microbatches per step), f32. */
+int32_t hetrt_accum(void *acc, const void *g, int64_t n);
+/* Record this microbatch's (scaled) loss, an f32 scalar. */
+int32_t hetrt_loss(const void *loss);
+int32_t hetrt_copy(void *dst, const void *src, int64_t bytes);
+int32_t hetrt_zero(void *dst, int64_t bytes);
 
 /* Runtime entry point called by the generated main. */
 int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *stage);

@@ -1282,7 +1282,6 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             if (stats)
                 stats->tmax_pruned_low += lo;
         }
-        if (getenv("HETC_DPDBG")) fprintf(stderr, "DBG order %d lo %d of %d lb %g best %g\n", oi, lo, x.ntcand, lb, best);
         for (int q = lo; q < x.ntcand;) {
             Batch bt;
             bt.x = &x;
