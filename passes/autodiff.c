@@ -120,32 +120,48 @@ static void mark_needs(AdCtx *c) {
     }
 }
 
-int pass_autodiff(IrGraph *g, PassContext *ctx, IrError *err) {
-    (void)ctx;
-    IrValue *loss = find_output(g, "loss");
-    if (!loss)
-        return ir_errorf(err, "graph '%s' has no output named 'loss'; run the loss pass first",
-                         g->name);
-    if (ir_shape_numel(&loss->shape) != 1 || loss->dtype != IR_F32)
-        return ir_errorf(err, "loss '%s' must be an f32 scalar", loss->name);
+/* The shared core: seeds give the starting gradients (NULL grad: 1, for a
+ * scalar loss); wrt values are marked as needing gradients like parameters
+ * and get theirs back in wrt_grad. */
+static int ad_run(IrGraph *g, const AdSeed *seeds, int nseeds, IrValue *const *wrt, int nwrt,
+                  IrValue **wrt_grad, IrError *err) {
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->phase != IR_PHASE_FWD)
             return ir_errorf(err, "graph already has backward node '%s'; run autodiff once",
                              g->nodes[i]->name);
+    for (int i = 0; i < nseeds; i++)
+        if (seeds[i].grad && (seeds[i].grad->dtype != seeds[i].value->dtype ||
+                              !ir_shape_equal(&seeds[i].grad->shape, &seeds[i].value->shape)))
+            return ir_errorf(err, "seed gradient '%s' does not match the dtype and shape of '%s'",
+                             seeds[i].grad->name, seeds[i].value->name);
     ir_graph_compact(g); /* dense value ids index the tables below */
     AdCtx c = {.g = g, .nfwd = g->nvalues};
     c.needs = ir_xcalloc((size_t)c.nfwd + 1, 1);
     c.grad = ir_xcalloc((size_t)c.nfwd + 1, sizeof *c.grad);
+    for (int i = 0; i < nwrt; i++)
+        if (ir_dtype_is_float(wrt[i]->dtype)) c.needs[wrt[i]->id] = 1;
     mark_needs(&c);
     int rc = 0;
-    if (!c.needs[loss->id]) {
-        rc = ir_errorf(err, "loss '%s' does not depend on any parameter", loss->name);
-        goto done;
-    }
-    c.grad[loss->id] = ir_const_scalar_f32(g, "grad/loss", 1.0f);
-    if (loss->shape.rank != 0) {
-        IrValue *in[2] = {c.grad[loss->id], ad_shape_const(&c, &loss->shape)};
-        c.grad[loss->id] = ad_op1(&c, IR_OP_RESHAPE, loss, &loss->shape, 2, in);
+    for (int i = 0; i < nseeds && !rc; i++) {
+        IrValue *v = seeds[i].value;
+        if (!c.needs[v->id]) {
+            rc = ir_errorf(err, "%s '%s' does not depend on any parameter",
+                           seeds[i].grad ? "seeded value" : "loss", v->name);
+            goto done;
+        }
+        IrValue *gv = seeds[i].grad;
+        if (!gv) {
+            gv = ir_const_scalar_f32(g, "grad/loss", 1.0f);
+            if (v->shape.rank != 0) {
+                IrValue *in[2] = {gv, ad_shape_const(&c, &v->shape)};
+                gv = ad_op1(&c, IR_OP_RESHAPE, v, &v->shape, 2, in);
+            }
+        }
+        if (c.grad[v->id]) {
+            IrValue *in[2] = {c.grad[v->id], gv};
+            gv = ad_op1(&c, IR_OP_ADD, v, &v->shape, 2, in);
+        }
+        c.grad[v->id] = gv;
     }
     int nfwd_nodes = g->nnodes;
     IrValue *gout[64];
@@ -188,8 +204,34 @@ int pass_autodiff(IrGraph *g, PassContext *ctx, IrError *err) {
         ad_emit(&c, IR_OP_IDENTITY, 1, &c.grad[p->id], 1, &o);
         ir_graph_add_output(g, o);
     }
+    for (int i = 0; i < nwrt && !rc; i++)
+        wrt_grad[i] = wrt[i]->id >= 0 && wrt[i]->id < c.nfwd && g->values[wrt[i]->id] == wrt[i]
+                          ? c.grad[wrt[i]->id]
+                          : NULL;
 done:
     free(c.needs);
     free(c.grad);
     return rc;
+}
+
+int pass_autodiff(IrGraph *g, PassContext *ctx, IrError *err) {
+    (void)ctx;
+    IrValue *loss = find_output(g, "loss");
+    if (!loss)
+        return ir_errorf(err, "graph '%s' has no output named 'loss'; run the loss pass first",
+                         g->name);
+    if (ir_shape_numel(&loss->shape) != 1 || loss->dtype != IR_F32)
+        return ir_errorf(err, "loss '%s' must be an f32 scalar", loss->name);
+    AdSeed seed = {.value = loss, .grad = NULL};
+    return ad_run(g, &seed, 1, NULL, 0, NULL, err);
+}
+
+int autodiff_seeded(IrGraph *g, const AdSeed *seeds, int nseeds, IrValue *const *wrt, int nwrt,
+                    IrValue **wrt_grad, IrError *err) {
+    for (int i = 0; i < nseeds; i++)
+        if (!seeds[i].grad &&
+            (ir_shape_numel(&seeds[i].value->shape) != 1 || seeds[i].value->dtype != IR_F32))
+            return ir_errorf(err, "seed '%s' without a gradient must be an f32 scalar (a loss)",
+                             seeds[i].value->name);
+    return ad_run(g, seeds, nseeds, wrt, nwrt, wrt_grad, err);
 }

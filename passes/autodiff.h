@@ -48,6 +48,19 @@ int ad_contrib(AdCtx *c, IrValue *x, IrValue *g, IrError *err);
 /* Differentiate the graph output named "loss" (a scalar) with respect to
  * every parameter; gradients become graph outputs "grad/<param>". */
 int pass_autodiff(IrGraph *g, PassContext *ctx, IrError *err);
+/* Seeded form (pipeline stages, passes/partition.c): the backward of a
+ * graph whose outputs feed other programs.  Each seed's value starts with
+ * the given gradient (a value of the same dtype and shape, typically a
+ * graph input; grad NULL: 1, for an f32 scalar loss); seeds of one value
+ * add up.  Besides parameters (outputs "grad/<P>" as pass_autodiff), the
+ * gradient of each wrt[i] (e.g. a received activation, a graph input) is
+ * returned in wrt_grad[i], NULL if none reaches it.  Runs once per graph. */
+typedef struct AdSeed {
+    IrValue *value;
+    IrValue *grad;
+} AdSeed;
+int autodiff_seeded(IrGraph *g, const AdSeed *seeds, int nseeds, IrValue *const *wrt, int nwrt,
+                    IrValue **wrt_grad, IrError *err);
 /* The gradient value of param p after pass_autodiff (NULL if none). */
 IrValue *ad_param_grad(IrGraph *g, const IrValue *p);
 

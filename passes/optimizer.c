@@ -160,9 +160,14 @@ int pass_optimizer_with(IrGraph *g, const OptimOpts *o, IrError *err) {
         free(ps), free(gs);
         return rc;
     }
-    /* global norm over all gradients (clip_grad_norm_, norm_type 2) */
-    IrValue *sq = NULL;
-    for (int i = 0; i < n; i++) {
+    /* global norm over all gradients (clip_grad_norm_, norm_type 2); an
+     * input when the gradients are spread over programs (pipeline stages) */
+    IrValue *norm = NULL, *sq = NULL;
+    if (o->norm_input && !(norm = scalar_input(g, "grad_norm", IR_F32, err))) {
+        free(ps), free(gs);
+        return -1;
+    }
+    for (int i = 0; i < n && !norm; i++) {
         IrValue *t = emit(&c, IR_OP_MUL, gs[i], gs[i], NULL, IR_VK_ACT);
         IrShape s0 = {0};
         IrValue *r = ir_value_new(g, NULL, IR_F32, &s0, IR_VK_ACT);
@@ -171,8 +176,10 @@ int pass_optimizer_with(IrGraph *g, const OptimOpts *o, IrError *err) {
         ir_node_set_int(rn, "keepdims", 0);
         sq = sq ? emit(&c, IR_OP_ADD, sq, r, NULL, IR_VK_ACT) : r;
     }
-    IrValue *norm = emit(&c, IR_OP_SQRT, sq, NULL, "grad_norm", IR_VK_ACT);
-    ir_graph_add_output(g, norm);
+    if (!norm) {
+        norm = emit(&c, IR_OP_SQRT, sq, NULL, "grad_norm", IR_VK_ACT);
+        ir_graph_add_output(g, norm);
+    }
     if (o->clip > 0) {
         IrValue *q = emit(&c, IR_OP_DIV, k(&c, o->clip),
                           emit(&c, IR_OP_ADD, norm, k(&c, 1e-6), NULL, IR_VK_ACT), NULL, IR_VK_ACT);

@@ -27,6 +27,9 @@ typedef struct OptimOpts {
     double momentum, dampening;
     int nesterov;
     double clip;          /* global-norm clip; <= 0 off */
+    int norm_input;       /* 1: "grad_norm" is an f32 scalar graph input (after "lr",
+                             "step"), not computed nor output: the norm of gradients
+                             spread over several programs (pipeline stages) */
 } OptimOpts;
 
 void optim_opts_default(OptimOpts *o); /* AdamW 0.9/0.95/1e-8, wd 0.1, clip 1.0 */

@@ -1,0 +1,108 @@
+/* partition: cut a training model by a plan into per-stage programs
+ * (issue 6, DESIGN §5).
+ *
+ * Input: the FORWARD graph of the model with its loss (forward pipeline,
+ * tie-weights, loss: output "loss"), shape-inferred at this stage's LOCAL
+ * batch (microbatch rows / the stage's DP degree), and a layer id for every
+ * forward node (node->layer_id, 1-based, from the layers pass run on the
+ * graph the planner saw; nodes the caller could not map carry -1 and take
+ * the layer of their nearest consumer, the loss node that of its input).
+ * Stage s owns layers [first_layer[s], last_layer[s]].
+ *
+ * Output per stage: two graphs and the interface the runtime needs.
+ *
+ *  - `train`: forward + backward of ONE microbatch on this stage.
+ *      graph inputs: the model's data inputs this stage reads (token ids,
+ *      "targets" on the last stage), every boundary activation it receives
+ *      (named as the producing value is named in the full graph), and on
+ *      every stage but the last, the gradient of each boundary activation
+ *      it sends (named "bgrad/<value>").
+ *      graph outputs: boundary activations it sends (same names), the
+ *      gradients of the boundary activations it received ("bgrad/<value>"),
+ *      "grad/<P>" for each parameter P it holds, and "loss" on the last
+ *      stage.  The last stage's loss is scaled by local_rows / rows, so the
+ *      DP group's SUM of losses (and of gradients) is the single-process
+ *      mean: every cross-rank reduction is a plain sum.
+ *      Values that do not depend on any data input (a Transpose of a tied
+ *      weight, position tables) are never sent: their producers are cloned
+ *      into each stage that reads them, with the parameters they need, so
+ *      a parameter can be held by several stages (see `shared`).
+ *      Nodes carry phase fwd / bwd (autodiff seeded by "bgrad/" inputs,
+ *      and by loss = 1 on the last stage).
+ *  - `update`: the optimizer step of this stage's parameters, built like
+ *      hetc train's update graph (passes/optimizer.h) except that
+ *      "grad_norm" is a graph INPUT (f32 scalar: the runtime computes the
+ *      global norm over all stages).  inputs: "grad/<P>", "lr", "step",
+ *      "grad_norm"; PARAM values P and optstate values opt/m/P, opt/v/P
+ *      (or opt/buf/P); outputs upd/P, upd/m/P, ... (state carry by name).
+ */
+#ifndef HETC_PARTITION_H
+#define HETC_PARTITION_H
+
+#include <stdint.h>
+
+#include "ir.h"
+#include "optimizer.h"
+
+typedef enum PartXferKind {
+    PX_ACT = 0,  /* forward activation, producer stage -> consumer stage */
+    PX_GRAD = 1, /* its gradient, consumer stage -> producer stage */
+} PartXferKind;
+
+/* One boundary tensor of one microbatch, seen from one stage. */
+typedef struct PartXfer {
+    char *value;       /* name in this stage's train graph: an input (recv) or output (send) */
+    int send;          /* 1: this stage sends it; 0: receives it */
+    int peer;          /* the other stage */
+    PartXferKind kind;
+    int id;            /* plan-wide index, the same on both sides (tags) */
+    int64_t rows;      /* rows of the whole microbatch (leading dim over all DP ranks) */
+    int64_t row_bytes; /* bytes of one row */
+} PartXfer;
+
+typedef struct PartParam {
+    char *name;        /* PARAM value name (identical in every stage that holds it) */
+    int layer;         /* checkpoint layer: the first layer whose node reads it */
+    int shared;        /* 1: also held by another stage (gradients summed across them) */
+    int trained;       /* 1: the loss depends on it: "grad/<P>" is a train output and the
+                        * update graph updates it (0: read-only, e.g. used by integer ops) */
+} PartParam;
+
+typedef struct PartStage {
+    int stage;
+    int first_layer, last_layer;
+    int dp;            /* DP degree */
+    int64_t local_rows;/* rows of a microbatch on one DP rank */
+    IrGraph *train;    /* owned */
+    IrGraph *update;   /* owned */
+    PartXfer *xfers;   /* in the order the runtime must run them within a microbatch:
+                        * forward recvs, forward sends, backward recvs, backward sends */
+    int nxfers;
+    PartParam *params;
+    int nparams;
+    char *data_input;  /* the model input of token ids this stage reads, or NULL */
+    int reads_targets; /* 1: graph input "targets" */
+} PartStage;
+
+typedef struct PartSpec {
+    int nstages;
+    const int *first_layer, *last_layer; /* [nstages], 1-based inclusive, contiguous */
+    const int *dp;                       /* [nstages] */
+    int64_t rows;                        /* microbatch rows (all DP ranks) */
+    OptimOpts optim;
+} PartSpec;
+
+/* Naming of gradient inputs: a sent activation read by ONE later stage
+ * gets one input "bgrad/<value>"; one read by several stages gets one input
+ * per reader, "bgrad/<value>@<stage>" (autodiff sums them), so every
+ * PartXfer names its own buffer.  Received gradients are outputs
+ * "bgrad/<value>".  The runtime matches tensors to xfers by name. */
+
+/* Build stage `s` from `fwd` (the forward+loss graph at batch
+ * spec->rows / spec->dp[s], layer ids set).  fwd is not modified.
+ * Errors name the stage and the node / value at fault. */
+int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *out,
+                    IrError *err);
+void partition_stage_free(PartStage *st);
+
+#endif
