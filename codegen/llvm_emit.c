@@ -112,6 +112,12 @@ static int validate(const LeProgram *p, const char *entry, IrError *err) {
                          "fit the arena of %lld bytes",
                          p->stage, p->nslots, (long long)p->slot_bytes,
                          (long long)p->slot_base, (long long)p->arena_bytes);
+    const char *texts[3] = {p->ir_train, p->ir_update, p->config};
+    static const char *const text_names[3] = {"ir_train", "ir_update", "config"};
+    for (int i = 0; i < 3; i++)
+        if (texts[i] && strlen(texts[i]) >= UINT32_MAX)
+            return ir_errorf(err, "stage %d: %s text of %zu bytes is too long", p->stage,
+                             text_names[i], strlen(texts[i]));
     if (p->nexterns < 0 || p->nfuncs <= 0 || p->nsched < 0 ||
         (p->nexterns && !p->externs) || !p->funcs || (p->nsched && !p->sched))
         return ir_errorf(err, "stage %d: no functions (or bad counts)", p->stage);
@@ -215,11 +221,11 @@ static void le_abi_types(Emit *e) {
     LLVMTypeRef sched_fields[2] = {e->i32, e->i32};
     e->sched_ty = LLVMStructCreateNamed(e->ctx, "HetcSchedEntry");
     LLVMStructSetBody(e->sched_ty, sched_fields, 2, 0);
-    LLVMTypeRef desc_fields[10] = {e->i32, e->i32, e->i64, e->i64, e->i64, e->i32, e->i32,
+    LLVMTypeRef desc_fields[13] = {e->i32, e->i32, e->i64, e->i64, e->i64, e->i32, e->i32,
                                    LLVMPointerType(e->fn_desc_ty, 0), e->i32,
-                                   LLVMPointerType(e->sched_ty, 0)};
+                                   LLVMPointerType(e->sched_ty, 0), e->i8p, e->i8p, e->i8p};
     e->desc_ty = LLVMStructCreateNamed(e->ctx, "HetcStageDesc");
-    LLVMStructSetBody(e->desc_ty, desc_fields, 10, 0);
+    LLVMStructSetBody(e->desc_ty, desc_fields, 13, 0);
 }
 
 /* A private constant global; returns it cast to `as`. */
@@ -236,6 +242,13 @@ static LLVMValueRef private_const(Emit *e, LLVMValueRef init, const char *name,
 static LLVMValueRef const_string(Emit *e, const char *s) {
     LLVMValueRef str = LLVMConstStringInContext(e->ctx, s, (unsigned)strlen(s), 0);
     return private_const(e, str, ".str", e->i8p);
+}
+
+/* A NUL-terminated text (IR, config) as a private constant; NULL -> "". */
+static LLVMValueRef text_global(Emit *e, const char *s, const char *name) {
+    if (!s) s = "";
+    LLVMValueRef str = LLVMConstStringInContext(e->ctx, s, (unsigned)strlen(s), 0);
+    return private_const(e, str, name, e->i8p);
 }
 
 static LLVMValueRef i32c(Emit *e, int64_t v) {
@@ -359,12 +372,16 @@ static LLVMValueRef build_tables(Emit *e, LLVMValueRef *fns) {
         stab = private_const(e, stab, "hetc_schedule", LLVMPointerType(e->sched_ty, 0));
     }
 
-    LLVMValueRef fields[10] = {i32c(e, HETC_STAGE_ABI_VERSION), i32c(e, p->stage),
+    /* ABI 2 strings: NULL is stored as "" so the runtime never sees NULL. */
+    LLVMValueRef fields[13] = {i32c(e, HETC_STAGE_ABI_VERSION), i32c(e, p->stage),
                                i64c(e, p->arena_bytes), i64c(e, p->slot_base),
                                i64c(e, p->slot_bytes), i32c(e, p->nslots),
-                               i32c(e, p->nfuncs), ftab, i32c(e, p->nsched), stab};
+                               i32c(e, p->nfuncs), ftab, i32c(e, p->nsched), stab,
+                               text_global(e, p->ir_train, "hetc_ir_train"),
+                               text_global(e, p->ir_update, "hetc_ir_update"),
+                               text_global(e, p->config, "hetc_config")};
     LLVMValueRef desc = LLVMAddGlobal(e->mod, e->desc_ty, "hetc_stage");
-    LLVMSetInitializer(desc, LLVMConstNamedStruct(e->desc_ty, fields, 10));
+    LLVMSetInitializer(desc, LLVMConstNamedStruct(e->desc_ty, fields, 13));
     LLVMSetGlobalConstant(desc, 1);
     return desc;
 }

@@ -83,6 +83,10 @@ typedef struct LeProgram {
     int nsched;
     const LeSched *sched;
     const char *entry; /* runtime entry point; NULL: "hetrt_stage_main" */
+    /* ABI 2 (stage_abi.h): NUL-terminated texts stored in HetcStageDesc;
+     * NULL is emitted as "". */
+    const char *ir_train, *ir_update; /* canonical IR text of the stage's graphs */
+    const char *config;               /* "hetc-stage 1" text, docs/STAGE_ABI.md */
 } LeProgram;
 
 typedef struct LeOptions {

@@ -12,7 +12,9 @@
  *     backward: acc += z              (hk_binary)
  * after init: acc = 0.25 (hk_fill, f64 argument).  "bad" calls hk_unary
  * with an undefined dtype, so the kernel's error status must stop the
- * stage function and the runtime must name the call. */
+ * stage function and the runtime must name the call.  The program also
+ * carries ABI 2 texts (ir_update, config; ir_train NULL) whose lengths
+ * the test runtime reports. */
 #include <stdio.h>
 #include <string.h>
 
@@ -82,6 +84,8 @@ int main(int argc, char **argv) {
         .stage = 0, .arena_bytes = arena, .slot_base = slot_base, .slot_bytes = slot_bytes,
         .nslots = NSLOTS, .nexterns = 5, .externs = externs, .nfuncs = 3, .funcs = funcs,
         .nsched = nsched, .sched = sched,
+        /* ABI 2 texts: ir_train left NULL (emitted as ""). */
+        .ir_update = "graph update {\n}\n", .config = "hetc-stage 1\nstage 0\nend\n",
     };
 
     char obj[4096], ll[4096], exe[4096], lay[4096];
@@ -105,10 +109,11 @@ int main(int argc, char **argv) {
     }
     fprintf(f, "M %d\nK %d\nN %d\nnslots %d\narena_bytes %lld\nslot_base %lld\n"
                "slot_bytes %lld\nW %lld\nb %lld\nW2 %lld\nacc %lld\nx %lld\nh %lld\n"
-               "y %lld\nz %lld\nschedule",
+               "y %lld\nz %lld\nir_update_len %zu\nconfig_len %zu\nschedule",
             M, K, N, NSLOTS, (long long)arena, (long long)slot_base, (long long)slot_bytes,
             (long long)w, (long long)b, (long long)w2, (long long)acc, (long long)x,
-            (long long)h, (long long)y, (long long)z);
+            (long long)h, (long long)y, (long long)z, strlen(prog.ir_update),
+            strlen(prog.config));
     for (int i = 0; i < nsched; i++) fprintf(f, " %c%d", sched[i].kind, sched[i].microbatch);
     fprintf(f, "\n");
     return fclose(f) ? 1 : 0;

@@ -57,6 +57,7 @@ def main():
     text = open(ll).read()
     for needle in ("define i32 @stage_forward(i8* %arena, i8* %slot)",
                    "define i32 @main(", "@hetc_schedule", "@hetc_stage",
+                   "@hetc_config = private unnamed_addr constant",
                    "call i32 @hk_gemm_f32(", "call void @hk_linear_f32("):
         assert needle in text, f"{needle!r} missing from {ll}"
     if llvm_as != "-":
@@ -70,6 +71,10 @@ def main():
     r = subprocess.run([os.path.join(good, "stage"), inp, out], capture_output=True, text=True)
     assert r.returncode == 0, f"stage binary failed ({r.returncode}):\n{r.stdout}{r.stderr}"
     assert r.stdout.split() == lay["schedule"], (r.stdout, lay["schedule"])
+    # ABI 2: the descriptor's texts arrive intact (NULL ir_train as "").
+    want_abi = "abi 2 ir_train 0 ir_update %d config %d" % (lay["ir_update_len"],
+                                                           lay["config_len"])
+    assert want_abi in r.stderr, (want_abi, r.stderr)
     got = np.fromfile(out, dtype=np.float32)
     assert got.size == arena.size
     M, N = lay["M"], lay["N"]

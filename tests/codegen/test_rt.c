@@ -8,7 +8,9 @@
  * order - F m runs "forward", B m runs "backward", both on microbatch
  * m's activation slot (m % nslots) - and writes the arena to OUT_ARENA.
  * It prints the schedule it ran ("F0 F1 B0 B1") so the test can compare
- * it with the table it asked the codegen for. */
+ * it with the table it asked the codegen for, and on stderr the ABI 2
+ * texts' lengths ("abi 2 ir_train N ir_update N config N": the emitter
+ * stores NULL as "", so every pointer must be non-NULL). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,12 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *d) {
                 HETC_STAGE_ABI_VERSION);
         return 2;
     }
+    if (!d->ir_train || !d->ir_update || !d->config) {
+        fprintf(stderr, "stage ABI 2: NULL text in the descriptor\n");
+        return 2;
+    }
+    fprintf(stderr, "abi %d ir_train %zu ir_update %zu config %zu\n", d->abi_version,
+            strlen(d->ir_train), strlen(d->ir_update), strlen(d->config));
     char *arena = calloc(1, (size_t)d->arena_bytes + 1);
     if (!arena) return 2;
     int rc = 1;

@@ -1,0 +1,425 @@
+/* Stage lowering: memory plan -> hetrt_* calls, IR texts, config text
+ * (lower_stage.h, docs/STAGE_ABI.md). */
+#include "lower_stage.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stage_abi.h"
+
+/* Mirrors the hetrt_* declarations of stage_abi.h. */
+const LeExtern lower_hetrt_externs[] = {
+    {"hetrt_node", LE_I32, 5, {LE_I32, LE_I32, LE_PTR, LE_PTR, LE_PTR}},
+    {"hetrt_recv", LE_I32, 2, {LE_I32, LE_PTR}},
+    {"hetrt_send", LE_I32, 2, {LE_I32, LE_PTR}},
+    {"hetrt_tokens", LE_I32, 3, {LE_I32, LE_PTR, LE_I32}},
+    {"hetrt_accum", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
+    {"hetrt_loss", LE_I32, 1, {LE_PTR}},
+    {"hetrt_copy", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
+    {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
+};
+const int lower_hetrt_nexterns = (int)(sizeof lower_hetrt_externs / sizeof lower_hetrt_externs[0]);
+
+enum { RT_DT_I32 = 3, RT_DT_I64 = 4 }; /* hetrt_tokens' dtype codes (stage_abi.h) */
+
+/* ------------------------------------------------------------ text buffer */
+
+typedef struct Sb {
+    char *s;
+    size_t n, cap;
+} Sb;
+
+static void sb_printf(Sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(Sb *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0) return;
+    if (b->n + (size_t)need + 1 > b->cap) {
+        b->cap = (b->n + (size_t)need + 1) * 2;
+        b->s = ir_xrealloc(b->s, b->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)need;
+}
+
+char *lower_config_name(const char *name) {
+    size_t n = strlen(name);
+    char *o = ir_xmalloc(3 * n + 1), *p = o;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+        if (*c == '%' || *c == ' ' || *c < 0x20 || *c == 0x7f)
+            p += sprintf(p, "%%%02X", *c);
+        else
+            *p++ = (char)*c;
+    }
+    *p = 0;
+    return o;
+}
+
+/* ------------------------------------------------------------ options */
+
+static int check_opts(const PartStage *st, const LowerOpts *o, IrError *err) {
+    int s = st->stage;
+    if (o->nstages < 1 || s < 0 || s >= o->nstages || !o->dp)
+        return ir_errorf(err, "stage %d: bad stage count %d (or no dp list)", s, o->nstages);
+    for (int i = 0; i < o->nstages; i++)
+        if (o->dp[i] < 1) return ir_errorf(err, "stage %d: dp of stage %d is %d", s, i, o->dp[i]);
+    if (o->dp[s] != st->dp)
+        return ir_errorf(err, "stage %d: options say dp %d, the partition %d", s, o->dp[s], st->dp);
+    if (o->rows < 1 || o->seq < 1 || o->accum < 1 || o->nslots < 1 || o->layers < 1)
+        return ir_errorf(err, "stage %d: rows %lld, seq %lld, accum %d, slots %d, layers %d must "
+                         "all be positive", s, (long long)o->rows, (long long)o->seq, o->accum,
+                         o->nslots, o->layers);
+    if (o->rows % st->dp || st->local_rows != o->rows / st->dp)
+        return ir_errorf(err, "stage %d: %lld rows over dp %d is not the partition's %lld local "
+                         "rows", s, (long long)o->rows, st->dp, (long long)st->local_rows);
+    if (!o->optimizer || (strcmp(o->optimizer, "adamw") && strcmp(o->optimizer, "sgd")))
+        return ir_errorf(err, "stage %d: optimizer '%s' (adamw or sgd)", s,
+                         o->optimizer ? o->optimizer : "(null)");
+    if (!o->lr_schedule || (strcmp(o->lr_schedule, "constant") && strcmp(o->lr_schedule, "cosine")))
+        return ir_errorf(err, "stage %d: lr schedule '%s' (constant or cosine)", s,
+                         o->lr_schedule ? o->lr_schedule : "(null)");
+    if (!(o->lr >= 0) || o->warmup < 0 || o->steps < 0)
+        return ir_errorf(err, "stage %d: lr %g, warmup %lld, steps %lld", s, o->lr,
+                         (long long)o->warmup, (long long)o->steps);
+    if (o->token_dtype != IR_UNDEF && o->token_dtype != IR_I64 && o->token_dtype != IR_I32)
+        return ir_errorf(err, "stage %d: token dtype %s (i64 or i32)", s,
+                         ir_dtype_name(o->token_dtype));
+    if (o->all_stages && o->nall_stages != o->nstages)
+        return ir_errorf(err, "stage %d: %d stages in LowerOpts.all_stages, %d in the plan", s,
+                         o->nall_stages, o->nstages);
+    if (st->first_layer < 1 || st->last_layer > o->layers || st->first_layer > st->last_layer)
+        return ir_errorf(err, "stage %d: layers %d..%d outside 1..%d", s, st->first_layer,
+                         st->last_layer, o->layers);
+    /* the schedule: every microbatch F then B once; in-flight ones in distinct slots */
+    if (o->nsched != 2 * o->accum || !o->sched)
+        return ir_errorf(err, "stage %d: schedule of %d entries for %d microbatches (want %d)", s,
+                         o->nsched, o->accum, 2 * o->accum);
+    int *state = ir_xcalloc((size_t)o->accum, sizeof *state); /* 0 none, 1 F done, 2 B done */
+    int *owner = ir_xcalloc((size_t)o->nslots, sizeof *owner); /* microbatch + 1 */
+    int rc = 0;
+    for (int i = 0; i < o->nsched && !rc; i++) {
+        LeSched e = o->sched[i];
+        int m = e.microbatch;
+        if ((e.kind != 'F' && e.kind != 'B') || m < 0 || m >= o->accum)
+            rc = ir_errorf(err, "stage %d: schedule entry %d (%c%d): not F/B of a microbatch "
+                           "in 0..%d", s, i, e.kind, m, o->accum - 1);
+        else if (e.kind == 'F' && state[m] != 0)
+            rc = ir_errorf(err, "stage %d: schedule entry %d: F%d twice", s, i, m);
+        else if (e.kind == 'B' && state[m] != 1)
+            rc = ir_errorf(err, "stage %d: schedule entry %d: B%d without its F (or twice)", s, i,
+                           m);
+        else if (e.kind == 'F' && owner[m % o->nslots])
+            rc = ir_errorf(err, "stage %d: schedule entry %d: F%d needs slot %d, still held by "
+                           "microbatch %d (more than %d in flight)", s, i, m, m % o->nslots,
+                           owner[m % o->nslots] - 1, o->nslots);
+        else {
+            state[m]++;
+            owner[m % o->nslots] = e.kind == 'F' ? m + 1 : 0;
+        }
+    }
+    free(state);
+    free(owner);
+    return rc;
+}
+
+/* ------------------------------------------------------------ IR text */
+
+/* Canonical text with every constant inline; reparsed to make sure the
+ * runtime sees the same nodes at the same indices (hetrt_node's numbering). */
+static char *graph_text(const IrGraph *g, int stage, const char *which, IrError *err) {
+    for (int i = 0; i < g->nvalues; i++) {
+        const IrValue *v = g->values[i];
+        if (v->kind != IR_VK_CONST) continue;
+        if (v->has_ext || !v->data) {
+            ir_errorf(err, "stage %d, %s graph: constant '%s' has %s data; the stage text must "
+                      "carry every constant inline", stage, which, v->name,
+                      v->has_ext ? "external" : "no");
+            return NULL;
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->dead) {
+            ir_errorf(err, "stage %d, %s graph: node %d ('%s') is dead (compact first)", stage,
+                      which, i, g->nodes[i]->name);
+            return NULL;
+        }
+    IrPrintOptions po;
+    ir_print_options_default(&po);
+    po.max_inline_elems = INT_MAX;
+    char *text = ir_print_to_string(g, &po);
+    if (!text) {
+        ir_errorf(err, "stage %d: cannot print the %s graph", stage, which);
+        return NULL;
+    }
+    IrGraph *back = ir_parse(text, which, err);
+    if (!back) {
+        free(text);
+        ir_error_prefix(err, "stage %d: %s graph text does not parse back: ", stage, which);
+        return NULL;
+    }
+    int ok = back->nnodes == g->nnodes;
+    for (int i = 0; ok && i < g->nnodes; i++)
+        ok = back->nodes[i]->op == g->nodes[i]->op && back->nodes[i]->nin == g->nodes[i]->nin &&
+             back->nodes[i]->nout == g->nodes[i]->nout;
+    ir_graph_free(back);
+    if (!ok) {
+        free(text);
+        ir_errorf(err, "stage %d: %s graph text reparses to other nodes", stage, which);
+        return NULL;
+    }
+    return text;
+}
+
+/* ------------------------------------------------------------ config */
+
+/* 1 if one of stages[0..n) holds parameter `name` */
+static int holds_param(const PartStage *stages, int n, const char *name) {
+    for (int s = 0; s < n; s++)
+        for (int k = 0; k < stages[s].nparams; k++)
+            if (!strcmp(stages[s].params[k].name, name)) return 1;
+    return 0;
+}
+
+static char *config_text(const PartStage *st, const LowerOpts *o, const MemPlan *mp,
+                         IrDType tok) {
+    Sb b = {0};
+    sb_printf(&b, "hetc-stage 1\nstage %d\nstages %d\ndp", st->stage, o->nstages);
+    for (int i = 0; i < o->nstages; i++) sb_printf(&b, " %d", o->dp[i]);
+    sb_printf(&b, "\nrows %lld\nlocal_rows %lld\nseq %lld\naccum %d\nlayers %d\ntoken_dtype %s\n",
+              (long long)o->rows, (long long)st->local_rows, (long long)o->seq, o->accum,
+              o->layers, ir_dtype_name(tok));
+    char lr[40];
+    for (int prec = 6; prec <= 17; prec++) { /* shortest text that reads back exactly */
+        snprintf(lr, sizeof lr, "%.*g", prec, o->lr);
+        if (strtod(lr, NULL) == o->lr) break;
+    }
+    sb_printf(&b, "optimizer %s\nlr %s\nlr_schedule %s\nwarmup %lld\nsteps %lld\n",
+              o->optimizer, lr, o->lr_schedule, (long long)o->warmup, (long long)o->steps);
+    sb_printf(&b, "arena_off lr %lld\narena_off step %lld\narena_off grad_norm %lld\n",
+              (long long)mp->lr_off, (long long)mp->step_off, (long long)mp->norm_off);
+    for (int i = 0; i < mp->nparams; i++) {
+        const MpParam *p = &mp->params[i];
+        char *nm = lower_config_name(p->name);
+        sb_printf(&b, "param %s layer %d shared %d numel %lld param %lld acc %lld m %lld v %lld\n",
+                  nm, st->params[i].layer, st->params[i].shared ? 1 : 0, (long long)p->numel,
+                  (long long)p->param_off, (long long)p->acc_off, (long long)p->m_off,
+                  (long long)p->v_off);
+        free(nm);
+    }
+    /* shared parameters of the whole plan (every config lists all of them:
+     * the runtimes create their gradient groups collectively) */
+    for (int s = 0; o->all_stages && s < o->nstages; s++)
+        for (int i = 0; i < o->all_stages[s].nparams; i++) {
+            const char *pn = o->all_stages[s].params[i].name;
+            if (!o->all_stages[s].params[i].shared || holds_param(o->all_stages, s, pn)) continue;
+            char *nm = lower_config_name(pn);
+            sb_printf(&b, "shared %s stages", nm);
+            free(nm);
+            for (int q = 0; q < o->nstages; q++)
+                if (holds_param(o->all_stages + q, 1, pn)) sb_printf(&b, " %d", q);
+            sb_printf(&b, "\n");
+        }
+    for (int i = 0; i < st->nxfers; i++) {
+        const PartXfer *x = &st->xfers[i];
+        sb_printf(&b, "xfer %d %s %s peer %d rows %lld row_bytes %lld\n", x->id,
+                  x->send ? "send" : "recv", x->kind == PX_ACT ? "act" : "grad", x->peer,
+                  (long long)x->rows, (long long)x->row_bytes);
+    }
+    sb_printf(&b, "end\n");
+    return b.s;
+}
+
+/* ------------------------------------------------------------ calls */
+
+static LeArg ptr_arg(const MpLoc *l) {
+    LeArg a = {.kind = l->region == HETC_BUF_SLOT ? LE_ARG_SLOT : LE_ARG_ARENA, .off = l->off};
+    return a;
+}
+static LeArg i32_arg(int64_t v) { return (LeArg){.kind = LE_ARG_I32, .i = v}; }
+static LeArg i64_arg(int64_t v) { return (LeArg){.kind = LE_ARG_I64, .i = v}; }
+static LeArg arena_arg(int64_t off) { return (LeArg){.kind = LE_ARG_ARENA, .off = off}; }
+
+/* the location of a value an action passes by pointer: arena or slot */
+static int ptr_loc(const MemPlan *mp, const PartStage *st, int graph, const IrValue *v,
+                   const char *what, LeArg *a, IrError *err) {
+    const MpLoc *l = memplan_loc(mp, st, graph, v);
+    if (!l || (l->region != HETC_BUF_ARENA && l->region != HETC_BUF_SLOT))
+        return ir_errorf(err, "stage %d: %s '%s' has no buffer (a constant or unplaced value)",
+                         st->stage, what, v ? v->name : "(null)");
+    *a = ptr_arg(l);
+    return 0;
+}
+
+static int node_call(const MemPlan *mp, const PartStage *st, int graph, int fn, int idx,
+                     LeCall *c, IrError *err) {
+    const IrGraph *g = graph ? st->update : st->train;
+    const IrNode *n = g->nodes[idx];
+    int nb = n->nin + n->nout;
+    int64_t *bufs = ir_xcalloc((size_t)nb + 1, sizeof *bufs);
+    for (int k = 0; k < nb; k++) {
+        const IrValue *v = k < n->nin ? n->in[k] : n->out[k - n->nin];
+        if (!v) continue; /* HETC_BUF_NONE */
+        const MpLoc *l = memplan_loc(mp, st, graph, v);
+        if (!l || l->region == HETC_BUF_NONE) {
+            free(bufs);
+            return ir_errorf(err, "stage %d, %s graph: node %d '%s' (%s): value '%s' unplaced",
+                             st->stage, graph ? "update" : "train", idx, n->name,
+                             ir_op_name(n->op), v->name);
+        }
+        bufs[k] = l->region == HETC_BUF_CONST ? HETC_BUF(HETC_BUF_CONST, 0)
+                                              : HETC_BUF(l->region, l->off);
+    }
+    c->fn = "hetrt_node";
+    c->nargs = 5;
+    c->args[0] = i32_arg(graph ? HETC_GRAPH_UPDATE : HETC_GRAPH_TRAIN);
+    c->args[1] = i32_arg(idx);
+    c->args[2] = arena_arg(0);
+    c->args[3] = fn == MP_FN_UPDATE ? (LeArg){.kind = LE_ARG_NULL}
+                                    : (LeArg){.kind = LE_ARG_SLOT, .off = 0};
+    c->args[4] = (LeArg){.kind = LE_ARG_I64S, .n = nb, .vals = bufs};
+    return 0;
+}
+
+static int action_call(const MemPlan *mp, const PartStage *st, int fn, const MpAction *a,
+                       IrDType tok, LeCall *c, IrError *err) {
+    int graph = fn == MP_FN_UPDATE;
+    const MpParam *p = a->kind >= MP_ACCUM ? &mp->params[a->index] : NULL;
+    memset(c, 0, sizeof *c);
+    switch (a->kind) {
+    case MP_NODE: return node_call(mp, st, graph, fn, a->index, c, err);
+    case MP_TOKENS: {
+        const IrValue *v = st->train->values[a->index ? mp->targets_index : mp->data_index];
+        IrDType dt = a->index ? v->dtype : tok;
+        c->fn = "hetrt_tokens", c->nargs = 3;
+        c->args[0] = i32_arg(a->index);
+        c->args[2] = i32_arg(dt == IR_I32 ? RT_DT_I32 : RT_DT_I64);
+        return ptr_loc(mp, st, 0, v, "token input", &c->args[1], err);
+    }
+    case MP_RECV:
+    case MP_SEND: {
+        const IrValue *v = ir_graph_find_value(st->train, st->xfers[a->index].value);
+        c->fn = a->kind == MP_RECV ? "hetrt_recv" : "hetrt_send", c->nargs = 2;
+        c->args[0] = i32_arg(a->index);
+        return ptr_loc(mp, st, 0, v, "transferred value", &c->args[1], err);
+    }
+    case MP_LOSS:
+        c->fn = "hetrt_loss", c->nargs = 1;
+        return ptr_loc(mp, st, 0, mp->loss, "loss", &c->args[0], err);
+    case MP_ACCUM:
+        c->fn = "hetrt_accum", c->nargs = 3;
+        c->args[0] = arena_arg(p->acc_off);
+        c->args[2] = i64_arg(p->numel);
+        return ptr_loc(mp, st, 0, p->grad, "gradient", &c->args[1], err);
+    case MP_COPY: {
+        int64_t dst = a->sub == 0 ? p->param_off : a->sub == 1 ? p->m_off : p->v_off;
+        if (dst < 0)
+            return ir_errorf(err, "stage %d: update output '%s' has no state buffer to carry into",
+                             st->stage, p->upd[a->sub]->name);
+        c->fn = "hetrt_copy", c->nargs = 3;
+        c->args[0] = arena_arg(dst);
+        c->args[2] = i64_arg(p->bytes);
+        return ptr_loc(mp, st, 1, p->upd[a->sub], "update output", &c->args[1], err);
+    }
+    case MP_ZERO:
+        c->fn = "hetrt_zero", c->nargs = 2;
+        c->args[0] = arena_arg(p->acc_off);
+        c->args[1] = i64_arg(p->bytes);
+        return 0;
+    }
+    return ir_errorf(err, "stage %d: internal: action kind %d", st->stage, (int)a->kind);
+}
+
+/* ------------------------------------------------------------ entry */
+
+void lower_stage_free(LeProgram *prog) {
+    if (!prog) return;
+    for (int f = 0; f < prog->nfuncs; f++) {
+        const LeFunc *fn = &prog->funcs[f];
+        for (int c = 0; c < fn->ncalls; c++)
+            for (int a = 0; a < fn->calls[c].nargs; a++)
+                if (fn->calls[c].args[a].kind == LE_ARG_I64S)
+                    free((void *)fn->calls[c].args[a].vals);
+        free((void *)fn->calls);
+    }
+    free((void *)prog->funcs);
+    free((void *)prog->sched);
+    free((void *)prog->ir_train);
+    free((void *)prog->ir_update);
+    memset(prog, 0, sizeof *prog);
+}
+
+int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char **config,
+                MemPlan *mp, IrError *err) {
+    memset(prog, 0, sizeof *prog);
+    *config = NULL;
+    memset(mp, 0, sizeof *mp);
+    if (!st || !o || !st->train || !st->update)
+        return ir_errorf(err, "lower_stage: no stage, options or graphs");
+    if (check_opts(st, o, err)) return -1;
+    if (memplan_build(st, o->nslots, mp, err)) return -1;
+    IrDType tok = o->token_dtype != IR_UNDEF ? o->token_dtype : IR_I64;
+    if (mp->data_index >= 0) {
+        IrDType gd = st->train->values[mp->data_index]->dtype;
+        if (o->token_dtype != IR_UNDEF && o->token_dtype != gd) {
+            memplan_free(mp);
+            return ir_errorf(err, "stage %d: token dtype %s requested, the graph's '%s' is %s",
+                             st->stage, ir_dtype_name(o->token_dtype), st->data_input,
+                             ir_dtype_name(gd));
+        }
+        tok = gd;
+    }
+    int want_sgd = !strcmp(o->optimizer, "sgd"), has_v = 0;
+    for (int i = 0; i < mp->nparams; i++) has_v |= mp->params[i].v_off >= 0;
+    if (mp->nparams && want_sgd == has_v) {
+        memplan_free(mp);
+        return ir_errorf(err, "stage %d: optimizer %s, but the update graph %s second moments",
+                         st->stage, o->optimizer, has_v ? "keeps" : "has no");
+    }
+
+    static const char *const fnames[MP_NFN + 1] = {"init", "forward", "backward", "update"};
+    LeFunc *funcs = ir_xcalloc(MP_NFN + 1, sizeof *funcs);
+    prog->funcs = funcs;
+    prog->nfuncs = MP_NFN + 1;
+    funcs[0].name = fnames[0];
+    int rc = 0;
+    for (int f = 0; f < MP_NFN && !rc; f++) {
+        LeCall *calls = ir_xcalloc((size_t)mp->nacts[f] + 1, sizeof *calls);
+        funcs[f + 1].name = fnames[f + 1];
+        funcs[f + 1].calls = calls;
+        for (int i = 0; i < mp->nacts[f] && !rc; i++) {
+            rc = action_call(mp, st, f, &mp->acts[f][i], tok, &calls[i], err);
+            funcs[f + 1].ncalls = i + 1; /* freed by lower_stage_free even when failing */
+        }
+    }
+    if (!rc) {
+        LeSched *sc = ir_xcalloc((size_t)o->nsched, sizeof *sc);
+        memcpy(sc, o->sched, sizeof *sc * (size_t)o->nsched);
+        prog->sched = sc;
+        prog->nsched = o->nsched;
+        prog->stage = st->stage;
+        prog->arena_bytes = mp->arena_bytes;
+        prog->slot_base = mp->slot_base;
+        prog->slot_bytes = mp->slot_bytes;
+        prog->nslots = mp->nslots;
+        prog->externs = lower_hetrt_externs;
+        prog->nexterns = lower_hetrt_nexterns;
+        if (!(prog->ir_train = graph_text(st->train, st->stage, "train", err)) ||
+            !(prog->ir_update = graph_text(st->update, st->stage, "update", err)))
+            rc = -1;
+    }
+    if (rc) {
+        lower_stage_free(prog);
+        memplan_free(mp);
+        return -1;
+    }
+    *config = config_text(st, o, mp, tok);
+    prog->config = *config;
+    return 0;
+}

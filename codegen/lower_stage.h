@@ -1,0 +1,69 @@
+/* Lowering of one partitioned stage (passes/partition.h) to a stage
+ * program for llvm_emit (DESIGN §5, docs/STAGE_ABI.md):
+ *
+ *   memplan (codegen/memplan.h) fixes every buffer's offset and the call
+ *   order; each MpAction becomes one hetrt_* call (stage_abi.h):
+ *     init      no calls (the runtime loads parameters itself)
+ *     forward   hetrt_tokens, hetrt_recv (act), hetrt_node per phase-fwd
+ *               node, hetrt_send (act), hetrt_loss (last stage)
+ *     backward  hetrt_recv (grad), hetrt_node per phase-bwd node,
+ *               hetrt_accum per parameter, hetrt_send (grad)
+ *     update    hetrt_node per update-graph node, hetrt_copy of upd/... into
+ *               the parameter / state, hetrt_zero of the accumulators
+ *   and the descriptor's texts: both graphs as canonical IR text (every
+ *   constant inline: the runtime has no other copy) and the config text.
+ */
+#ifndef HETC_LOWER_STAGE_H
+#define HETC_LOWER_STAGE_H
+
+#include <stdint.h>
+
+#include "ir.h"
+#include "llvm_emit.h"
+#include "memplan.h"
+#include "partition.h"
+
+typedef struct LowerOpts {
+    int nstages;
+    const int *dp;           /* [nstages]: DP degree of every stage */
+    int64_t rows;            /* microbatch rows over all DP ranks of a stage */
+    int64_t seq;             /* sequence length (tokens per row) */
+    int accum;               /* microbatches per optimizer step */
+    int nslots;              /* K_i: activation slots (the schedule's in-flight bound) */
+    const LeSched *sched;    /* this stage's F/B actions of one step (2 * accum entries) */
+    int nsched;
+    const char *optimizer;   /* "adamw" | "sgd" (must match the update graph's state) */
+    double lr;               /* peak learning rate */
+    const char *lr_schedule; /* "constant" | "cosine" */
+    int64_t warmup, steps;   /* warm-up steps; default --steps of the binary */
+    int layers;              /* checkpoint layers of the whole model (L) */
+    IrDType token_dtype;     /* IR_I64 / IR_I32; IR_UNDEF: the train graph's token input's
+                                (i64 on a stage that reads none) */
+    /* every stage of the plan, indexed by stage, or NULL: the config then
+     * gets the plan's `shared` records (each parameter shared between
+     * stages, with the stages holding it; the same records in every
+     * stage's config).  NULL: no `shared` records (the caller adds them). */
+    const PartStage *all_stages;
+    int nall_stages;
+} LowerOpts;
+
+/* Lower stage st.  On success fills *prog (arena layout from *mp, externs,
+ * functions init / forward / backward / update, schedule, ir_train,
+ * ir_update, config = *config), *config (malloc'd "hetc-stage 1" text) and
+ * *mp (the memory plan the offsets come from).  Free with
+ * lower_stage_free(prog), free(*config), memplan_free(mp).
+ * Errors name the stage and the option / value / node at fault; nothing
+ * needs freeing then. */
+int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char **config,
+                MemPlan *mp, IrError *err);
+void lower_stage_free(LeProgram *prog);
+
+/* Escape a name for the config text: '%', space and control bytes as %XX
+ * (docs/STAGE_ABI.md).  Returns a malloc'd string. */
+char *lower_config_name(const char *name);
+
+/* The hetrt_* entries generated code calls (stage_abi.h), as externs. */
+extern const LeExtern lower_hetrt_externs[];
+extern const int lower_hetrt_nexterns;
+
+#endif

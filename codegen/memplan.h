@@ -1,0 +1,118 @@
+/* Memory plan of one pipeline stage (DESIGN §5): fixed offsets for every
+ * buffer the stage's generated functions touch, and the order of their
+ * calls (the liveness that the offsets rely on is defined over it).
+ *
+ * Arena layout (all offsets aligned to MP_ALIGN):
+ *
+ *   [params][grad accumulators][optimizer state][scalars][scratch][slot 0]...[slot K-1]
+ *
+ *  - params: each PartParam, f32, its PARAM value's shape;
+ *  - accumulators: one f32 buffer per param (hetrt_accum target);
+ *  - optimizer state: m and v (AdamW) or buf (SGD momentum, stored as m)
+ *    per param, as the update graph declares them (opt/m/P, opt/v/P,
+ *    opt/buf/P);
+ *  - scalars: lr (f32), step (i64), grad_norm (f32);
+ *  - scratch: reused by every function call.  backward puts its values
+ *    there (phase-bwd node outputs, received "bgrad/" inputs), update its
+ *    node outputs; a call's scratch content is dead when it returns, so
+ *    the two timelines share the region (size = the larger);
+ *  - activation slots: the train graph's inputs (token ids, targets,
+ *    received activations) and every phase-fwd node output of ONE
+ *    microbatch, from its forward until its backward; slot_bytes each,
+ *    nslots = K_i (the schedule's in-flight bound).
+ *
+ * Inside scratch, offsets come from first-fit over the call order: a
+ * buffer is live from the call that writes it to the last call that reads
+ * it (a node input, hetrt_send, hetrt_accum, hetrt_copy, hetrt_loss), and
+ * two buffers whose live ranges share a call never share a byte.
+ * Constants stay in the IR (HETC_BUF_CONST): not allocated.
+ *
+ * Call order: forward / backward run their phase's nodes in graph order,
+ * with sends, the loss and accumulations right after the node that makes
+ * their value ready (sends keep the xfer order); update runs its nodes
+ * depth-first from its outputs (one parameter's chain after another) with
+ * each copy / zero after the last reader of what it overwrites.
+ */
+#ifndef HETC_MEMPLAN_H
+#define HETC_MEMPLAN_H
+
+#include <stdint.h>
+
+#include "ir.h"
+#include "partition.h"
+
+#define MP_ALIGN 64
+
+/* Where a value lives: region is HETC_BUF_* (stage_abi.h). */
+typedef struct MpLoc {
+    int region;     /* HETC_BUF_NONE: not placed (unused by the stage) */
+    int64_t off;    /* within the arena (ARENA) or the slot (SLOT) */
+    int64_t bytes;  /* the value's bytes (numel * dtype size) */
+    int first, last; /* live range in its function's action list (scratch only; else -1) */
+} MpLoc;
+
+/* One call of a stage function, before lowering to hetrt_* calls. */
+typedef enum MpActKind {
+    MP_TOKENS, /* index: 0 token ids, 1 targets */
+    MP_RECV,   /* index: xfer */
+    MP_NODE,   /* index: node of the function's graph */
+    MP_SEND,   /* index: xfer */
+    MP_LOSS,   /* the train graph's "loss" output */
+    MP_ACCUM,  /* index: param (grad/P -> accumulator) */
+    MP_COPY,   /* index: param, sub: 0 upd/P -> P, 1 upd/{m,buf}/P -> m, 2 upd/v/P -> v */
+    MP_ZERO,   /* index: param (its accumulator) */
+} MpActKind;
+
+typedef struct MpAction {
+    MpActKind kind;
+    int index, sub;
+} MpAction;
+
+enum { MP_FN_FORWARD = 0, MP_FN_BACKWARD = 1, MP_FN_UPDATE = 2, MP_NFN = 3 };
+
+typedef struct MpParam {
+    const char *name;    /* the PartParam's name (borrowed from the stage) */
+    int64_t numel, bytes;
+    int64_t param_off, acc_off;
+    int64_t m_off, v_off; /* -1: no such state */
+    IrValue *grad;        /* the train graph's "grad/P" output */
+    IrValue *upd[3];      /* update outputs upd/P, upd/{m,buf}/P, upd/v/P (NULL: none) */
+} MpParam;
+
+typedef struct MemPlan {
+    MpParam *params;
+    int nparams;
+    int64_t lr_off, step_off, norm_off;
+    int64_t scratch_off, scratch_bytes;
+    int64_t bwd_scratch_bytes, upd_scratch_bytes;
+    int64_t slot_base, slot_bytes;
+    int nslots;
+    int64_t arena_bytes;
+    /* report: bytes of each region (aligned sizes) */
+    int64_t param_bytes, grad_bytes, opt_bytes, scalar_bytes;
+    /* per value, indexed by IrValue.id of the train / update graph */
+    MpLoc *train_loc, *upd_loc;
+    int ntrain_loc, nupd_loc;
+    /* the call order of forward, backward, update */
+    MpAction *acts[MP_NFN];
+    int nacts[MP_NFN];
+    int data_index, targets_index; /* train-graph input ids of token ids / targets, or -1 */
+    IrValue *loss;                 /* the train graph's "loss" output, or NULL */
+} MemPlan;
+
+/* Plan stage `st` with nslots activation slots.  Errors name the stage and
+ * the value / node at fault (non-static shape, unknown dtype, a phase-fwd
+ * node reading a backward value, a graph input that is neither data, a
+ * received tensor, nor a scalar of the update, ...). */
+int memplan_build(const PartStage *st, int nslots, MemPlan *mp, IrError *err);
+void memplan_free(MemPlan *mp);
+
+/* The location of v (a value of the train graph if graph == 0, else of the
+ * update graph); NULL if v is not of that graph. */
+const MpLoc *memplan_loc(const MemPlan *mp, const PartStage *st, int graph, const IrValue *v);
+
+/* "params B grads B optstate B scalars B scratch B (bwd B, update B)
+ *  slots K x B total B" on f. */
+void memplan_report(const MemPlan *mp, FILE *f);
+
+#endif

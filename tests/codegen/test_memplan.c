@@ -1,0 +1,456 @@
+/* memplan on stages built like partition builds them (stage_fixture.h):
+ * gpt_tiny as one stage (AdamW and SGD) and a hand-built two-stage split.
+ * Oracles, independent of memplan.c's own bookkeeping:
+ *  1. regions: every buffer lies inside its region, the regions tile the
+ *     arena in the documented order, slots fit the arena;
+ *  2. brute force: live ranges recomputed here from the call order
+ *     (written by the call that makes it, live to the last call that
+ *     reads it); no two scratch buffers with intersecting ranges share a
+ *     byte;
+ *  3. dataflow: the stage's calls are replayed over a shadow arena for a
+ *     1F1B-shaped schedule of 4 microbatches in 2 slots, an update and one
+ *     more microbatch; every read must find the bytes last written by the
+ *     value it reads (parameters, accumulators, state and scalars written
+ *     by the "runtime" where stage_abi.h says it does).
+ *  4. the call order has one node call per node of each phase, one accum
+ *     and one zero per parameter, a copy per update output.
+ * Usage: test_memplan GPT_TINY.onnx */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memplan.h"
+#include "stage_abi.h"
+#include "stage_fixture.h"
+
+static int fails;
+#define CHECK(c, ...)                                                                    \
+    do {                                                                                 \
+        if (!(c)) {                                                                      \
+            fails++;                                                                     \
+            if (fails < 20) {                                                            \
+                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                     \
+                fprintf(stderr, __VA_ARGS__);                                            \
+                fputc('\n', stderr);                                                     \
+            }                                                                            \
+        }                                                                                \
+    } while (0)
+
+/* ------------------------------------------------------------ tags */
+/* what a byte range holds: a value of a graph, or runtime-owned state */
+enum { T_TRAIN = 1 << 24, T_UPD = 2 << 24, T_PARAM = 3 << 24, T_ACC = 4 << 24, T_M = 5 << 24,
+       T_V = 6 << 24, T_LR = 7 << 24, T_STEP = 8 << 24, T_NORM = 9 << 24,
+       /* after the update's copies / zeroing: a copy or zero run too early
+        * shows up as the wrong tag under a later read */
+       T_PNEW = 10 << 24, T_MNEW = 11 << 24, T_VNEW = 12 << 24, T_ZERO = 13 << 24, T_SKIP = -1 };
+static int g_updated; /* 1 once the update ran: parameters / state carry T_*NEW */
+
+static int param_index(const MemPlan *mp, const char *name) {
+    for (int i = 0; i < mp->nparams; i++)
+        if (!strcmp(mp->params[i].name, name)) return i;
+    return -1;
+}
+
+/* the tag a read of v must find (graph 0 train, 1 update) */
+static int read_tag(const MemPlan *mp, int graph, const IrValue *v) {
+    if (v->kind == IR_VK_CONST) return T_SKIP;
+    int p;
+    if (v->kind == IR_VK_PARAM && (p = param_index(mp, v->name)) >= 0)
+        return (g_updated ? T_PNEW : T_PARAM) + p;
+    int m = g_updated ? T_MNEW : T_M, vv = g_updated ? T_VNEW : T_V;
+    if (graph == 1 && !v->producer) {
+        if (!strncmp(v->name, "grad/", 5) && (p = param_index(mp, v->name + 5)) >= 0)
+            return T_ACC + p;
+        if (!strncmp(v->name, "opt/v/", 6)) return vv + param_index(mp, v->name + 6);
+        if (!strncmp(v->name, "opt/m/", 6)) return m + param_index(mp, v->name + 6);
+        if (!strncmp(v->name, "opt/buf/", 8)) return m + param_index(mp, v->name + 8);
+        if (!strcmp(v->name, "lr")) return T_LR;
+        if (!strcmp(v->name, "step")) return T_STEP;
+        if (!strcmp(v->name, "grad_norm")) return T_NORM;
+    }
+    return (graph ? T_UPD : T_TRAIN) + v->id;
+}
+
+typedef struct Rec {
+    int64_t lo, hi;
+    int tag;
+} Rec;
+
+typedef struct Shadow {
+    Rec *r;
+    int n, cap;
+    int64_t arena;
+    const char *where;
+} Shadow;
+
+static void sh_write(Shadow *s, int64_t lo, int64_t bytes, int tag) {
+    CHECK(lo >= 0 && lo + bytes <= s->arena, "%s: write [%lld,+%lld) outside the arena of %lld",
+          s->where, (long long)lo, (long long)bytes, (long long)s->arena);
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 1024;
+        s->r = realloc(s->r, sizeof *s->r * (size_t)s->cap);
+    }
+    s->r[s->n++] = (Rec){lo, lo + bytes, tag};
+}
+
+static void sh_read2(Shadow *s, int64_t lo, int64_t bytes, int tag, int alt, const char *name) {
+    if (tag == T_SKIP) return;
+    int64_t hi = lo + bytes;
+    for (int i = s->n - 1; i >= 0; i--) {
+        const Rec *r = &s->r[i];
+        if (r->hi <= lo || r->lo >= hi) continue;
+        CHECK((r->tag == tag || r->tag == alt) && r->lo == lo && r->hi == hi,
+              "%s: read of '%s' [%lld,%lld) finds tag %x [%lld,%lld), want tag %x", s->where,
+              name, (long long)lo, (long long)hi, r->tag, (long long)r->lo, (long long)r->hi,
+              tag);
+        return;
+    }
+    CHECK(0, "%s: read of '%s' [%lld,%lld) finds nothing written", s->where, name,
+          (long long)lo, (long long)hi);
+}
+
+static void sh_read(Shadow *s, int64_t lo, int64_t bytes, int tag, const char *name) {
+    sh_read2(s, lo, bytes, tag, tag, name);
+}
+
+/* absolute arena address of v while running microbatch slot `slot` */
+static int64_t addr(const MemPlan *mp, const PartStage *st, int graph, const IrValue *v, int slot) {
+    const MpLoc *l = memplan_loc(mp, st, graph, v);
+    CHECK(l != NULL, "value '%s' has no location", v->name);
+    if (!l) return 0;
+    CHECK(l->region == HETC_BUF_ARENA || l->region == HETC_BUF_SLOT || l->region == HETC_BUF_CONST,
+          "value '%s' used but region %d", v->name, l->region);
+    return l->region == HETC_BUF_SLOT ? mp->slot_base + slot * mp->slot_bytes + l->off : l->off;
+}
+
+static IrValue *xval(const PartStage *st, int x) {
+    return ir_graph_find_value(st->train, st->xfers[x].value);
+}
+
+static IrValue *upd_out(const PartStage *st, const char *pn, int sub) {
+    static const char *const f[3][2] = {{"upd/%s", NULL}, {"upd/m/%s", "upd/buf/%s"},
+                                        {"upd/v/%s", NULL}};
+    char nm[600];
+    for (int a = 0; a < 2 && f[sub][a]; a++) {
+        snprintf(nm, sizeof nm, f[sub][a], pn);
+        IrValue *v = ir_graph_find_value(st->update, nm);
+        if (v) return v;
+    }
+    return NULL;
+}
+
+/* Reads (r) and writes (w) of one call, as this test understands them. */
+typedef struct Acc {
+    const IrValue *v;
+    int graph, write;
+} Acc;
+
+static int accesses(const MemPlan *mp, const PartStage *st, int fn, const MpAction *a, Acc *o) {
+    int n = 0, graph = fn == MP_FN_UPDATE;
+    IrGraph *g = graph ? st->update : st->train;
+    char nm[600];
+    switch (a->kind) {
+    case MP_NODE: {
+        IrNode *nd = g->nodes[a->index];
+        for (int k = 0; k < nd->nin; k++)
+            if (nd->in[k]) o[n++] = (Acc){nd->in[k], graph, 0};
+        for (int k = 0; k < nd->nout; k++)
+            if (nd->out[k]) o[n++] = (Acc){nd->out[k], graph, 1};
+        break;
+    }
+    case MP_TOKENS:
+        o[n++] = (Acc){ir_graph_find_value(g, a->index ? "targets" : st->data_input), 0, 1};
+        break;
+    case MP_RECV: o[n++] = (Acc){xval(st, a->index), 0, 1}; break;
+    case MP_SEND: o[n++] = (Acc){xval(st, a->index), 0, 0}; break;
+    case MP_LOSS: o[n++] = (Acc){ir_graph_find_value(g, "loss"), 0, 0}; break;
+    case MP_ACCUM:
+        snprintf(nm, sizeof nm, "grad/%s", st->params[a->index].name);
+        o[n++] = (Acc){ir_graph_find_value(g, nm), 0, 0};
+        break;
+    case MP_COPY: o[n++] = (Acc){upd_out(st, st->params[a->index].name, a->sub), 1, 0}; break;
+    case MP_ZERO: break;
+    }
+    return n;
+}
+
+static void run_fn(Shadow *s, const MemPlan *mp, const PartStage *st, int fn, int slot) {
+    static const char *const names[3] = {"forward", "backward", "update"};
+    static char where[64]; /* s->where outlives this call */
+    snprintf(where, sizeof where, "stage %d %s (slot %d)", st->stage, names[fn], slot);
+    s->where = where;
+    Acc acc[64];
+    for (int i = 0; i < mp->nacts[fn]; i++) {
+        const MpAction *a = &mp->acts[fn][i];
+        int n = a->kind == MP_NODE ? 0 : accesses(mp, st, fn, a, acc);
+        if (a->kind == MP_NODE) { /* nodes can have many operands */
+            IrNode *nd = (fn == MP_FN_UPDATE ? st->update : st->train)->nodes[a->index];
+            for (int k = 0; k < nd->nin; k++)
+                if (nd->in[k]) {
+                    const IrValue *v = nd->in[k];
+                    const MpLoc *l = memplan_loc(mp, st, fn == MP_FN_UPDATE, v);
+                    if (l && l->region != HETC_BUF_CONST)
+                        sh_read(s, addr(mp, st, fn == MP_FN_UPDATE, v, slot), l->bytes,
+                                read_tag(mp, fn == MP_FN_UPDATE, v), v->name);
+                }
+            for (int k = 0; k < nd->nout; k++)
+                if (nd->out[k]) {
+                    const IrValue *v = nd->out[k];
+                    const MpLoc *l = memplan_loc(mp, st, fn == MP_FN_UPDATE, v);
+                    CHECK(l && l->region != HETC_BUF_CONST && l->region != HETC_BUF_NONE,
+                          "output '%s' unplaced", v->name);
+                    if (l)
+                        sh_write(s, addr(mp, st, fn == MP_FN_UPDATE, v, slot), l->bytes,
+                                 (fn == MP_FN_UPDATE ? T_UPD : T_TRAIN) + v->id);
+                }
+            continue;
+        }
+        for (int k = 0; k < n; k++) {
+            CHECK(acc[k].v != NULL, "%s: call %d reads/writes an unknown value", where, i);
+            if (!acc[k].v) continue;
+            const MpLoc *l = memplan_loc(mp, st, acc[k].graph, acc[k].v);
+            int64_t ad = addr(mp, st, acc[k].graph, acc[k].v, slot);
+            if (acc[k].write)
+                sh_write(s, ad, l->bytes, (acc[k].graph ? T_UPD : T_TRAIN) + acc[k].v->id);
+            else
+                sh_read(s, ad, l->bytes, read_tag(mp, acc[k].graph, acc[k].v), acc[k].v->name);
+        }
+        const MpParam *p = a->kind >= MP_ACCUM ? &mp->params[a->index] : NULL;
+        if (a->kind == MP_ACCUM) {
+            sh_read2(s, p->acc_off, p->bytes, T_ACC + a->index, T_ZERO + a->index, "accumulator");
+            sh_write(s, p->acc_off, p->bytes, T_ACC + a->index);
+        } else if (a->kind == MP_ZERO) {
+            sh_write(s, p->acc_off, p->bytes, T_ZERO + a->index);
+        } else if (a->kind == MP_COPY) {
+            int64_t dst = a->sub == 0 ? p->param_off : a->sub == 1 ? p->m_off : p->v_off;
+            int tag = (a->sub == 0 ? T_PNEW : a->sub == 1 ? T_MNEW : T_VNEW) + a->index;
+            CHECK(dst >= 0, "copy into a missing state");
+            sh_write(s, dst, p->bytes, tag);
+        }
+    }
+}
+
+static void runtime_scalars(Shadow *s, const MemPlan *mp) {
+    s->where = "runtime";
+    sh_write(s, mp->lr_off, 4, T_LR);
+    sh_write(s, mp->step_off, 8, T_STEP);
+    sh_write(s, mp->norm_off, 4, T_NORM);
+}
+
+static void dataflow(const MemPlan *mp, const PartStage *st) {
+    Shadow s = {0};
+    g_updated = 0;
+    s.arena = mp->arena_bytes;
+    s.where = "runtime";
+    for (int i = 0; i < mp->nparams; i++) { /* parameters loaded, accumulators and state zeroed */
+        const MpParam *p = &mp->params[i];
+        sh_write(&s, p->param_off, p->bytes, T_PARAM + i);
+        sh_write(&s, p->acc_off, p->bytes, T_ZERO + i);
+        if (p->m_off >= 0) sh_write(&s, p->m_off, p->bytes, T_M + i);
+        if (p->v_off >= 0) sh_write(&s, p->v_off, p->bytes, T_V + i);
+    }
+    runtime_scalars(&s, mp);
+    /* 1F1B-shaped, 2 slots: F0 F1 B0 F2 B1 F3 B2 B3, update, F0 B0 */
+    static const struct { char k; int m; } sched[] = {{'F', 0}, {'F', 1}, {'B', 0}, {'F', 2},
+                                                     {'B', 1}, {'F', 3}, {'B', 2}, {'B', 3}};
+    for (int i = 0; i < 8; i++)
+        run_fn(&s, mp, st, sched[i].k == 'F' ? MP_FN_FORWARD : MP_FN_BACKWARD, sched[i].m % 2);
+    runtime_scalars(&s, mp);
+    run_fn(&s, mp, st, MP_FN_UPDATE, 0);
+    g_updated = 1;
+    run_fn(&s, mp, st, MP_FN_FORWARD, 1);
+    run_fn(&s, mp, st, MP_FN_BACKWARD, 1);
+    free(s.r);
+}
+
+/* ------------------------------------------------------------ regions, intervals */
+
+static void regions(const MemPlan *mp, const PartStage *st) {
+    int64_t pe = mp->param_bytes, ge = pe + mp->grad_bytes, oe = ge + mp->opt_bytes;
+    for (int i = 0; i < mp->nparams; i++) {
+        const MpParam *p = &mp->params[i];
+        CHECK(p->param_off >= 0 && p->param_off + p->bytes <= pe, "param '%s' outside", p->name);
+        CHECK(p->acc_off >= pe && p->acc_off + p->bytes <= ge, "acc '%s' outside", p->name);
+        CHECK(p->m_off < 0 || (p->m_off >= ge && p->m_off + p->bytes <= oe), "m '%s'", p->name);
+        CHECK(p->v_off < 0 || (p->v_off >= ge && p->v_off + p->bytes <= oe), "v '%s'", p->name);
+        CHECK(p->param_off % MP_ALIGN == 0 && p->acc_off % MP_ALIGN == 0, "alignment");
+    }
+    CHECK(mp->lr_off >= oe && mp->norm_off + 4 <= mp->scratch_off, "scalars");
+    CHECK(mp->scratch_off + mp->scratch_bytes <= mp->slot_base, "scratch overlaps the slots");
+    CHECK(mp->arena_bytes == mp->slot_base + mp->nslots * mp->slot_bytes, "arena size");
+    for (int g = 0; g < 2; g++) {
+        IrGraph *gr = g ? st->update : st->train;
+        for (int i = 0; i < gr->nvalues; i++) {
+            const MpLoc *l = memplan_loc(mp, st, g, gr->values[i]);
+            CHECK(l != NULL, "no loc");
+            if (!l || l->region == HETC_BUF_NONE || l->region == HETC_BUF_CONST) continue;
+            CHECK(l->off % MP_ALIGN == 0, "'%s' misaligned", gr->values[i]->name);
+            if (l->region == HETC_BUF_SLOT)
+                CHECK(l->off >= 0 && l->off + l->bytes <= mp->slot_bytes, "'%s' outside the slot",
+                      gr->values[i]->name);
+            else if (l->off >= mp->scratch_off)
+                CHECK(l->off + l->bytes <= mp->scratch_off + mp->scratch_bytes,
+                      "'%s' outside scratch", gr->values[i]->name);
+        }
+    }
+}
+
+static int64_t overlaps_checked;
+
+/* live ranges from the call order, then every pair of scratch buffers */
+static void intervals(const MemPlan *mp, const PartStage *st, int fn, int64_t *sum) {
+    int graph = fn == MP_FN_UPDATE;
+    IrGraph *g = graph ? st->update : st->train;
+    int *first = malloc(sizeof *first * (size_t)g->nvalues), *last = malloc(sizeof *last * (size_t)g->nvalues);
+    for (int i = 0; i < g->nvalues; i++) first[i] = last[i] = -1;
+    Acc acc[4096];
+    for (int pos = 0; pos < mp->nacts[fn]; pos++) {
+        int n = accesses(mp, st, fn, &mp->acts[fn][pos], acc);
+        for (int k = 0; k < n; k++) {
+            if (!acc[k].v) continue;
+            int id = acc[k].v->id;
+            if (acc[k].write && first[id] < 0) first[id] = pos;
+            if (last[id] < pos) last[id] = pos;
+        }
+    }
+    int *sc = malloc(sizeof *sc * (size_t)g->nvalues), n = 0;
+    for (int i = 0; i < g->nvalues; i++) {
+        const MpLoc *l = memplan_loc(mp, st, graph, g->values[i]);
+        if (l->region == HETC_BUF_ARENA && l->off >= mp->scratch_off && l->off < mp->slot_base) {
+            CHECK(first[i] >= 0, "scratch value '%s' never written in its function",
+                  g->values[i]->name);
+            sc[n++] = i;
+            *sum += l->bytes;
+        }
+    }
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++) {
+            int x = sc[a], y = sc[b];
+            if (first[x] > last[y] || first[y] > last[x]) continue;
+            const MpLoc *lx = memplan_loc(mp, st, graph, g->values[x]);
+            const MpLoc *ly = memplan_loc(mp, st, graph, g->values[y]);
+            overlaps_checked++;
+            CHECK(lx->off + lx->bytes <= ly->off || ly->off + ly->bytes <= lx->off,
+                  "stage %d fn %d: '%s' [%d,%d] and '%s' [%d,%d] live together and overlap",
+                  st->stage, fn, g->values[x]->name, first[x], last[x], g->values[y]->name,
+                  first[y], last[y]);
+        }
+    free(sc);
+    free(first);
+    free(last);
+}
+
+static void counts(const MemPlan *mp, const PartStage *st) {
+    int want[3] = {0, 0, st->update->nnodes}, got[3] = {0}, accum = 0, zero = 0, copy = 0,
+        ncopy = 0;
+    for (int i = 0; i < st->train->nnodes; i++) want[st->train->nodes[i]->phase == IR_PHASE_BWD]++;
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < mp->nacts[f]; i++) {
+            MpActKind k = mp->acts[f][i].kind;
+            got[f] += k == MP_NODE;
+            accum += k == MP_ACCUM, zero += k == MP_ZERO, copy += k == MP_COPY;
+        }
+    for (int i = 0; i < mp->nparams; i++)
+        for (int k = 0; k < 3; k++) ncopy += upd_out(st, mp->params[i].name, k) != NULL;
+    for (int f = 0; f < 3; f++) CHECK(got[f] == want[f], "fn %d: %d node calls, %d nodes", f, got[f], want[f]);
+    CHECK(accum == mp->nparams && zero == mp->nparams && copy == ncopy,
+          "accum %d zero %d copy %d for %d params / %d update outputs", accum, zero, copy,
+          mp->nparams, ncopy);
+}
+
+static void check_stage(const PartStage *st, const char *what) {
+    MemPlan mp;
+    IrError err = {{0}};
+    if (memplan_build(st, 2, &mp, &err)) {
+        CHECK(0, "%s: memplan: %s", what, err.msg);
+        return;
+    }
+    regions(&mp, st);
+    int64_t bsum = 0, usum = 0;
+    intervals(&mp, st, MP_FN_BACKWARD, &bsum);
+    intervals(&mp, st, MP_FN_UPDATE, &usum);
+    counts(&mp, st);
+    dataflow(&mp, st);
+    printf("%s: ", what);
+    memplan_report(&mp, stdout);
+    printf("  scratch reuse: backward %lld of %lld bytes, update %lld of %lld\n",
+           (long long)mp.bwd_scratch_bytes, (long long)bsum, (long long)mp.upd_scratch_bytes,
+           (long long)usum);
+    memplan_free(&mp);
+}
+
+/* error paths: a message naming the value / stage */
+static void errors(void) {
+    PartStage two[2];
+    IrError err = {{0}};
+    MemPlan mp;
+    if (fixture_two_stage(two, 2, 3, 0, &err) < 0) {
+        CHECK(0, "fixture: %s", err.msg);
+        return;
+    }
+    PartStage st = two[0];
+    CHECK(memplan_build(&st, 0, &mp, &err) == -1 && strstr(err.msg, "activation slots"), "%s",
+          err.msg);
+    /* a value without a static shape */
+    IrValue *h = ir_graph_find_value(st.train, "h");
+    h->shape.dims[0] = -1;
+    CHECK(memplan_build(&st, 2, &mp, &err) == -1 && strstr(err.msg, "'h' has no static shape"),
+          "%s", err.msg);
+    h->shape.dims[0] = 2;
+    h->dtype = IR_STRING;
+    CHECK(memplan_build(&st, 2, &mp, &err) == -1 && strstr(err.msg, "'h' has dtype string"),
+          "%s", err.msg);
+    h->dtype = IR_F32;
+    /* an input nobody provides */
+    free(st.data_input);
+    st.data_input = ir_strdup("tokens");
+    CHECK(memplan_build(&st, 2, &mp, &err) == -1 &&
+              strstr(err.msg, "input 'ids' is neither the token input"),
+          "%s", err.msg);
+    free(st.data_input);
+    st.data_input = ir_strdup("ids");
+    /* a parameter missing from the list */
+    char *p0 = st.params[0].name;
+    st.params[0].name = ir_strdup("nope");
+    CHECK(memplan_build(&st, 2, &mp, &err) == -1 && strstr(err.msg, "'nope'"), "%s", err.msg);
+    free(st.params[0].name);
+    st.params[0].name = p0;
+    CHECK(memplan_build(&st, 2, &mp, &err) == 0, "restored fixture: %s", err.msg);
+    memplan_free(&mp);
+    fixture_free(&st);
+    fixture_free(&two[1]);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s GPT_TINY.onnx\n", argv[0]);
+        return 2;
+    }
+    IrError err = {{0}};
+    for (int sgd = 0; sgd < 2; sgd++) {
+        PartStage st;
+        if (fixture_one_stage(&st, argv[1], 2, 16, sgd, &err)) {
+            fprintf(stderr, "FAIL fixture: %s\n", err.msg);
+            return 1;
+        }
+        check_stage(&st, sgd ? "gpt_tiny 1 stage sgd" : "gpt_tiny 1 stage adamw");
+        fixture_free(&st);
+    }
+    PartStage two[2];
+    if (fixture_two_stage(two, 2, 3, 0, &err)) {
+        fprintf(stderr, "FAIL fixture: %s\n", err.msg);
+        return 1;
+    }
+    check_stage(&two[0], "two-stage split, stage 0");
+    check_stage(&two[1], "two-stage split, stage 1");
+    fixture_free(&two[0]);
+    fixture_free(&two[1]);
+    errors();
+    printf("%lld live scratch pairs checked\n", (long long)overlaps_checked);
+    if (fails) {
+        fprintf(stderr, "%d failures\n", fails);
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}
