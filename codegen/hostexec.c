@@ -92,6 +92,31 @@ static int call_node(IrNode *n, const void **in, void **out, size_t *outbytes, I
     return 0;
 }
 
+int hexec_call_node_into(IrNode *n, const void **in, void **out, IrError *err) {
+    char why[256];
+    const HxOpEntry *e = hx_op_entry(n->op);
+    if (!e || hx_check_node(n, e, err)) {
+        if (!e) ir_errorf(err, "no host kernel for this op");
+        return node_error(n, err);
+    }
+    if (!hexec_node_supported(n, why, sizeof why)) {
+        ir_errorf(err, "%s", why);
+        return node_error(n, err);
+    }
+    for (int i = 0; i < n->nout; i++)
+        if (n->out[i] && !out[i]) {
+            ir_errorf(err, "no buffer for output %d ('%s')", i, n->out[i]->name);
+            return node_error(n, err);
+        }
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] && !in[i] && !e->shape_only) {
+            ir_errorf(err, "no buffer for input %d ('%s')", i, n->in[i]->name);
+            return node_error(n, err);
+        }
+    HxCall c = {.n = n, .in = in, .out = out, .k = e->k, .err = err};
+    return e->run(&c) ? node_error(n, err) : 0;
+}
+
 int hexec_eval_node(IrGraph *g, IrNode *n, IrError *err) {
     (void)g;
     const void **in = ir_xcalloc((size_t)n->nin + 1, sizeof *in);

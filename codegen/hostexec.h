@@ -20,6 +20,13 @@ int hexec_node_supported(const IrNode *n, char *why, size_t whylen);
  * Its outputs receive owned data (ir_value_set_data); kinds are unchanged. */
 int hexec_eval_node(IrGraph *g, IrNode *n, IrError *err);
 
+/* Run one node into caller-provided buffers: in[i] the bytes of input i
+ * (NULL for an omitted optional input), out[i] a ZEROED buffer of output
+ * i's static shape and dtype (NULL where n->out[i] is NULL).  This is how
+ * stage binaries run a node on arena memory (runtime/stage: hetrt_node);
+ * errors name the node and its op. */
+int hexec_call_node_into(IrNode *n, const void **in, void **out, IrError *err);
+
 /* Run the whole graph.  inputs are matched to graph inputs by name (every
  * graph input must be given; dtype and shape must match exactly).  On
  * success *outputs is a malloc'd array of *noutputs tensors in graph-output

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_compile.h"
 #include "cmd_plan.h"
 #include "cmd_train.h"
 #include "pass.h"
@@ -23,9 +24,9 @@ static void usage(FILE *f) {
             "  train MODEL.onnx --data TOKENS.bin --steps N\n"
             "                      train on the host backend (loss, autodiff, AdamW/SGD),\n"
             "                      checkpoints, --export trained.onnx\n"
-            "  MODEL.onnx CLUSTER.yaml -o DIR [plan options]\n"
-            "                      the default: plan (per-stage codegen joins it in a later\n"
-            "                      release; today this is exactly hetc plan)\n"
+            "  [compile] MODEL.onnx CLUSTER.yaml -o DIR\n"
+            "                      the default: plan, then one executable per pipeline stage\n"
+            "                      (DIR/stage_K) and DIR/launch.sh to train across processes\n"
             "\n"
             "  hetc COMMAND --help       options of one command\n"
             "  hetc --list-passes        the passes --passes and --dump-ir-after accept\n"
@@ -37,9 +38,9 @@ static void usage(FILE *f) {
             "      --microbatch 2 --global-batch 64 -o build/\n"
             "  hetc run examples/gpt_tiny.onnx --input input_ids=examples/gpt_tiny.input_ids.npy \\\n"
             "      --output-dir out/ --expect logits=examples/gpt_tiny.logits.npy\n"
-            "\n"
-            "Per-stage training binaries are not in this build yet;\n"
-            "see README.md for the roadmap.\n",
+            "  hetc examples/gpt_tiny.onnx examples/clusters/three_mesh.yaml --seq 64 \\\n"
+            "      --microbatch 4 --global-batch 16 -o build/ && build/launch.sh \\\n"
+            "      --data examples/tiny_corpus.bin --steps 20\n",
             HETC_VERSION);
 }
 
@@ -65,9 +66,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
-    /* default: hetc MODEL.onnx CLUSTER.yaml ... = plan (then codegen, later) */
+    if (!strcmp(cmd, "compile")) return cmd_compile(argc - 1, argv + 1);
+    /* default: hetc MODEL.onnx CLUSTER.yaml ... = compile */
     size_t cl = strlen(cmd);
-    if (cl > 5 && !strcmp(cmd + cl - 5, ".onnx")) return cmd_plan(argc, argv);
+    if (cl > 5 && !strcmp(cmd + cl - 5, ".onnx")) return cmd_compile(argc, argv);
     fprintf(stderr, "hetc: unknown command '%s' (see hetc --help)\n", cmd);
     return 2;
 }

@@ -149,6 +149,13 @@ int rt_recv_f32(const RtContext *ctx, float *buf, size_t n, int peer, int tag, c
 int rt_dp_allreduce_f32(const RtContext *ctx, float *buf, size_t n, float scale,
                         const char *what);
 
+/* In-place all-reduce of `count` elements of `type` with `op` over any
+ * communicator (MPI_COMM_WORLD, a DP group, a group of the stages sharing
+ * a parameter), under the timeout.  A no-op on a one-rank communicator or
+ * MPI_COMM_NULL. */
+int rt_allreduce(const RtContext *ctx, MPI_Comm comm, void *buf, size_t count, MPI_Datatype type,
+                 MPI_Op op, const char *what);
+
 /* Barrier over MPI_COMM_WORLD with the timeout. */
 int rt_barrier(const RtContext *ctx, const char *what);
 
@@ -161,6 +168,28 @@ int rt_barrier(const RtContext *ctx, const char *what);
  * gradients, s+1 -> s).  Messages use tag `tag`. */
 int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, int dst_stage,
                          void *dst, int64_t B, size_t row_bytes, int tag, const char *what);
+
+/* Deferred sends.  A pipeline schedule has stages send to each other at
+ * the same time (1F1B: stage s sends microbatch m+1's activation while
+ * stage s+1 sends microbatch m's gradient back); with blocking sends of
+ * messages past MPI's eager limit both would wait for a receive the other
+ * has not posted.  rt_redistribute_rows_isend copies the source rows into
+ * staging buffers, posts the sends and returns; rt_send_queue_wait
+ * completes them (with the timeout) -- a stage waits once per step. */
+typedef struct RtSendQueue {
+    int n, cap;
+    struct RtPending *pend; /* private */
+    void **bufs;            /* staging copies, freed on completion */
+} RtSendQueue;
+/* The send side of rt_redistribute_rows (this rank must be in src_stage),
+ * queued on q.  Completed earlier sends of q are reaped first. */
+int rt_redistribute_rows_isend(const RtContext *ctx, int src_stage, const void *src,
+                               int dst_stage, int64_t B, size_t row_bytes, int tag,
+                               const char *what, RtSendQueue *q);
+/* Wait for every queued send (timeout: report and abort), free them. */
+int rt_send_queue_wait(const RtContext *ctx, RtSendQueue *q, const char *what);
+/* Release the queue's memory (after rt_send_queue_wait). */
+void rt_send_queue_free(RtSendQueue *q);
 
 /* -------------------------------------------------------------- checkpoints */
 

@@ -144,6 +144,22 @@ int rt_dp_allreduce_f32(const RtContext *ctx, float *buf, size_t n, float scale,
     return 0;
 }
 
+int rt_allreduce(const RtContext *ctx, MPI_Comm comm, void *buf, size_t count, MPI_Datatype type,
+                 MPI_Op op, const char *what) {
+    if (comm == MPI_COMM_NULL || count == 0) return 0;
+    if (check_count(count, what)) return 1;
+    int size = 1, tsize = 0;
+    MPI_Comm_size(comm, &size);
+    if (size <= 1) return 0;
+    MPI_Type_size(type, &tsize);
+    RtPending p = {MPI_REQUEST_NULL, "all-reduce over a group of", -1, 0, count * (size_t)tsize};
+    if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, type, op, comm, &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Iallreduce failed", what);
+        return 1;
+    }
+    return rt_wait(ctx, &p, 1, what);
+}
+
 int rt_barrier(const RtContext *ctx, const char *what) {
     RtPending p = {MPI_REQUEST_NULL, "barrier over all ranks", -1, 0, 0};
     if (MPI_Ibarrier(MPI_COMM_WORLD, &p.req) != MPI_SUCCESS) {
@@ -217,4 +233,109 @@ int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, i
     free(ov);
     free(p);
     return rc;
+}
+
+/* ------------------------------------------------------------ deferred sends */
+
+static void queue_reap(RtSendQueue *q) {
+    int w = 0;
+    for (int i = 0; i < q->n; i++) {
+        int done = 0;
+        if (q->pend[i].req != MPI_REQUEST_NULL)
+            MPI_Test(&q->pend[i].req, &done, MPI_STATUS_IGNORE);
+        if (q->pend[i].req == MPI_REQUEST_NULL) {
+            free(q->bufs[i]);
+            continue;
+        }
+        q->pend[w] = q->pend[i];
+        q->bufs[w++] = q->bufs[i];
+    }
+    q->n = w;
+}
+
+int rt_redistribute_rows_isend(const RtContext *ctx, int src_stage, const void *src,
+                               int dst_stage, int64_t B, size_t row_bytes, int tag,
+                               const char *what, RtSendQueue *q) {
+    if (src_stage < 0 || src_stage >= ctx->nstages || dst_stage < 0 ||
+        dst_stage >= ctx->nstages || src_stage == dst_stage || B < 0 ||
+        ctx->stage != src_stage) {
+        rt_log_error("%s: bad deferred send stage %d -> stage %d of %d from stage %d", what,
+                     src_stage, dst_stage, ctx->nstages, ctx->stage);
+        return 1;
+    }
+    if (tag < 0 || tag > 32767) {
+        rt_log_error("%s: tag %d outside [0, 32767]", what, tag);
+        return 1;
+    }
+    queue_reap(q);
+    int dp_a = ctx->stage_dp[src_stage], dp_b = ctx->stage_dp[dst_stage];
+    RtOverlap *ov = malloc(sizeof(RtOverlap) * (size_t)(dp_a + dp_b));
+    if (!ov) {
+        rt_log_error("%s: out of memory", what);
+        return 1;
+    }
+    int nov = rt_row_overlaps(B, dp_a, dp_b, ov), rc = 0;
+    int64_t my_start, my_count;
+    rt_row_split(B, dp_a, ctx->dp_rank, &my_start, &my_count);
+    if (my_count > 0 && !src) {
+        rt_log_error("%s: NULL buffer for %lld rows", what, (long long)my_count);
+        rc = 1;
+    }
+    for (int i = 0; i < nov && rc == 0; i++) {
+        const RtOverlap *o = &ov[i];
+        if (o->src != ctx->dp_rank) continue;
+        size_t off = (size_t)(o->start - my_start) * row_bytes;
+        size_t bytes = (size_t)o->count * row_bytes;
+        if (check_count(bytes, what)) {
+            rc = 1;
+            break;
+        }
+        if (q->n == q->cap) {
+            int cap = q->cap ? 2 * q->cap : 8;
+            RtPending *np = realloc(q->pend, sizeof *np * (size_t)cap);
+            void **nb = np ? realloc(q->bufs, sizeof *nb * (size_t)cap) : NULL;
+            if (np) q->pend = np;
+            if (nb) q->bufs = nb;
+            if (!np || !nb) {
+                rt_log_error("%s: out of memory", what);
+                rc = 1;
+                break;
+            }
+            q->cap = cap;
+        }
+        void *copy = malloc(bytes ? bytes : 1);
+        if (!copy) {
+            rt_log_error("%s: out of memory staging %zu bytes", what, bytes);
+            rc = 1;
+            break;
+        }
+        memcpy(copy, (const unsigned char *)src + off, bytes);
+        int peer = rt_stage_rank(ctx, dst_stage, o->dst);
+        q->pend[q->n] = (RtPending){MPI_REQUEST_NULL, "send to", peer, tag, bytes};
+        q->bufs[q->n] = copy;
+        if (MPI_Isend(copy, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD,
+                      &q->pend[q->n].req) != MPI_SUCCESS) {
+            rt_log_error("%s: posting send to rank %d failed", what, peer);
+            free(copy);
+            rc = 1;
+            break;
+        }
+        q->n++;
+    }
+    free(ov);
+    return rc;
+}
+
+int rt_send_queue_wait(const RtContext *ctx, RtSendQueue *q, const char *what) {
+    int rc = q->n ? rt_wait(ctx, q->pend, q->n, what) : 0;
+    for (int i = 0; i < q->n; i++) free(q->bufs[i]);
+    q->n = 0;
+    return rc;
+}
+
+void rt_send_queue_free(RtSendQueue *q) {
+    for (int i = 0; i < q->n; i++) free(q->bufs[i]);
+    free(q->pend);
+    free(q->bufs);
+    memset(q, 0, sizeof *q);
 }

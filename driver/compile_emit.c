@@ -1,0 +1,203 @@
+/* Memory plan, lowering, LLVM emission and linking of every stage, and the
+ * memory report beside the planner's prediction (DIR/stages.txt, appended
+ * to plan.txt). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compile_launch.h"
+#include "compile_stage.h"
+#include "llvm_emit.h"
+#include "lower_stage.h"
+#include "memplan.h"
+#include "planner/schedule.h"
+#include "stage_link.h"
+
+/* Every parameter held by more than one stage, in one plan-wide order
+ * (stage, then the stage's parameter order), with its stages: every rank
+ * makes one communicator per entry in this order. */
+static char *shared_lines(const CompPlan *p, const PartStage *ps) {
+    size_t cap = 256, n = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    for (int s = 0; s < p->nstages; s++)
+        for (int k = 0; k < ps[s].nparams; k++) {
+            const PartParam *pp = &ps[s].params[k];
+            if (!pp->shared)
+                continue;
+            int first = 1;
+            for (int q = 0; q < s && first; q++)
+                for (int j = 0; j < ps[q].nparams; j++)
+                    if (!strcmp(ps[q].params[j].name, pp->name))
+                        first = 0;
+            if (!first)
+                continue;
+            char *esc = lower_config_name(pp->name);
+            char line[4096];
+            int w = snprintf(line, sizeof line, "shared %s stages", esc);
+            free(esc);
+            for (int q = 0; q < p->nstages; q++)
+                for (int j = 0; j < ps[q].nparams; j++)
+                    if (!strcmp(ps[q].params[j].name, pp->name) && w < (int)sizeof line - 16)
+                        w += snprintf(line + w, sizeof line - (size_t)w, " %d", q);
+            snprintf(line + w, sizeof line - (size_t)w, "\n");
+            size_t l = strlen(line);
+            if (n + l + 1 > cap) {
+                cap = (n + l + 1) * 2;
+                out = realloc(out, cap);
+            }
+            memcpy(out + n, line, l + 1);
+            n += l;
+        }
+    return out;
+}
+
+/* config with `extra` inserted before its final "end" line (or appended). */
+static char *config_with(const char *config, const char *extra) {
+    size_t a = strlen(config), b = strlen(extra);
+    char *out = malloc(a + b + 1);
+    const char *end = strstr(config, "\nend\n");
+    size_t cut = end ? (size_t)(end - config) + 1 : a;
+    memcpy(out, config, cut);
+    memcpy(out + cut, extra, b);
+    memcpy(out + cut + b, config + cut, a - cut + 1);
+    return out;
+}
+
+static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
+
+int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
+    const CompPlan *p = cs->plan;
+    const CompileArgs *a = cs->args;
+    int S = p->nstages, B = p->microbatches, rc = -1;
+    int *warm = malloc((size_t)S * sizeof *warm), *dp = malloc((size_t)S * sizeof *dp);
+    for (int s = 0; s < S; s++) {
+        warm[s] = p->stages[s].warmup;
+        dp[s] = p->stages[s].dp;
+    }
+    Schedule sch;
+    memset(&sch, 0, sizeof sch);
+    char *shared = NULL, *report = NULL;
+    size_t report_len = 0;
+    FILE *rep = open_memstream(&report, &report_len);
+    if (schedule_build(S, B, warm, &sch, err)) {
+        ir_error_prefix(err, "schedule");
+        goto done;
+    }
+    shared = shared_lines(p, ps);
+    fprintf(rep, "\nstage memory plan (per rank, fp32 host backend; the planner predicts the "
+                 "training dtype on the device)\n");
+    fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
+                 "  arena MiB  planner GiB\n");
+    for (int s = 0; s < S; s++) {
+        LeSched *ls = malloc((size_t)2 * B * sizeof *ls);
+        for (int i = 0; i < 2 * B; i++) {
+            ls[i].kind = sch.actions[s][i].kind;
+            ls[i].microbatch = sch.actions[s][i].mb;
+        }
+        LowerOpts lo;
+        memset(&lo, 0, sizeof lo);
+        lo.nstages = S;
+        lo.dp = dp;
+        lo.rows = p->global_batch / B;
+        lo.seq = cs->co->seq;
+        lo.accum = B;
+        lo.nslots = sch.warmup[s];
+        lo.sched = ls;
+        lo.nsched = 2 * B;
+        lo.optimizer = a->optimizer;
+        lo.lr = a->lr;
+        lo.lr_schedule = a->lr_schedule;
+        lo.warmup = a->warmup;
+        lo.steps = a->steps;
+        lo.layers = cs->nlayers;
+        lo.token_dtype = IR_UNDEF;
+        LeProgram prog;
+        MemPlan mp;
+        char *config = NULL;
+        if (lower_stage(&ps[s], &lo, &prog, &config, &mp, err)) {
+            free(ls);
+            ir_error_prefix(err, "stage %d", s);
+            goto done;
+        }
+        char *cfg = config_with(config, shared);
+        prog.config = cfg;
+        char obj[4200], ll[4200], exe[4200], tmp[4300];
+        snprintf(obj, sizeof obj, "%s/stage_%d.o", cs->out_dir, s);
+        snprintf(ll, sizeof ll, "%s/stage_%d.ll", cs->out_dir, s);
+        snprintf(exe, sizeof exe, "%s/stage_%d", cs->out_dir, s);
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", exe, (int)getpid());
+        LeOptions eo;
+        memset(&eo, 0, sizeof eo);
+        eo.obj_path = obj;
+        eo.ll_path = a->emit_llvm ? ll : NULL;
+        eo.exe_path = tmp;
+        eo.cc = HETC_STAGE_CC;
+        int nl = 0;
+        while (hetc_stage_link_args[nl])
+            nl++;
+        eo.nlink_args = nl;
+        eo.link_args = hetc_stage_link_args;
+        eo.opt_level = 1;
+        int erc = le_emit_program(&prog, &eo, err);
+        unlink(obj);
+        if (!erc && rename(tmp, exe))
+            erc = ir_errorf(err, "%s: cannot rename into place (%s)", exe, strerror(errno));
+        if (erc)
+            unlink(tmp);
+        fprintf(rep, "%5d  %5d  %5d  %10.2f  %9.2f  %9.2f  %12.2f  %11.2f  %9.2f  %11.3f\n", s,
+                dp[s], mp.nslots, mp.param_bytes / 1048576.0, mp.grad_bytes / 1048576.0,
+                mp.opt_bytes / 1048576.0, mp.slot_bytes / 1048576.0,
+                mp.scratch_bytes / 1048576.0, mp.arena_bytes / 1048576.0,
+                gib(p->stages[s].mem_pred));
+        lower_stage_free(&prog);
+        memplan_free(&mp);
+        free(config);
+        free(cfg);
+        free(ls);
+        if (erc) {
+            ir_error_prefix(err, "stage %d", s);
+            goto done;
+        }
+    }
+    fflush(rep);
+    fclose(rep);
+    rep = NULL;
+    fputs(report + 1, stderr);
+    /* DIR/stages.txt; and the same table at the end of plan.txt */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/stages.txt", cs->out_dir);
+    if (compile_write_file(path, report + 1, 0644, err))
+        goto done;
+    snprintf(path, sizeof path, "%s/plan.txt", cs->out_dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *txt = malloc((size_t)n + report_len + 1);
+        size_t got = fread(txt, 1, (size_t)n, f);
+        fclose(f);
+        txt[got] = 0;
+        char *old = strstr(txt, "\nstage memory plan");
+        if (old)
+            *old = 0;
+        strcat(txt, report);
+        rc = compile_write_file(path, txt, 0644, err);
+        free(txt);
+        if (rc)
+            goto done;
+    }
+    rc = 0;
+done:
+    if (rep)
+        fclose(rep);
+    free(report);
+    free(shared);
+    schedule_free(&sch);
+    free(warm);
+    free(dp);
+    return rc;
+}

@@ -1,0 +1,19 @@
+/* The launcher files hetc writes beside the stage binaries: launch.sh (one
+ * MPMD mpirun of every stage), srun.conf (Slurm --multi-prog) and a
+ * hostfile template from cluster.yaml. */
+#ifndef HETC_COMPILE_LAUNCH_H
+#define HETC_COMPILE_LAUNCH_H
+
+#include "compile_plan.h"
+#include "ir.h"
+
+/* Write DIR/launch.sh, DIR/srun.conf and DIR/hostfile (each atomically:
+ * temp file + rename).  Stage s runs as DIR/stage_s on plan->stages[s].dp
+ * ranks. */
+int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err);
+
+/* Write `text` to `path` atomically (path.tmp.PID, fsync, rename); mode
+ * is applied before the rename. */
+int compile_write_file(const char *path, const char *text, int mode, IrError *err);
+
+#endif

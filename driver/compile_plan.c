@@ -1,0 +1,177 @@
+#include "compile_plan.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *slurp(const char *path, IrError *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ir_errorf(err, "%s: cannot open the plan", path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        fclose(f);
+        ir_errorf(err, "%s: cannot read the plan", path);
+        return NULL;
+    }
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+static int num(const cJSON *o, const char *key, double *v, const char *path, const char *where,
+               IrError *err) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x))
+        return ir_errorf(err, "%s: %s\"%s\" must be a number", path, where, key);
+    *v = x->valuedouble;
+    return 0;
+}
+
+static int whole(double v, int64_t lo, int64_t *out) {
+    if (!(v >= (double)lo) || v > 9e15 || v != (double)(int64_t)v)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static void copy_str(char *dst, size_t n, const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    snprintf(dst, n, "%s", cJSON_IsString(x) ? x->valuestring : "");
+}
+
+int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
+    memset(p, 0, sizeof *p);
+    p->seq = -1;
+    char *text = slurp(path, err);
+    if (!text)
+        return -1;
+    cJSON *root = cJSON_Parse(text);
+    int rc = -1;
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        int line = 1;
+        for (const char *c = text; at && c < at && *c; c++)
+            line += *c == '\n';
+        ir_errorf(err, "%s:%d: not valid JSON", path, line);
+        goto done;
+    }
+    double v = 0;
+    int64_t i64 = 0;
+    if (num(root, "version", &v, path, "", err))
+        goto done;
+    if (v != 1) {
+        ir_errorf(err, "%s: plan version %g is not supported (this hetc reads version 1)", path, v);
+        goto done;
+    }
+    if (num(root, "microbatches", &v, path, "", err))
+        goto done;
+    if (whole(v, 1, &i64) || i64 > 1000000) {
+        ir_errorf(err, "%s: \"microbatches\" must be a whole number >= 1, got %g", path, v);
+        goto done;
+    }
+    p->microbatches = (int)i64;
+    const cJSON *gb = cJSON_GetObjectItemCaseSensitive(root, "global_batch");
+    if (!cJSON_IsNumber(gb) || whole(gb->valuedouble, 1, &p->global_batch)) {
+        ir_errorf(err, "%s: \"global_batch\" must be a whole number >= 1 (compiling needs the "
+                  "rows per step)", path);
+        goto done;
+    }
+    if (p->global_batch % p->microbatches) {
+        ir_errorf(err, "%s: \"global_batch\" %lld is not divisible by \"microbatches\" %d", path,
+                  (long long)p->global_batch, p->microbatches);
+        goto done;
+    }
+    const cJSON *sq = cJSON_GetObjectItemCaseSensitive(root, "seq");
+    if (cJSON_IsNumber(sq) && whole(sq->valuedouble, 1, &p->seq))
+        p->seq = -1;
+    copy_str(p->schedule, sizeof p->schedule, root, "schedule");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stages");
+    int n = cJSON_IsArray(st) ? cJSON_GetArraySize(st) : 0;
+    if (n < 1) {
+        ir_errorf(err, "%s: \"stages\" must be a non-empty array", path);
+        goto done;
+    }
+    p->stages = calloc((size_t)n, sizeof *p->stages);
+    p->nstages = n;
+    for (int s = 0; s < n; s++) {
+        const cJSON *o = cJSON_GetArrayItem(st, s);
+        CpStage *c = &p->stages[s];
+        char where[48];
+        snprintf(where, sizeof where, "stages[%d].", s);
+        const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layers");
+        int64_t a, b;
+        if (!cJSON_IsArray(ly) || cJSON_GetArraySize(ly) != 2 ||
+            !cJSON_IsNumber(cJSON_GetArrayItem(ly, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(ly, 1)) ||
+            whole(cJSON_GetArrayItem(ly, 0)->valuedouble, 1, &a) ||
+            whole(cJSON_GetArrayItem(ly, 1)->valuedouble, 1, &b) || b < a) {
+            ir_errorf(err, "%s: %s\"layers\" must be [first, last] with 1 <= first <= last", path,
+                      where);
+            goto done;
+        }
+        c->first_layer = (int)a, c->last_layer = (int)b;
+        int expect = s ? p->stages[s - 1].last_layer + 1 : 1;
+        if (c->first_layer != expect) {
+            ir_errorf(err, "%s: %s\"layers\" starts at %d; the stages must cover the layers in "
+                      "order without gaps (expected %d)", path, where, c->first_layer, expect);
+            goto done;
+        }
+        if (num(o, "dp", &v, path, where, err))
+            goto done;
+        if (whole(v, 1, &i64) || i64 > 4096) {
+            ir_errorf(err, "%s: %s\"dp\" must be a whole number >= 1, got %g", path, where, v);
+            goto done;
+        }
+        c->dp = (int)i64;
+        c->tp = 1;
+        const cJSON *tp = cJSON_GetObjectItemCaseSensitive(o, "tp");
+        if (cJSON_IsNumber(tp) && tp->valuedouble != 1) {
+            ir_errorf(err, "%s: %s\"tp\" is %g; stage binaries do not do tensor parallelism yet "
+                      "(tp must be 1)", path, where, tp->valuedouble);
+            goto done;
+        }
+        if (num(o, "warmup", &v, path, where, err))
+            goto done;
+        if (whole(v, 1, &i64) || i64 > p->microbatches) {
+            ir_errorf(err, "%s: %s\"warmup\" must be in [1, microbatches = %d], got %g", path,
+                      where, p->microbatches, v);
+            goto done;
+        }
+        c->warmup = (int)i64;
+        if (s && c->warmup > p->stages[s - 1].warmup) {
+            ir_errorf(err, "%s: %s\"warmup\" %d exceeds the previous stage's %d: the pipeline "
+                      "would deadlock (warm-ups must not increase along the pipe)", path, where,
+                      c->warmup, p->stages[s - 1].warmup);
+            goto done;
+        }
+        const cJSON *mp = cJSON_GetObjectItemCaseSensitive(o, "mem_pred_bytes");
+        c->mem_pred = cJSON_IsNumber(mp) ? mp->valuedouble : 0;
+        copy_str(c->mesh, sizeof c->mesh, o, "mesh");
+        copy_str(c->device, sizeof c->device, o, "device");
+        if ((p->global_batch / p->microbatches) % c->dp) {
+            ir_errorf(err, "%s: %s\"dp\" %d does not divide the %lld rows of a microbatch "
+                      "(global_batch / microbatches)", path, where, c->dp,
+                      (long long)(p->global_batch / p->microbatches));
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    free(text);
+    if (rc)
+        comp_plan_free(p);
+    return rc;
+}
+
+void comp_plan_free(CompPlan *p) {
+    free(p->stages);
+    memset(p, 0, sizeof *p);
+}

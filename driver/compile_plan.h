@@ -1,0 +1,36 @@
+/* The parts of plan.json (docs/PLAN_FORMAT.md) that stage compilation
+ * needs, read back with cJSON: compiling from a file, not from the
+ * planner's memory, is what lets a user read, edit or hand-write a plan
+ * and compile exactly that (hetc compile --plan FILE). */
+#ifndef HETC_COMPILE_PLAN_H
+#define HETC_COMPILE_PLAN_H
+
+#include <stdint.h>
+
+#include "ir.h"
+
+typedef struct CpStage {
+    int first_layer, last_layer; /* 1-based inclusive */
+    int dp, tp;
+    int warmup;                  /* N_i: forward microbatches before the first backward */
+    char mesh[64], device[64];
+    double mem_pred;             /* predicted bytes per device (0: unknown) */
+} CpStage;
+
+typedef struct CompPlan {
+    int nstages;
+    CpStage *stages;
+    int microbatches;            /* B of the plan = microbatches per optimizer step */
+    int64_t global_batch;        /* rows per step */
+    int64_t seq;                 /* -1: not recorded */
+    char schedule[16];
+} CompPlan;
+
+/* Read and check: stages cover layers 1..L contiguously, dp >= 1,
+ * tp == 1 (tensor parallelism is not compiled yet), global_batch divisible
+ * by microbatches, warm-ups non-increasing along the pipe.  Errors name the
+ * file and the JSON key. */
+int comp_plan_read(const char *path, CompPlan *p, IrError *err);
+void comp_plan_free(CompPlan *p);
+
+#endif

@@ -1,0 +1,188 @@
+/* Per-stage compilation: the stage graphs from the plan (one import per
+ * distinct local batch: rows / dp), the initial parameters as a layer-wise
+ * checkpoint, then lowering and emission of every stage. */
+#include "compile_stage.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "loss.h"
+#include "partition.h"
+#include "rt.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void compile_args_default(CompileArgs *a) {
+    memset(a, 0, sizeof *a);
+    a->optimizer = "adamw";
+    a->lr_schedule = "constant";
+    a->loss = "xent";
+    a->lr = 1e-3;
+    a->beta1 = 0.9;
+    a->beta2 = 0.95;
+    a->adam_eps = 1e-8;
+    a->weight_decay = 0.1;
+    a->momentum = 0.9;
+    a->clip = 1.0;
+    a->steps = 100;
+}
+
+/* The forward + loss graph at `local` rows, node layer ids from the
+ * planner's graph (by name; the loss pass's nodes and tie-weights'
+ * Transposes are new and get -1: partition places them). */
+static IrGraph *stage_graph(const CompileStages *cs, int64_t local, IrError *err) {
+    CompileOpts o = *cs->co;
+    o.batch = local;
+    o.dump_after = NULL;
+    PassContext ctx;
+    pass_context_default(&ctx);
+    LossOpts lo;
+    loss_opts_default(&lo);
+    if (loss_opts_parse(&lo, cs->args->loss, err))
+        return NULL;
+    IrGraph *g = compile_import(&o, NULL, 0, 0, &ctx, err);
+    if (!g || compile_run_passes(g, &o, &ctx, err) ||
+        pass_run_pipeline(g, "tie-weights", &ctx, err) || pass_loss_with(g, &lo, err) ||
+        pass_run_pipeline(g, "shape-infer", &ctx, err)) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    int unmapped = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        n->layer_id = compile_layer_of(cs->lookup_ctx, cs->nlookup, n->name);
+        unmapped += n->layer_id < 0;
+    }
+    (void)unmapped;
+    return g;
+}
+
+/* DIR/init/step_00000000: every parameter's initial value in the file of
+ * its layer (1..L; layer 0 holds the step, as the runtime's own
+ * checkpoints do: runtime/stage/stage_ckpt.c), so a stage binary starts
+ * exactly as --resume would from step 0. */
+static int write_init(const CompileStages *cs, PartStage *ps, IrGraph **gs, IrError *err) {
+    const CompPlan *p = cs->plan;
+    int cap = 0;
+    for (int s = 0; s < p->nstages; s++)
+        cap += ps[s].nparams;
+    RtCkptTensor *t = calloc((size_t)cap + 2, sizeof *t);
+    static const int64_t step0 = 0;
+    t[0] = (RtCkptTensor){.layer = 0, .name = "step", .dtype = RT_I64, .ndim = 0, .data = &step0};
+    int n = 1, rc = 0;
+    for (int s = 0; s < p->nstages && !rc; s++)
+        for (int k = 0; k < ps[s].nparams && !rc; k++) {
+            const PartParam *pp = &ps[s].params[k];
+            int dup = 0;
+            for (int j = 1; j < n; j++)
+                dup |= !strcmp(t[j].name, pp->name);
+            if (dup)
+                continue;
+            IrValue *v = ir_graph_find_value(gs[s], pp->name);
+            if (!v || v->kind != IR_VK_PARAM || v->dtype != IR_F32)
+                return free(t), ir_errorf(err, "stage %d: parameter '%s' has no f32 initializer",
+                                          s, pp->name);
+            if (v->shape.rank > RT_CKPT_MAX_DIMS)
+                return free(t), ir_errorf(err, "parameter '%s' has rank %d (max %d)", pp->name,
+                                          v->shape.rank, RT_CKPT_MAX_DIMS);
+            const void *d = ir_value_data(v, err);
+            if (!d)
+                return free(t), ir_error_prefix(err, "parameter '%s'", pp->name);
+            RtCkptTensor *x = &t[n++];
+            x->layer = pp->layer;
+            x->name = pp->name;
+            x->dtype = RT_F32;
+            x->ndim = v->shape.rank;
+            for (int i = 0; i < v->shape.rank; i++)
+                x->shape[i] = v->shape.dims[i];
+            x->data = d;
+        }
+    char dir[4200], msg[512];
+    snprintf(dir, sizeof dir, "%s/init", cs->out_dir);
+    if (cli_mkdirs(dir, err))
+        rc = -1;
+    for (int l = 0; l <= cs->nlayers && !rc; l++)
+        if (rt_ckpt_write_layer(dir, 0, l, t, n, msg, sizeof msg))
+            rc = ir_errorf(err, "initial parameters: %s", msg);
+    if (!rc && rt_ckpt_write_manifest(dir, 0, cs->nlayers + 1, msg, sizeof msg))
+        rc = ir_errorf(err, "initial parameters: %s", msg);
+    free(t);
+    return rc;
+}
+
+int compile_stages(CompileStages *cs, IrError *err) {
+    const CompPlan *p = cs->plan;
+    int S = p->nstages, rc = -1;
+    int64_t rows = p->global_batch / p->microbatches;
+    IrGraph **gs = calloc((size_t)S, sizeof *gs);   /* per stage; shared by equal dp */
+    PartStage *ps = calloc((size_t)S, sizeof *ps);
+    int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
+    int *dp = malloc((size_t)S * sizeof *dp);
+    for (int s = 0; s < S; s++) {
+        first[s] = p->stages[s].first_layer;
+        last[s] = p->stages[s].last_layer;
+        dp[s] = p->stages[s].dp;
+    }
+    PartSpec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.nstages = S;
+    spec.first_layer = first;
+    spec.last_layer = last;
+    spec.dp = dp;
+    spec.rows = rows;
+    optim_opts_default(&spec.optim);
+    spec.optim.sgd = !strcmp(cs->args->optimizer, "sgd");
+    spec.optim.beta1 = cs->args->beta1;
+    spec.optim.beta2 = cs->args->beta2;
+    spec.optim.eps = cs->args->adam_eps;
+    spec.optim.weight_decay = cs->args->weight_decay;
+    spec.optim.momentum = cs->args->momentum;
+    spec.optim.clip = cs->args->clip;
+
+    double t = now_s();
+    for (int s = 0; s < S; s++) {
+        for (int q = 0; q < s && !gs[s]; q++)
+            if (dp[q] == dp[s])
+                gs[s] = gs[q];
+        if (!gs[s] && !(gs[s] = stage_graph(cs, rows / dp[s], err))) {
+            ir_error_prefix(err, "stage %d (local batch %lld)", s, (long long)(rows / dp[s]));
+            goto done;
+        }
+        if (partition_stage(gs[s], &spec, s, &ps[s], err))
+            goto done;
+    }
+    cs->t_graphs = now_s() - t;
+    t = now_s();
+    if (write_init(cs, ps, gs, err))
+        goto done;
+    cs->t_init = now_s() - t;
+    t = now_s();
+    if (compile_emit_stages(cs, ps, err))
+        goto done;
+    cs->t_lower = now_s() - t;
+    rc = 0;
+done:
+    for (int s = 0; s < S; s++) {
+        partition_stage_free(&ps[s]);
+        int dup = 0;
+        for (int q = 0; q < s; q++)
+            dup |= gs[q] == gs[s];
+        if (!dup)
+            ir_graph_free(gs[s]);
+    }
+    free(ps);
+    free(gs);
+    free(first);
+    free(last);
+    free(dp);
+    return rc;
+}
+
+void compile_stages_free(CompileStages *cs) { (void)cs; }

@@ -1,0 +1,42 @@
+/* Per-stage compilation for hetc compile: stage graphs (partition), the
+ * initial-parameter checkpoint, memory plan, lowering, emission, linking. */
+#ifndef HETC_COMPILE_STAGE_H
+#define HETC_COMPILE_STAGE_H
+
+#include <stdint.h>
+
+#include "compile_opts.h"
+#include "compile_plan.h"
+#include "ir.h"
+
+typedef struct CompileArgs {
+    const char *optimizer, *lr_schedule, *loss;
+    double lr, beta1, beta2, adam_eps, weight_decay, momentum, clip;
+    int64_t steps, warmup;
+    int emit_llvm;
+} CompileArgs;
+void compile_args_default(CompileArgs *a);
+
+typedef struct CompileStages {
+    const CompPlan *plan;
+    const CompileArgs *args;
+    const CompileOpts *co;     /* model, seq, binds; batch = microbatch rows */
+    const char *out_dir;
+    int nlayers;
+    const void *lookup_ctx;    /* node name -> layer (compile_layer_of) */
+    int nlookup;
+    /* results */
+    double t_graphs, t_init, t_lower;
+} CompileStages;
+
+int compile_stages(CompileStages *cs, IrError *err);
+void compile_stages_free(CompileStages *cs);
+
+/* Layer of a forward node of the planner's graph by name; -1 if unknown. */
+int compile_layer_of(const void *lookup_ctx, int nlookup, const char *node_name);
+
+#include "partition.h"
+/* Memory plan, lowering, emission and link of every stage (compile_emit.c). */
+int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err);
+
+#endif

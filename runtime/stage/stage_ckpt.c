@@ -1,0 +1,171 @@
+/* Stage checkpoints in the runtime's layer format (docs/RUNTIME.md):
+ * layer file L (1..layers) holds the parameters whose PartParam layer is L
+ * and their optimizer states ("opt/m/P", "opt/v/P" or "opt/buf/P"); layer
+ * file 0 holds the runtime's own state ("step", i64).  A shared parameter
+ * is written by the lowest stage holding it, and only dp rank 0 of a stage
+ * writes (its DP replicas are identical).  Every layer gets a file, even
+ * one without parameters, so the manifest always lists 0..layers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stage_internal.h"
+
+/* The parameter's shape as the stage's graphs declare it (1-D numel if
+ * neither graph has it). */
+static int param_shape(const StageRt *rt, const StageParam *p, int64_t *shape) {
+    for (int g = 0; g < 2; g++) {
+        IrValue *v = rt->graphs[g] ? ir_graph_find_value(rt->graphs[g], p->name) : NULL;
+        if (v && ir_shape_numel(&v->shape) == p->numel && v->shape.rank <= RT_CKPT_MAX_DIMS) {
+            for (int d = 0; d < v->shape.rank; d++) shape[d] = v->shape.dims[d];
+            return v->shape.rank;
+        }
+    }
+    shape[0] = p->numel;
+    return 1;
+}
+
+static const char *state_kind(const StageRt *rt, int k) {
+    return k == 0 ? (rt->cfg.sgd ? "buf" : "m") : "v";
+}
+
+/* Copy one tensor out of a loaded layer, checking dtype and size against
+ * the parameter (errors name tensor and file). */
+static int load_one(const StageRt *rt, const RtCkptLayer *l, const char *path, const char *name,
+                    const StageParam *p, float *dst) {
+    const RtCkptLoaded *t = rt_ckpt_find(l, name);
+    int64_t shape[RT_CKPT_MAX_DIMS];
+    int nd = param_shape(rt, p, shape);
+    if (!t) {
+        rt_log_error("checkpoint %s/layer_%05d.bin: no tensor '%s' (stage %d needs it)", path,
+                     l->layer, name, rt->cfg.stage);
+        return 1;
+    }
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    int same = t->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = t->shape[d] == shape[d];
+    if (t->dtype != RT_F32 || n != p->numel || (nd > 1 && !same)) {
+        rt_log_error("checkpoint %s/layer_%05d.bin: tensor '%s' is %s with %lld elements (rank %d); "
+                     "stage %d expects f32 with %lld elements (rank %d)",
+                     path, l->layer, name, rt_dtype_name(t->dtype), (long long)n, t->ndim,
+                     rt->cfg.stage, (long long)p->numel, nd);
+        return 1;
+    }
+    if (t->nbytes) memcpy(dst, t->data, t->nbytes);
+    return 0;
+}
+
+int stage_ckpt_load(StageRt *rt, const char *path, int with_opt) {
+    StageConfig *c = &rt->cfg;
+    int rc = 0;
+    for (int L = 0; L <= c->layers && !rc; L++) {
+        int any = 0;
+        for (int i = 0; i < c->nparams; i++) any |= c->params[i].layer == L;
+        if (!any) continue;
+        RtCkptLayer l;
+        char err[1024];
+        if (rt_ckpt_read_layer(path, L, &l, err, sizeof err)) {
+            rt_log_error("loading stage %d's parameters: %s", c->stage, err);
+            return 1;
+        }
+        for (int i = 0; i < c->nparams && !rc; i++) {
+            StageParam *p = &c->params[i];
+            if (p->layer != L) continue;
+            size_t nb = (size_t)p->numel * sizeof(float);
+            rc = load_one(rt, &l, path, p->name, p,
+                          STAGE_AT(&rt->arena, (size_t)p->off_param, nb));
+            for (int k = 0; k < 2 && !rc && with_opt; k++) {
+                int64_t off = k ? p->off_v : p->off_m;
+                if (off < 0 || (k && c->sgd)) continue;
+                char name[RT_CKPT_MAX_NAME + 16];
+                snprintf(name, sizeof name, "opt/%s/%s", state_kind(rt, k), p->name);
+                rc = load_one(rt, &l, path, name, p, STAGE_AT(&rt->arena, (size_t)off, nb));
+            }
+        }
+        rt_ckpt_layer_free(&l);
+    }
+    for (int i = 0; i < c->nparams && !rc; i++)
+        if (c->params[i].layer < 0 || c->params[i].layer > c->layers) {
+            rt_log_error("param '%s': layer %d is outside the config's 'layers %d'",
+                         c->params[i].name, c->params[i].layer, c->layers);
+            rc = 1;
+        }
+    return rc;
+}
+
+int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
+    StageConfig *c = &rt->cfg;
+    int nl = c->layers + 1, rc = 0;
+    RtCkptTensor *t = calloc((size_t)c->nparams * 3 + 2, sizeof *t);
+    char (*names)[RT_CKPT_MAX_NAME + 16] = calloc((size_t)c->nparams * 2 + 1, sizeof *names);
+    int *written = calloc((size_t)nl, sizeof *written);
+    int n = 0;
+    if (rt->ctx.dp_rank == 0)
+        for (int i = 0; i < c->nparams; i++) {
+            StageParam *p = &c->params[i];
+            if (stage_param_owner(rt, p) != c->stage) continue;
+            if (p->layer < 1 || p->layer > c->layers) {
+                rt_log_error("checkpoint: param '%s' has layer %d, outside 1..%d", p->name,
+                             p->layer, c->layers);
+                rc = 1;
+                break;
+            }
+            for (int k = -1; k < 2; k++) {
+                int64_t off = k < 0 ? p->off_param : k ? p->off_v : p->off_m;
+                if (k >= 0 && (off < 0 || (k == 1 && c->sgd))) continue; /* no such state */
+                RtCkptTensor *x = &t[n++];
+                x->layer = p->layer;
+                x->dtype = RT_F32;
+                x->ndim = param_shape(rt, p, x->shape);
+                x->data = STAGE_AT(&rt->arena, (size_t)off, (size_t)p->numel * sizeof(float));
+                if (k < 0) {
+                    x->name = p->name;
+                } else {
+                    char *nm = names[2 * i + k];
+                    snprintf(nm, RT_CKPT_MAX_NAME + 16, "opt/%s/%s", state_kind(rt, k), p->name);
+                    x->name = nm;
+                }
+            }
+            written[p->layer] = 1;
+        }
+    int64_t step_v = step;
+    if (rt->ctx.world_rank == 0) {
+        t[n++] = (RtCkptTensor){.layer = 0, .name = "step", .dtype = RT_I64, .ndim = 0,
+                                .data = &step_v};
+        written[0] = 1;
+    }
+    char err[1024];
+    for (int L = 0; L < nl && !rc; L++)
+        if (written[L] && rt_ckpt_write_layer(dir, step, L, t, n, err, sizeof err)) {
+            rt_log_error("checkpoint step %lld (stage %d): %s", (long long)step, c->stage, err);
+            rc = 1;
+        }
+    /* The max over the world both tells rank 0 which layers have no
+     * parameters (it writes them empty) and waits for every writer. */
+    if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, written, (size_t)nl, MPI_INT, MPI_MAX,
+                     "checkpoint: layer files written"))
+        rc = 1;
+    int frc = rc;
+    if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &frc, 1, MPI_INT, MPI_MAX,
+                     "checkpoint: writer status"))
+        frc = 1;
+    if (!frc && rt->ctx.world_rank == 0) {
+        for (int L = 0; L < nl && !frc; L++)
+            if (!written[L] && rt_ckpt_write_layer(dir, step, L, t, 0, err, sizeof err)) {
+                rt_log_error("checkpoint step %lld: empty layer %d: %s", (long long)step, L, err);
+                frc = 1;
+            }
+        if (!frc && rt_ckpt_write_manifest(dir, step, nl, err, sizeof err)) {
+            rt_log_error("checkpoint step %lld: %s", (long long)step, err);
+            frc = 1;
+        }
+    }
+    if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &frc, 1, MPI_INT, MPI_MAX,
+                     "checkpoint: manifest written"))
+        frc = 1;
+    free(t);
+    free(names);
+    free(written);
+    return frc;
+}

@@ -1,0 +1,294 @@
+/* The stage config text ("hetc-stage 1", docs/STAGE_ABI.md): one record
+ * per line, single-space separated fields.  Unknown record kinds are
+ * skipped so that a compiler adding records does not break older runtimes;
+ * a known record with a bad field is an error naming the line. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stage_internal.h"
+
+#define MAX_FIELDS 64
+
+static int fail(char *err, size_t errlen, int line, const char *fmt, ...) {
+    char m[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    snprintf(err, errlen, "stage config line %d: %s", line, m);
+    return -1;
+}
+
+static int hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Names are written with '%', space and control bytes as %XX. */
+static char *decode_name(const char *s) {
+    size_t n = strlen(s);
+    char *o = malloc(n + 1), *d = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        int h, l;
+        if (s[i] == '%' && i + 2 < n && (h = hexval((unsigned char)s[i + 1])) >= 0 &&
+            (l = hexval((unsigned char)s[i + 2])) >= 0) {
+            *d++ = (char)(h * 16 + l);
+            i += 2;
+        } else {
+            *d++ = s[i];
+        }
+    }
+    *d = 0;
+    return o;
+}
+
+static int get_i64(const char *s, int64_t *v) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *v = x;
+    return 0;
+}
+
+static int get_int(const char *s, int *v) {
+    int64_t x;
+    if (get_i64(s, &x) || x < -2147483647 || x > 2147483647) return -1;
+    *v = (int)x;
+    return 0;
+}
+
+/* Fields "key value" pairs after position `from`: find key's value. */
+static const char *kv(char **f, int nf, int from, const char *key) {
+    for (int i = from; i + 1 < nf; i += 2)
+        if (!strcmp(f[i], key)) return f[i + 1];
+    return NULL;
+}
+
+static int parse_param(StageConfig *c, char **f, int nf, int ln, char *err, size_t errlen) {
+    StageParam p = {0};
+    const char *keys[] = {"layer", "shared", "numel", "param", "acc", "m", "v"};
+    int64_t vals[7];
+    if (nf < 2) return fail(err, errlen, ln, "param record without a name");
+    for (int k = 0; k < 7; k++) {
+        const char *s = kv(f, nf, 2, keys[k]);
+        if (!s || get_i64(s, &vals[k]))
+            return fail(err, errlen, ln, "param '%s': missing or bad field '%s'", f[1], keys[k]);
+    }
+    p.layer = (int)vals[0];
+    p.shared = (int)vals[1];
+    p.numel = vals[2];
+    p.off_param = vals[3], p.off_acc = vals[4], p.off_m = vals[5], p.off_v = vals[6];
+    p.shared_index = -1;
+    if (p.numel < 0 || p.off_param < 0 || p.off_acc < 0 || p.off_m < -1 || p.off_v < -1 ||
+        p.layer < 0)
+        return fail(err, errlen, ln, "param '%s': negative size, offset or layer", f[1]);
+    if (!(p.name = decode_name(f[1]))) return fail(err, errlen, ln, "out of memory");
+    c->params = realloc(c->params, ((size_t)c->nparams + 1) * sizeof *c->params);
+    c->params[c->nparams++] = p;
+    return 0;
+}
+
+static int parse_xfer(StageConfig *c, char **f, int nf, int ln, char *err, size_t errlen) {
+    StageXfer x = {0};
+    int64_t rows, rb;
+    const char *peer = kv(f, nf, 4, "peer"), *r = kv(f, nf, 4, "rows"),
+               *b = kv(f, nf, 4, "row_bytes");
+    if (nf < 4 || get_int(f[1], &x.id) || (strcmp(f[2], "send") && strcmp(f[2], "recv")) ||
+        (strcmp(f[3], "act") && strcmp(f[3], "grad")) || !peer || get_int(peer, &x.peer) ||
+        !r || get_i64(r, &rows) || !b || get_i64(b, &rb) || rows < 0 || rb < 0 || x.id < 0)
+        return fail(err, errlen, ln,
+                    "expected 'xfer ID send|recv act|grad peer P rows R row_bytes RB'");
+    x.send = !strcmp(f[2], "send");
+    x.grad = !strcmp(f[3], "grad");
+    x.rows = rows, x.row_bytes = rb;
+    c->xfers = realloc(c->xfers, ((size_t)c->nxfers + 1) * sizeof *c->xfers);
+    c->xfers[c->nxfers++] = x;
+    return 0;
+}
+
+static int parse_shared(StageConfig *c, char **f, int nf, int ln, char *err, size_t errlen) {
+    if (nf < 4 || strcmp(f[2], "stages"))
+        return fail(err, errlen, ln, "expected 'shared NAME stages S1 S2 ...'");
+    StageShared s = {0};
+    s.nstages = nf - 3;
+    s.stages = calloc((size_t)s.nstages, sizeof *s.stages);
+    for (int i = 0; i < s.nstages; i++)
+        if (get_int(f[3 + i], &s.stages[i]) || s.stages[i] < 0) {
+            free(s.stages);
+            return fail(err, errlen, ln, "shared '%s': bad stage '%s'", f[1], f[3 + i]);
+        }
+    s.name = decode_name(f[1]);
+    c->shared = realloc(c->shared, ((size_t)c->nshared + 1) * sizeof *c->shared);
+    c->shared[c->nshared++] = s;
+    return 0;
+}
+
+static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, char *err,
+                      size_t errlen) {
+    const char *k = f[0];
+    int64_t v;
+#define ONE_I64(key, field)                                                             \
+    if (!strcmp(k, key)) {                                                              \
+        if (nf != 2 || get_i64(f[1], &v)) return fail(err, errlen, ln, "expected '%s N'", key); \
+        c->field = v;                                                                   \
+        return 0;                                                                       \
+    }
+    ONE_I64("stage", stage)
+    ONE_I64("rows", rows)
+    ONE_I64("local_rows", local_rows)
+    ONE_I64("seq", seq)
+    ONE_I64("accum", accum)
+    ONE_I64("layers", layers)
+    ONE_I64("warmup", warmup)
+    ONE_I64("steps", steps)
+#undef ONE_I64
+    if (!strcmp(k, "stages")) {
+        if (nf != 2 || get_int(f[1], &c->nstages) || c->nstages < 1 ||
+            c->nstages > RT_MAX_STAGES)
+            return fail(err, errlen, ln, "expected 'stages N' with 1 <= N <= %d", RT_MAX_STAGES);
+        return 0;
+    }
+    if (!strcmp(k, "dp")) {
+        free(c->dp);
+        c->dp = calloc((size_t)nf, sizeof *c->dp);
+        for (int i = 1; i < nf; i++)
+            if (get_int(f[i], &c->dp[i - 1]) || c->dp[i - 1] < 1)
+                return fail(err, errlen, ln, "bad DP degree '%s'", f[i]);
+        if (nf - 1 != c->nstages)
+            return fail(err, errlen, ln, "%d DP degrees for %d stages (put 'stages' first)",
+                        nf - 1, c->nstages);
+        return 0;
+    }
+    if (!strcmp(k, "token_dtype")) {
+        if (nf != 2 || (strcmp(f[1], "i64") && strcmp(f[1], "i32")))
+            return fail(err, errlen, ln, "expected 'token_dtype i64|i32'");
+        c->token_i32 = !strcmp(f[1], "i32");
+        return 0;
+    }
+    if (!strcmp(k, "optimizer")) {
+        if (nf != 2 || (strcmp(f[1], "adamw") && strcmp(f[1], "sgd")))
+            return fail(err, errlen, ln, "expected 'optimizer adamw|sgd'");
+        c->sgd = !strcmp(f[1], "sgd");
+        return 0;
+    }
+    if (!strcmp(k, "lr")) {
+        char *end;
+        if (nf != 2 || !(c->lr = strtod(f[1], &end), end != f[1] && !*end))
+            return fail(err, errlen, ln, "expected 'lr X'");
+        return 0;
+    }
+    if (!strcmp(k, "lr_schedule")) {
+        if (nf != 2 || rt_lr_kind_from_name(f[1], &c->lr_kind))
+            return fail(err, errlen, ln, "expected 'lr_schedule constant|cosine'");
+        return 0;
+    }
+    if (!strcmp(k, "arena_off")) {
+        if (nf != 3 || get_i64(f[2], &v) || v < 0)
+            return fail(err, errlen, ln, "expected 'arena_off lr|step|grad_norm OFF'");
+        if (!strcmp(f[1], "lr")) c->off_lr = v;
+        else if (!strcmp(f[1], "step")) c->off_step = v;
+        else if (!strcmp(f[1], "grad_norm")) c->off_grad_norm = v;
+        /* other names: a newer compiler's scalar this runtime does not write */
+        return 0;
+    }
+    if (!strcmp(k, "param")) return parse_param(c, f, nf, ln, err, errlen);
+    if (!strcmp(k, "xfer")) return parse_xfer(c, f, nf, ln, err, errlen);
+    if (!strcmp(k, "shared")) return parse_shared(c, f, nf, ln, err, errlen);
+    if (!strcmp(k, "end")) {
+        *seen_end = 1;
+        return 0;
+    }
+    return 0; /* unknown record: tolerated */
+}
+
+static int check(StageConfig *c, char *err, size_t errlen) {
+#define REQ(cond, ...)                             \
+    if (!(cond)) {                                 \
+        snprintf(err, errlen, "stage config: " __VA_ARGS__); \
+        return -1;                                 \
+    }
+    REQ(c->nstages >= 1, "no 'stages' record");
+    REQ(c->dp, "no 'dp' record");
+    REQ(c->stage >= 0 && c->stage < c->nstages, "stage %d is not in [0, %d)", c->stage,
+        c->nstages);
+    REQ(c->rows >= 1 && c->local_rows >= 0 && c->seq >= 1 && c->accum >= 1,
+        "rows, seq and accum must be positive (rows %lld, seq %lld, accum %lld)",
+        (long long)c->rows, (long long)c->seq, (long long)c->accum);
+    for (int i = 0; i < c->nxfers; i++)
+        REQ(c->xfers[i].peer >= 0 && c->xfers[i].peer < c->nstages &&
+                c->xfers[i].peer != c->stage,
+            "xfer %d: peer stage %d is not another stage of %d", c->xfers[i].id,
+            c->xfers[i].peer, c->nstages);
+    for (int i = 0; i < c->nshared; i++)
+        for (int j = 0; j < c->shared[i].nstages; j++)
+            REQ(c->shared[i].stages[j] < c->nstages, "shared '%s': stage %d out of range",
+                c->shared[i].name, c->shared[i].stages[j]);
+    for (int i = 0; i < c->nparams; i++) {
+        StageParam *p = &c->params[i];
+        REQ(c->sgd || (p->off_m >= 0 && p->off_v >= 0), "param '%s': AdamW needs 'm' and 'v' offsets",
+            p->name);
+        if (!p->shared) continue;
+        for (int j = 0; j < c->nshared; j++)
+            if (!strcmp(c->shared[j].name, p->name)) p->shared_index = j;
+        REQ(p->shared_index >= 0, "param '%s' is marked shared but no 'shared' line names it",
+            p->name);
+    }
+#undef REQ
+    return 0;
+}
+
+int stage_config_parse(const char *text, StageConfig *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    c->off_lr = c->off_step = c->off_grad_norm = -1;
+    c->lr_kind = RT_LR_CONSTANT;
+    if (!text) {
+        snprintf(err, errlen, "stage config: missing (the stage descriptor has none)");
+        return -1;
+    }
+    char *buf = strdup(text);
+    int ln = 0, seen_end = 0, rc = 0, header = 0;
+    for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line && !rc && !seen_end;
+         line = strtok_r(NULL, "\n", &save)) {
+        ln++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *f[MAX_FIELDS];
+        int nf = 0;
+        for (char *s2 = NULL, *t = strtok_r(line, " \t\r", &s2); t && nf < MAX_FIELDS;
+             t = strtok_r(NULL, " \t\r", &s2))
+            f[nf++] = t;
+        if (!nf) continue;
+        if (!header) {
+            if (nf != 2 || strcmp(f[0], "hetc-stage") || strcmp(f[1], "1")) {
+                rc = fail(err, errlen, ln, "expected the header 'hetc-stage 1'");
+                break;
+            }
+            header = 1;
+            continue;
+        }
+        rc = parse_line(c, f, nf, ln, &seen_end, err, errlen);
+    }
+    free(buf);
+    if (!rc && !header) rc = fail(err, errlen, 1, "empty config (no 'hetc-stage 1' header)");
+    if (!rc) rc = check(c, err, errlen);
+    if (rc) stage_config_free(c);
+    return rc;
+}
+
+void stage_config_free(StageConfig *c) {
+    for (int i = 0; i < c->nparams; i++) free(c->params[i].name);
+    for (int i = 0; i < c->nshared; i++) free(c->shared[i].name), free(c->shared[i].stages);
+    free(c->params);
+    free(c->xfers);
+    free(c->shared);
+    free(c->dp);
+    memset(c, 0, sizeof *c);
+}

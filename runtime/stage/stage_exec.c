@@ -1,0 +1,218 @@
+/* The hetrt_* entries generated stage functions call (codegen/stage_abi.h).
+ * They take only constants from the generated code; everything dynamic
+ * (graphs, arena, data, current microbatch) comes from the process's one
+ * stage runtime state. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostexec.h"
+#include "stage_internal.h"
+
+StageRt *hetrt_stage_rt = NULL;
+
+static StageRt *need_rt(const char *entry) {
+    if (!hetrt_stage_rt) {
+        rt_log_error("%s called outside hetrt_stage_main", entry);
+        return NULL;
+    }
+    return hetrt_stage_rt;
+}
+
+static size_t value_bytes(const IrValue *v) {
+    int64_t n = ir_shape_numel(&v->shape);
+    return n > 0 ? (size_t)n * ir_dtype_size(v->dtype) : 0;
+}
+
+/* Resolve one buffer reference of a hetrt_node call. */
+static void *resolve(StageRt *rt, IrValue *v, int64_t ref, void *arena, void *slot, int is_out,
+                     IrError *err) {
+    int region = (int)((uint64_t)ref >> 56);
+    int64_t off = ref & ((INT64_C(1) << 56) - 1);
+    size_t nb = value_bytes(v);
+    switch (region) {
+    case HETC_BUF_NONE:
+        return NULL;
+    case HETC_BUF_ARENA:
+        if ((size_t)off + nb > rt->arena.size || (unsigned char *)arena != rt->arena.base) {
+            ir_errorf(err, "value '%s': arena range [%lld, +%zu) outside the %zu-byte arena",
+                      v->name, (long long)off, nb, rt->arena.size);
+            return NULL;
+        }
+        return (unsigned char *)arena + off;
+    case HETC_BUF_SLOT:
+        if (!slot) {
+            ir_errorf(err, "value '%s' is in the activation slot, but no microbatch is running",
+                      v->name);
+            return NULL;
+        }
+        if (off + (int64_t)nb > rt->desc->slot_bytes) {
+            ir_errorf(err, "value '%s': slot range [%lld, +%zu) outside the %lld-byte slot",
+                      v->name, (long long)off, nb, (long long)rt->desc->slot_bytes);
+            return NULL;
+        }
+        return (unsigned char *)slot + off;
+    case HETC_BUF_CONST:
+        if (is_out) {
+            ir_errorf(err, "output '%s' is given a constant buffer", v->name);
+            return NULL;
+        }
+        return (void *)ir_value_data(v, err);
+    default:
+        ir_errorf(err, "value '%s': unknown buffer region %d", v->name, region);
+        return NULL;
+    }
+}
+
+int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const int64_t *bufs) {
+    StageRt *rt = need_rt("hetrt_node");
+    if (!rt) return 1;
+    if (graph < 0 || graph > 1 || !rt->graphs[graph]) {
+        rt_log_error("hetrt_node: no graph %d", graph);
+        return 1;
+    }
+    IrGraph *g = rt->graphs[graph];
+    const char *gname = graph == HETC_GRAPH_TRAIN ? "train" : "update";
+    if (node < 0 || node >= g->nnodes) {
+        rt_log_error("hetrt_node: node %d is outside the %s graph's %d nodes", node, gname,
+                     g->nnodes);
+        return 1;
+    }
+    IrNode *n = g->nodes[node];
+    IrError err = {{0}};
+    const void *in[64];
+    void *out[64];
+    void *scratch[64] = {0};
+    int rc = 0;
+    if (n->nin > 64 || n->nout > 64) {
+        rt_log_error("hetrt_node: %s node %d '%s' (%s) has too many operands", gname, node,
+                     n->name, ir_op_name(n->op));
+        return 1;
+    }
+    for (int i = 0; i < n->nin && !rc; i++) {
+        in[i] = NULL;
+        if (!n->in[i]) continue;
+        if (!(in[i] = resolve(rt, n->in[i], bufs[i], arena, slot, 0, &err)) &&
+            (bufs[i] >> 56) != HETC_BUF_NONE)
+            rc = 1;
+        else if (!in[i] && value_bytes(n->in[i]))
+            rc = ir_errorf(&err, "input %d ('%s') has no buffer", i, n->in[i]->name) != 0;
+    }
+    for (int i = 0; i < n->nout && !rc; i++) {
+        out[i] = NULL;
+        if (!n->out[i]) continue;
+        int64_t ref = bufs[n->nin + i];
+        size_t nb = value_bytes(n->out[i]);
+        if ((ref >> 56) == HETC_BUF_NONE) { /* unused output: the kernel still writes it */
+            out[i] = scratch[i] = calloc(nb ? nb : 1, 1);
+            continue;
+        }
+        if (!(out[i] = resolve(rt, n->out[i], ref, arena, slot, 1, &err))) rc = 1;
+        else memset(out[i], 0, nb);
+    }
+    if (!rc) rc = hexec_call_node_into(n, in, out, &err) != 0;
+    for (int i = 0; i < n->nout; i++) free(scratch[i]);
+    if (rc)
+        rt_log_error("stage %d, %s graph node %d '%s' (%s): %s", rt->cfg.stage, gname, node,
+                     n->name, ir_op_name(n->op), err.msg);
+    return rc;
+}
+
+static int xfer_of(StageRt *rt, int32_t xfer, int send, const char *entry) {
+    if (xfer < 0 || xfer >= rt->cfg.nxfers) {
+        rt_log_error("%s: xfer %d is not in the config's %d xfer lines", entry, xfer,
+                     rt->cfg.nxfers);
+        return -1;
+    }
+    if (rt->cfg.xfers[xfer].send != send) {
+        rt_log_error("%s: xfer %d (id %d) is a %s in the config", entry, xfer,
+                     rt->cfg.xfers[xfer].id, send ? "recv" : "send");
+        return -1;
+    }
+    return 0;
+}
+
+/* Unique per (xfer id, microbatch) within a step; MPI's ordering of equal
+ * tags between one pair of ranks covers the reuse across steps. */
+static int xfer_tag(const StageRt *rt, const StageXfer *x) {
+    return (int)(((int64_t)x->id * rt->cfg.accum + rt->micro) % 32768);
+}
+
+static int32_t transfer(int32_t xfer, void *dst, const void *src, int send) {
+    const char *entry = send ? "hetrt_send" : "hetrt_recv";
+    StageRt *rt = need_rt(entry);
+    if (!rt || xfer_of(rt, xfer, send, entry)) return 1;
+    const StageXfer *x = &rt->cfg.xfers[xfer];
+    char what[160];
+    snprintf(what, sizeof what, "%s %s %d of microbatch %d (step %lld) %s stage %d",
+             x->grad ? "gradient" : "activation", send ? "send" : "recv", x->id, rt->micro,
+             (long long)rt->step + 1, send ? "to" : "from", x->peer);
+    int me = rt->cfg.stage;
+    /* Sends are deferred (staged copies, completed once per step), so that
+     * two stages sending to each other at once never wait on each other. */
+    if (send)
+        return rt_redistribute_rows_isend(&rt->ctx, me, src, x->peer, x->rows,
+                                          (size_t)x->row_bytes, xfer_tag(rt, x), what, &rt->sendq);
+    return rt_redistribute_rows(&rt->ctx, x->peer, NULL, me, dst, x->rows, (size_t)x->row_bytes,
+                                xfer_tag(rt, x), what);
+}
+
+int32_t hetrt_recv(int32_t xfer, void *dst) { return transfer(xfer, dst, NULL, 0); }
+int32_t hetrt_send(int32_t xfer, const void *src) { return transfer(xfer, NULL, src, 1); }
+
+int32_t hetrt_tokens(int32_t which, void *dst, int32_t dtype) {
+    StageRt *rt = need_rt("hetrt_tokens");
+    if (!rt) return 1;
+    if ((which != 0 && which != 1) || (dtype != RT_I32 && dtype != RT_I64)) {
+        rt_log_error("hetrt_tokens: bad request (which %d, dtype %d)", which, dtype);
+        return 1;
+    }
+    int64_t n = rt->dl.rows * rt->dl.T;
+    int64_t mb = rt->step * rt->cfg.accum + rt->micro;
+    if (rt->dl.nbatches > 0) mb %= rt->dl.nbatches;
+    if (rt->tok_mb != mb) {
+        char err[RT_ERRLEN];
+        if (rt_data_batch(&rt->dl, mb, rt->tok_in, rt->tok_tg, err)) {
+            rt_log_error("hetrt_tokens: batch %lld: %s", (long long)mb, err);
+            return 1;
+        }
+        rt->tok_mb = mb;
+    }
+    const int64_t *src = which ? rt->tok_tg : rt->tok_in;
+    if (dtype == RT_I64) {
+        memcpy(dst, src, (size_t)n * sizeof(int64_t));
+    } else {
+        int32_t *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = (int32_t)src[i];
+    }
+    return 0;
+}
+
+int32_t hetrt_accum(void *acc, const void *g, int64_t n) {
+    StageRt *rt = need_rt("hetrt_accum");
+    if (!rt) return 1;
+    float *a = acc;
+    const float *x = g;
+    float inv = 1.0f / (float)rt->cfg.accum;
+    for (int64_t i = 0; i < n; i++) a[i] += x[i] * inv;
+    return 0;
+}
+
+int32_t hetrt_loss(const void *loss) {
+    StageRt *rt = need_rt("hetrt_loss");
+    if (!rt) return 1;
+    rt->step_loss += (double)*(const float *)loss;
+    return 0;
+}
+
+int32_t hetrt_copy(void *dst, const void *src, int64_t bytes) {
+    if (bytes < 0) return 1;
+    if (bytes && dst != src) memmove(dst, src, (size_t)bytes);
+    return 0;
+}
+
+int32_t hetrt_zero(void *dst, int64_t bytes) {
+    if (bytes < 0) return 1;
+    if (bytes) memset(dst, 0, (size_t)bytes);
+    return 0;
+}

@@ -1,0 +1,108 @@
+/* runtime/stage: what the stage main (stage_main.c), the hetrt_* entries
+ * generated code calls (stage_exec.c), gradient sync (stage_sync.c) and
+ * checkpoints (stage_ckpt.c) share.  Not a public interface: generated code
+ * sees only codegen/stage_abi.h. */
+#ifndef HETRT_STAGE_INTERNAL_H
+#define HETRT_STAGE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "data_loader.h"
+#include "ir.h"
+#include "lr_schedule.h"
+#include "rt.h"
+#include "stage_abi.h"
+
+/* ------------------------------------------------------------ config */
+typedef struct StageParam {
+    char *name;
+    int layer;   /* checkpoint layer (1-based model layer) */
+    int shared;  /* 1: also held by other stages (a `shared` line names them) */
+    int64_t numel;
+    int64_t off_param, off_acc, off_m, off_v; /* off_v -1 for SGD */
+    int shared_index; /* index into StageConfig.shared, -1 if not shared */
+} StageParam;
+
+typedef struct StageXfer {
+    int id;        /* plan-wide id (tags) */
+    int send;      /* 1 send, 0 recv */
+    int grad;      /* 0 act, 1 grad */
+    int peer;
+    int64_t rows, row_bytes;
+} StageXfer;
+
+typedef struct StageShared {
+    char *name;
+    int nstages;
+    int *stages; /* ascending as written */
+} StageShared;
+
+typedef struct StageConfig {
+    int stage, nstages;
+    int *dp;                 /* [nstages] */
+    int64_t rows, local_rows, seq, accum, steps, warmup;
+    int layers;
+    int token_i32;           /* token_dtype i32 */
+    int sgd;
+    double lr;
+    RtLrKind lr_kind;
+    int64_t off_lr, off_step, off_grad_norm; /* -1 when absent */
+    StageParam *params;
+    int nparams;
+    StageXfer *xfers;
+    int nxfers;
+    StageShared *shared;
+    int nshared;
+} StageConfig;
+
+/* Parse the "hetc-stage 1" text (docs/STAGE_ABI.md).  Unknown record kinds
+ * are ignored (newer compilers may add lines); malformed known records are
+ * errors naming the line.  0 or -1 with err. */
+int stage_config_parse(const char *text, StageConfig *c, char *err, size_t errlen);
+void stage_config_free(StageConfig *c);
+
+/* ------------------------------------------------------------ runtime state */
+typedef struct StageRt {
+    const HetcStageDesc *desc;
+    StageConfig cfg;
+    RtContext ctx;
+    int ctx_up;
+    RtArena arena;
+    IrGraph *graphs[2];      /* HETC_GRAPH_TRAIN, HETC_GRAPH_UPDATE */
+    RtDataLoader dl;
+    int dl_open;
+    int64_t *tok_in, *tok_tg; /* this rank's rows of the current microbatch */
+    int64_t tok_mb;           /* data batch index loaded in tok_*, -1 none */
+    int64_t step;             /* 0-based step being run */
+    int micro;                /* microbatch being run */
+    double step_loss;         /* sum of recorded losses this step */
+    RtSendQueue sendq;        /* hetrt_send's deferred sends, completed each step */
+    MPI_Comm *shared_comm;    /* [cfg.nshared]; MPI_COMM_NULL where this stage holds none */
+} StageRt;
+
+/* The one runtime state of this process (the hetrt_* entries take no
+ * context argument: the generated code calls them with constants only). */
+extern StageRt *hetrt_stage_rt;
+
+/* Arena pointer, bounds-checked even in release builds: the runtime's own
+ * accesses use offsets from the config text, not memplan-checked code. */
+#define STAGE_AT(a, off, bytes) rt_arena_at_checked((a), (off), (bytes), __FILE__, __LINE__)
+
+/* Die naming this rank (rt_die) -- the job cannot go on. */
+#define STAGE_DIE(...) rt_die(__FILE__, __LINE__, __VA_ARGS__)
+
+/* stage_sync.c */
+int stage_sync_setup(StageRt *rt);           /* shared-parameter communicators */
+void stage_sync_teardown(StageRt *rt);
+/* DP sum, shared-parameter sum; returns the global gradient norm. */
+int stage_sync_grads(StageRt *rt, double *norm);
+/* Step loss summed over the last stage's DP group (valid there). */
+int stage_sync_loss(StageRt *rt, double *loss);
+/* Lowest stage holding parameter p (this stage unless shared). */
+int stage_param_owner(const StageRt *rt, const StageParam *p);
+
+/* stage_ckpt.c */
+int stage_ckpt_load(StageRt *rt, const char *ckpt_path, int with_opt);
+int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step);
+
+#endif

@@ -1,0 +1,368 @@
+/* hetrt_stage_main: the main of every generated stage binary.
+ *
+ * The generated object holds the compute (stage functions of straight-line
+ * hetrt_* calls, the schedule table, the two graphs and the config text);
+ * this file holds everything dynamic: command line, MPI bootstrap, arena,
+ * parameters, the step loop (schedule, gradient sync, learning rate,
+ * update), logging and checkpoints.  The step loop mirrors `hetc train`
+ * (driver/cmd_train.c): microbatch m of step k reads data batch k*K + m,
+ * gradients are accumulated as g / K, the loss printed is the mean over
+ * the step's microbatches, and the log line has the same format, so the
+ * two runs can be compared line by line. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stage_internal.h"
+
+typedef struct StageOpts {
+    const char *data, *ckpt_dir, *init_dir;
+    int64_t steps, ckpt_every;
+    int resume, quiet;
+    char init_default[PATH_MAX + 8];
+} StageOpts;
+
+static void usage(FILE *f, const char *prog) {
+    fprintf(f,
+            "usage: %s --data TOKENS.bin [options]\n"
+            "\n"
+            "One pipeline stage of a hetc-compiled training job; launch every stage together\n"
+            "with one MPMD mpirun (build/launch.sh).  TOKENS.bin is an llm.c token file or\n"
+            "nanoGPT's headerless uint16 .bin; every rank reads its own rows.\n"
+            "\n"
+            "  --data FILE              token file (required)\n"
+            "  --steps N                optimizer steps (default: the plan's)\n"
+            "  --checkpoint-dir DIR     where checkpoints go (default: checkpoints)\n"
+            "  --checkpoint-every N     also checkpoint every N steps (default 0: only at the end)\n"
+            "  --resume                 continue from the newest complete checkpoint in\n"
+            "                           --checkpoint-dir (none: start from --init)\n"
+            "  --init DIR               initial parameters (default: init/ beside the binary)\n"
+            "  --quiet                  only the final step line\n"
+            "  --help                   this text\n",
+            prog);
+}
+
+static int parse_i64(const char *opt, const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < 0) {
+        fprintf(stderr, "stage: %s: '%s' is not a non-negative integer\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* 0 ok, 1 --help shown, -1 error (printed). */
+static int parse_args(int argc, char **argv, StageOpts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout, argv[0]);
+            return 1;
+        }
+        if (!strcmp(a, "--resume")) {
+            o->resume = 1;
+            continue;
+        }
+        if (!strcmp(a, "--quiet")) {
+            o->quiet = 1;
+            continue;
+        }
+        const char *names[] = {"--data", "--steps", "--checkpoint-dir", "--checkpoint-every",
+                               "--init"};
+        int k = -1;
+        const char *v = NULL;
+        for (int j = 0; j < 5; j++) {
+            size_t n = strlen(names[j]);
+            if (!strncmp(a, names[j], n) && (a[n] == 0 || a[n] == '=')) {
+                k = j;
+                if (a[n] == '=') v = a + n + 1;
+                else if (i + 1 < argc) v = argv[++i];
+                else {
+                    fprintf(stderr, "stage: %s needs a value\n", names[j]);
+                    return -1;
+                }
+            }
+        }
+        switch (k) {
+        case 0: o->data = v; break;
+        case 1: if (parse_i64("--steps", v, &o->steps)) return -1; break;
+        case 2: o->ckpt_dir = v; break;
+        case 3: if (parse_i64("--checkpoint-every", v, &o->ckpt_every)) return -1; break;
+        case 4: o->init_dir = v; break;
+        default:
+            fprintf(stderr, "stage: unknown option '%s' (see --help)\n", a);
+            return -1;
+        }
+    }
+    if (!o->data) {
+        fprintf(stderr, "stage: --data TOKENS.bin is required (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* <directory of /proc/self/exe>/init */
+static const char *default_init(StageOpts *o) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return "init";
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(o->init_default, sizeof o->init_default, "%s/init", slash ? exe : ".");
+    return o->init_default;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const HetcStageFn *find_fn(const HetcStageDesc *d, const char *name) {
+    for (int i = 0; i < d->nfuncs; i++)
+        if (d->funcs[i].name && !strcmp(d->funcs[i].name, name)) return &d->funcs[i];
+    return NULL;
+}
+
+/* Run a stage function; a nonzero status names the failing call and ends
+ * the job (the callee already printed why). */
+static void run_fn(StageRt *rt, const HetcStageFn *f, void *slot, const char *when) {
+    int32_t st = f->fn(rt->arena.base, slot);
+    if (st == 0) return;
+    const char *callee = st >= 1 && st <= f->ncalls && f->calls ? f->calls[st - 1] : "?";
+    STAGE_DIE("stage %d: %s: call %d (%s) failed %s", rt->cfg.stage, f->name, st, callee, when);
+}
+
+static IrGraph *parse_graph(const char *text, const char *what, int stage) {
+    IrError err = {{0}};
+    if (!text) return NULL;
+    IrGraph *g = ir_parse(text, what, &err);
+    if (!g) STAGE_DIE("stage %d: cannot parse its %s graph: %s", stage, what, err.msg);
+    return g;
+}
+
+static void write_scalars(StageRt *rt, double lr, int64_t step, double norm) {
+    const StageConfig *c = &rt->cfg;
+    if (c->off_lr >= 0) *(float *)STAGE_AT(&rt->arena, (size_t)c->off_lr, 4) = (float)lr;
+    if (c->off_step >= 0) {
+        int64_t *p = STAGE_AT(&rt->arena, (size_t)c->off_step, 8);
+        *p = step;
+    }
+    if (c->off_grad_norm >= 0)
+        *(float *)STAGE_AT(&rt->arena, (size_t)c->off_grad_norm, 4) = (float)norm;
+}
+
+static void zero_accumulators(StageRt *rt) {
+    for (int i = 0; i < rt->cfg.nparams; i++) {
+        const StageParam *p = &rt->cfg.params[i];
+        size_t nb = (size_t)p->numel * sizeof(float);
+        memset(STAGE_AT(&rt->arena, (size_t)p->off_acc, nb), 0, nb);
+    }
+}
+
+/* Initial parameters (fresh start) or the newest checkpoint (--resume).
+ * Returns the first step to run. */
+static int64_t load_state(StageRt *rt, StageOpts *o, int printer) {
+    char path[4096], err[1024];
+    int64_t step = 0;
+    if (o->resume) {
+        int r = rt_checkpoint_latest(o->ckpt_dir, path, sizeof path, &step, err, sizeof err);
+        if (r < 0) STAGE_DIE("--resume: %s", err);
+        if (r == 0) {
+            if (stage_ckpt_load(rt, path, 1))
+                STAGE_DIE("stage %d: cannot resume from %s", rt->cfg.stage, path);
+            if (printer && !o->quiet)
+                printf("resuming from %s (step %lld)\n", path, (long long)step);
+            return step;
+        }
+        if (printer)
+            printf("no checkpoint in %s: starting from the initial parameters\n", o->ckpt_dir);
+    }
+    if (rt->cfg.nparams == 0) return 0;
+    int64_t s0;
+    int r = rt_checkpoint_latest(o->init_dir, path, sizeof path, &s0, err, sizeof err);
+    if (r < 0) STAGE_DIE("initial parameters (--init %s): %s", o->init_dir, err);
+    if (r > 0)
+        STAGE_DIE("initial parameters: no complete checkpoint (step_*/MANIFEST) in '%s'; "
+                  "pass --init DIR (the compiler writes build/init)", o->init_dir);
+    if (stage_ckpt_load(rt, path, 0))
+        STAGE_DIE("stage %d: cannot load its initial parameters from %s", rt->cfg.stage, path);
+    return 0;
+}
+
+static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
+    const HetcStageDesc *d = rt->desc;
+    const StageConfig *c = &rt->cfg;
+    const HetcStageFn *fwd = find_fn(d, "forward"), *bwd = find_fn(d, "backward"),
+                      *upd = find_fn(d, "update");
+    RtLrSchedule sched = {.kind = c->lr_kind, .max_lr = c->lr, .warmup_steps = c->warmup,
+                          /* the plan's length, not --steps: a run stopped early and
+                           * resumed follows the same schedule */
+                          .decay_steps = c->steps > 0 ? c->steps : o->steps,
+                          .min_lr_ratio = 0.1};
+    int64_t tok_per_step = c->rows * c->seq * c->accum;
+    double t0 = now_s();
+    for (int64_t k = start; k < o->steps; k++) {
+        double ts = now_s();
+        char when[96];
+        rt->step = k;
+        rt->step_loss = 0;
+        zero_accumulators(rt);
+        for (int e = 0; e < d->nsched; e++) {
+            const HetcSchedEntry *se = &d->sched[e];
+            rt->micro = se->microbatch;
+            const HetcStageFn *f = se->kind == HETC_SCHED_F ? fwd : bwd;
+            void *slot = rt->arena.base + d->slot_base +
+                         (int64_t)(se->microbatch % d->nslots) * d->slot_bytes;
+            snprintf(when, sizeof when, "at step %lld, microbatch %d", (long long)k + 1,
+                     se->microbatch);
+            run_fn(rt, f, slot, when);
+        }
+        snprintf(when, sizeof when, "sends of step %lld", (long long)k + 1);
+        if (rt_send_queue_wait(&rt->ctx, &rt->sendq, when))
+            STAGE_DIE("stage %d: %s failed", c->stage, when);
+        double norm = 0, loss = 0;
+        if (stage_sync_grads(rt, &norm)) STAGE_DIE("gradient sync of step %lld failed", (long long)k + 1);
+        double lr = rt_lr_at(&sched, k);
+        write_scalars(rt, lr, k + 1, norm);
+        snprintf(when, sizeof when, "at step %lld", (long long)k + 1);
+        if (upd) run_fn(rt, upd, NULL, when); /* no microbatch: no slot (STAGE_ABI.md) */
+        if (stage_sync_loss(rt, &loss)) STAGE_DIE("loss sum of step %lld failed", (long long)k + 1);
+        double te = now_s(), el = te - t0, dt = te - ts;
+        double eta = el / (double)(k - start + 1) * (double)(o->steps - k - 1);
+        if (printer && (!o->quiet || k + 1 == o->steps)) {
+            printf("step %5lld/%lld | loss %.9g | grad norm %.6g | lr %.4e | %.0f tok/s | "
+                   "ETA %.1fs\n",
+                   (long long)k + 1, (long long)o->steps, loss, norm, lr,
+                   dt > 0 ? (double)tok_per_step / dt : 0.0, eta);
+            fflush(stdout);
+        }
+        int last = k + 1 == o->steps;
+        if (last || (o->ckpt_every > 0 && (k + 1) % o->ckpt_every == 0)) {
+            if (stage_ckpt_save(rt, o->ckpt_dir, k + 1))
+                STAGE_DIE("checkpoint of step %lld in '%s' failed", (long long)k + 1, o->ckpt_dir);
+        }
+    }
+}
+
+static void check_desc(const HetcStageDesc *d) {
+    if (!d) STAGE_DIE("no stage descriptor");
+    if (d->abi_version != HETC_STAGE_ABI_VERSION)
+        STAGE_DIE("stage binary has ABI version %d; this runtime implements %d (rebuild the "
+                  "stage with the matching hetc)", d->abi_version, HETC_STAGE_ABI_VERSION);
+    if (d->arena_bytes < 0 || d->slot_base < 0 || d->slot_bytes < 0 || d->nslots < 1 ||
+        d->slot_base + (int64_t)d->nslots * d->slot_bytes > d->arena_bytes)
+        STAGE_DIE("stage descriptor: %d slots of %lld bytes at %lld do not fit the %lld-byte "
+                  "arena", d->nslots, (long long)d->slot_bytes, (long long)d->slot_base,
+                  (long long)d->arena_bytes);
+}
+
+int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
+    StageOpts o = {.ckpt_dir = "checkpoints", .steps = -1};
+    /* Options first, before MPI: every rank sees the same mistake and exits
+     * with it, and --help works without a launcher. */
+    int pr = parse_args(argc, argv, &o);
+    if (pr) return pr > 0 ? 0 : 2;
+    check_desc(desc);
+    if (!o.init_dir) o.init_dir = default_init(&o);
+
+    static StageRt rt; /* the process's one runtime state (hetrt_* read it) */
+    memset(&rt, 0, sizeof rt);
+    rt.desc = desc;
+    rt.tok_mb = -1;
+    char err[1024];
+    if (stage_config_parse(desc->config, &rt.cfg, err, sizeof err))
+        STAGE_DIE("stage %d: %s", desc->stage, err);
+    StageConfig *c = &rt.cfg;
+    if (c->stage != desc->stage)
+        STAGE_DIE("stage descriptor says stage %d, its config says stage %d", desc->stage,
+                  c->stage);
+    if (o.steps < 0) o.steps = c->steps;
+    if (o.steps <= 0) STAGE_DIE("no step count: pass --steps N (the config has 'steps %lld')",
+                               (long long)c->steps);
+    for (int e = 0; e < desc->nsched; e++)
+        if ((desc->sched[e].kind != HETC_SCHED_F && desc->sched[e].kind != HETC_SCHED_B) ||
+            desc->sched[e].microbatch < 0 || desc->sched[e].microbatch >= c->accum)
+            STAGE_DIE("stage %d: schedule entry %d (%c %d) is not F/B of a microbatch in [0, %lld)",
+                      c->stage, e, desc->sched[e].kind, desc->sched[e].microbatch,
+                      (long long)c->accum);
+    if (desc->nsched > 0 && (!find_fn(desc, "forward") || !find_fn(desc, "backward")))
+        STAGE_DIE("stage %d: the descriptor has no forward/backward function", c->stage);
+
+    int expect = 0;
+    for (int s = 0; s < c->nstages; s++) expect += c->dp[s];
+    if (rt_init(&rt.ctx, &argc, &argv, c->nstages, c->dp))
+        STAGE_DIE("the plan needs %d ranks (%d stages, DP degrees as in the config) -- "
+                  "launch it with build/launch.sh", expect, c->nstages);
+    rt.ctx_up = 1;
+    if (rt.ctx.stage != c->stage)
+        STAGE_DIE("the binary of stage %d runs on world rank %d, which the plan gives to stage "
+                  "%d: launch the stages in order (mpirun -np d0 ./stage_0 : -np d1 ./stage_1 ...)",
+                  c->stage, rt.ctx.world_rank, rt.ctx.stage);
+    if (c->local_rows * rt.ctx.dp_size != c->rows)
+        STAGE_DIE("stage %d: local_rows %lld x DP %d != rows %lld", c->stage,
+                  (long long)c->local_rows, rt.ctx.dp_size, (long long)c->rows);
+    hetrt_stage_rt = &rt;
+    rt.graphs[HETC_GRAPH_TRAIN] = parse_graph(desc->ir_train, "train", c->stage);
+    rt.graphs[HETC_GRAPH_UPDATE] = parse_graph(desc->ir_update, "update", c->stage);
+
+    char derr[RT_ERRLEN];
+    if (rt_data_open(&rt.dl, o.data, c->rows, c->seq, rt.ctx.dp_rank, rt.ctx.dp_size, derr))
+        STAGE_DIE("--data: %s", derr);
+    rt.dl_open = 1;
+    size_t ntok = (size_t)(rt.dl.rows * c->seq);
+    rt.tok_in = calloc(ntok + 1, sizeof *rt.tok_in);
+    rt.tok_tg = calloc(ntok + 1, sizeof *rt.tok_tg);
+
+    if (rt_arena_init(&rt.arena, (size_t)desc->arena_bytes, 0))
+        STAGE_DIE("stage %d: cannot allocate its %lld-byte arena", c->stage,
+                  (long long)desc->arena_bytes);
+    for (int i = 0; i < c->nparams; i++) {
+        const StageParam *p = &c->params[i];
+        size_t nb = (size_t)p->numel * 4;
+        (void)STAGE_AT(&rt.arena, (size_t)p->off_param, nb);
+        (void)STAGE_AT(&rt.arena, (size_t)p->off_acc, nb);
+    }
+    if (stage_sync_setup(&rt)) STAGE_DIE("stage %d: shared-parameter groups failed", c->stage);
+    const HetcStageFn *init = find_fn(desc, "init");
+    if (init) run_fn(&rt, init, NULL, "during init");
+
+    int printer = c->stage == c->nstages - 1 && rt.ctx.dp_rank == 0;
+    int64_t start = load_state(&rt, &o, printer);
+    if (printer && !o.quiet) {
+        printf("hetrt stage %d of %d: %d ranks, %d parameters, %lld tokens/step, %s, data %s "
+               "(%s, %lld batches), steps %lld..%lld\n",
+               c->stage, c->nstages, rt.ctx.world_size, c->nparams,
+               (long long)(c->rows * c->seq * c->accum), c->sgd ? "sgd" : "adamw", o.data,
+               rt_token_format_name(rt.dl.format), (long long)rt.dl.nbatches,
+               (long long)start + 1, (long long)o.steps);
+        fflush(stdout);
+    }
+    if (start >= o.steps && printer)
+        printf("checkpoint step %lld >= --steps %lld: nothing to run\n", (long long)start,
+               (long long)o.steps);
+    step_loop(&rt, &o, start, printer);
+    fflush(stdout);
+
+    rt_send_queue_free(&rt.sendq);
+    stage_sync_teardown(&rt);
+    hetrt_stage_rt = NULL;
+    for (int g = 0; g < 2; g++)
+        if (rt.graphs[g]) ir_graph_free(rt.graphs[g]);
+    free(rt.tok_in);
+    free(rt.tok_tg);
+    rt_data_close(&rt.dl);
+    rt_arena_free(&rt.arena);
+    stage_config_free(&rt.cfg);
+    int rc = rt_finalize(&rt.ctx);
+    return rc ? 1 : 0;
+}

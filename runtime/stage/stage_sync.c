@@ -1,0 +1,118 @@
+/* Gradient synchronisation after a step's microbatches: the DP sum inside
+ * each stage, the sum of shared parameters' gradients over the stages that
+ * hold them, and the global gradient norm over the whole model.
+ *
+ * The last stage scales its loss by local_rows / rows, so plain sums give
+ * the single-process mean gradient everywhere. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stage_internal.h"
+
+int stage_param_owner(const StageRt *rt, const StageParam *p) {
+    if (p->shared_index < 0) return rt->cfg.stage;
+    const StageShared *s = &rt->cfg.shared[p->shared_index];
+    int lo = rt->cfg.stage;
+    for (int i = 0; i < s->nstages; i++)
+        if (s->stages[i] < lo) lo = s->stages[i];
+    return lo;
+}
+
+/* One communicator per `shared` line, split in the plan-wide order of the
+ * lines (identical on every stage), so every world rank takes part in each
+ * MPI_Comm_split and ranks of stages not holding the parameter get
+ * MPI_COMM_NULL. */
+int stage_sync_setup(StageRt *rt) {
+    int n = rt->cfg.nshared;
+    rt->shared_comm = calloc((size_t)n + 1, sizeof *rt->shared_comm);
+    for (int i = 0; i < n; i++) {
+        const StageShared *s = &rt->cfg.shared[i];
+        int holds = 0;
+        for (int j = 0; j < s->nstages; j++) holds |= s->stages[j] == rt->cfg.stage;
+        rt->shared_comm[i] = MPI_COMM_NULL;
+        if (MPI_Comm_split(MPI_COMM_WORLD, holds ? 0 : MPI_UNDEFINED, rt->ctx.world_rank,
+                           &rt->shared_comm[i]) != MPI_SUCCESS) {
+            rt_log_error("MPI_Comm_split for shared parameter '%s' failed", s->name);
+            return 1;
+        }
+        if (rt->shared_comm[i] != MPI_COMM_NULL)
+            MPI_Comm_set_errhandler(rt->shared_comm[i], MPI_ERRORS_RETURN);
+    }
+    return 0;
+}
+
+void stage_sync_teardown(StageRt *rt) {
+    for (int i = 0; rt->shared_comm && i < rt->cfg.nshared; i++)
+        if (rt->shared_comm[i] != MPI_COMM_NULL) MPI_Comm_free(&rt->shared_comm[i]);
+    free(rt->shared_comm);
+    rt->shared_comm = NULL;
+}
+
+static float *arena_f32(StageRt *rt, int64_t off, int64_t n) {
+    return STAGE_AT(&rt->arena, (size_t)off, (size_t)n * sizeof(float));
+}
+
+int stage_sync_grads(StageRt *rt, double *norm) {
+    StageConfig *c = &rt->cfg;
+    char what[512];
+    for (int i = 0; i < c->nparams; i++) {
+        StageParam *p = &c->params[i];
+        snprintf(what, sizeof what, "gradient all-reduce of '%s' (stage %d)", p->name, c->stage);
+        if (rt_dp_allreduce_f32(&rt->ctx, arena_f32(rt, p->off_acc, p->numel), (size_t)p->numel,
+                                1.0f, what))
+            return 1;
+    }
+    /* Shared parameters: after the DP sum every rank of a stage holds its
+     * stage's gradient; dp rank 0 alone contributes it (the others send
+     * zeros), so the sum over the holders is exactly the sum of the
+     * stages' gradients, with no 1/dp rescaling to round. */
+    for (int s = 0; s < c->nshared; s++) {
+        if (rt->shared_comm[s] == MPI_COMM_NULL) continue;
+        StageParam *p = NULL;
+        for (int i = 0; i < c->nparams; i++)
+            if (c->params[i].shared_index == s) p = &c->params[i];
+        if (!p) {
+            rt_log_error("shared parameter '%s' lists stage %d, which has no such param line",
+                         c->shared[s].name, c->stage);
+            return 1;
+        }
+        float *acc = arena_f32(rt, p->off_acc, p->numel);
+        if (rt->ctx.dp_rank != 0) memset(acc, 0, (size_t)p->numel * sizeof(float));
+        snprintf(what, sizeof what, "shared-gradient all-reduce of '%s' (stage %d)", p->name,
+                 c->stage);
+        if (rt_allreduce(&rt->ctx, rt->shared_comm[s], acc, (size_t)p->numel, MPI_FLOAT, MPI_SUM,
+                         what))
+            return 1;
+    }
+    /* Global norm: every parameter once (a shared one on its lowest
+     * holding stage), dp rank 0 of each stage only. */
+    double sq = 0;
+    if (rt->ctx.dp_rank == 0)
+        for (int i = 0; i < c->nparams; i++) {
+            StageParam *p = &c->params[i];
+            if (stage_param_owner(rt, p) != c->stage) continue;
+            const float *g = arena_f32(rt, p->off_acc, p->numel);
+            double ps = 0; /* in double: millions of squares */
+            for (int64_t j = 0; j < p->numel; j++) ps += (double)g[j] * (double)g[j];
+            sq += ps;
+        }
+    if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &sq, 1, MPI_DOUBLE, MPI_SUM,
+                     "global gradient norm"))
+        return 1;
+    *norm = sqrt(sq);
+    return 0;
+}
+
+int stage_sync_loss(StageRt *rt, double *loss) {
+    double l = rt->step_loss;
+    if (rt->cfg.stage != rt->cfg.nstages - 1) {
+        *loss = 0;
+        return 0;
+    }
+    if (rt_allreduce(&rt->ctx, rt->ctx.dp_comm, &l, 1, MPI_DOUBLE, MPI_SUM, "step loss sum"))
+        return 1;
+    *loss = l / (double)rt->cfg.accum;
+    return 0;
+}

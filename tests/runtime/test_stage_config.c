@@ -1,0 +1,84 @@
+/* The stage config parser (runtime/stage/stage_config.c): fields of a full
+ * config, %XX-escaped names, tolerated unknown records, and errors that
+ * name the line for malformed known ones. */
+#include <stdio.h>
+#include <string.h>
+
+#include "stage_internal.h"
+
+static int failures;
+#define CHECK(c)                                                        \
+    do {                                                                \
+        if (!(c)) {                                                     \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+            failures++;                                                 \
+        }                                                               \
+    } while (0)
+
+static const char *GOOD =
+    "hetc-stage 1\n"
+    "stage 1\nstages 3\ndp 2 1 4\nrows 8\nlocal_rows 8\nseq 16\naccum 4\nlayers 12\n"
+    "token_dtype i32\noptimizer sgd\nlr 3e-4\nlr_schedule cosine\nwarmup 5\nsteps 100\n"
+    "arena_off lr 0\narena_off step 8\narena_off grad_norm 16\narena_off future 24\n"
+    "param h.0.w%20x%25 layer 3 shared 0 numel 64 param 64 acc 320 m 576 v -1\n"
+    "param wte layer 1 shared 1 numel 32 param 832 acc 960 m 1088 v -1\n"
+    "xfer 4 recv act peer 0 rows 8 row_bytes 256   # comment\n"
+    "xfer 5 send grad peer 0 rows 8 row_bytes 256\n"
+    "shared wte stages 0 1 2\n"
+    "some_new_record a b c\n"
+    "end\n"
+    "garbage after end is not read\n";
+
+static int parse_err(const char *text, const char *needle) {
+    StageConfig c;
+    char err[512] = "";
+    int rc = stage_config_parse(text, &c, err, sizeof err);
+    if (rc == 0) {
+        stage_config_free(&c);
+        fprintf(stderr, "accepted: %s\n", text);
+        return 0;
+    }
+    if (!strstr(err, needle)) {
+        fprintf(stderr, "error '%s' lacks '%s'\n", err, needle);
+        return 0;
+    }
+    return 1;
+}
+
+int main(void) {
+    StageConfig c;
+    char err[512] = "";
+    CHECK(stage_config_parse(GOOD, &c, err, sizeof err) == 0);
+    if (err[0]) fprintf(stderr, "%s\n", err);
+    CHECK(c.stage == 1 && c.nstages == 3 && c.dp[0] == 2 && c.dp[1] == 1 && c.dp[2] == 4);
+    CHECK(c.rows == 8 && c.local_rows == 8 && c.seq == 16 && c.accum == 4 && c.layers == 12);
+    CHECK(c.token_i32 && c.sgd && c.lr == 3e-4 && c.lr_kind == RT_LR_COSINE);
+    CHECK(c.warmup == 5 && c.steps == 100);
+    CHECK(c.off_lr == 0 && c.off_step == 8 && c.off_grad_norm == 16);
+    CHECK(c.nparams == 2 && !strcmp(c.params[0].name, "h.0.w x%"));
+    CHECK(c.params[0].layer == 3 && c.params[0].numel == 64 && c.params[0].off_acc == 320);
+    CHECK(c.params[0].off_v == -1 && c.params[0].shared_index == -1);
+    CHECK(c.params[1].shared && c.params[1].shared_index == 0);
+    CHECK(c.nxfers == 2 && c.xfers[0].id == 4 && !c.xfers[0].send && !c.xfers[0].grad);
+    CHECK(c.xfers[1].send && c.xfers[1].grad && c.xfers[1].row_bytes == 256);
+    CHECK(c.nshared == 1 && c.shared[0].nstages == 3 && c.shared[0].stages[2] == 2);
+    stage_config_free(&c);
+
+    CHECK(parse_err("", "hetc-stage 1"));
+    CHECK(parse_err("hetc-stage 2\n", "line 1"));
+    CHECK(parse_err("hetc-stage 1\nstages 2\ndp 1\n", "line 3"));
+    CHECK(parse_err("hetc-stage 1\nstages 2\ndp 1 1\nrows x\n", "line 4"));
+    CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "param p layer 1 shared 0 numel 4 param 0 acc 16\n",
+                    "'m'"));
+    CHECK(parse_err("hetc-stage 1\nstages 2\ndp 1 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "param p layer 1 shared 1 numel 4 param 0 acc 16 m 32 v 48\n",
+                    "no 'shared' line"));
+    CHECK(parse_err("hetc-stage 1\nstages 2\ndp 1 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "xfer 0 send act peer 0 rows 4 row_bytes 8\n",
+                    "peer stage 0"));
+    CHECK(parse_err("hetc-stage 1\nstage 2\nstages 2\ndp 1 1\nrows 4\nlocal_rows 4\nseq 2\n"
+                    "accum 1\n", "stage 2"));
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
