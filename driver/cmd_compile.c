@@ -88,7 +88,7 @@ int cmd_compile(int argc, char **argv) {
     const char *plan_file = NULL;
     int64_t layers_opt = 0, min_heavy = 2;
     /* argv for hetc plan: everything that is not a compile / training option */
-    char **pargv = calloc((size_t)argc + 2, sizeof *pargv);
+    char **pargv = calloc((size_t)argc + 4, sizeof *pargv);
     int pargc = 0;
     pargv[pargc++] = "plan";
     const char *model = NULL, *cluster = NULL;
@@ -198,6 +198,8 @@ int cmd_compile(int argc, char **argv) {
     }
     co.model = model;
     const char *out = co.out_dir ? co.out_dir : "build";
+    /* the stage binaries split a microbatch's rows evenly over a stage's DP ranks */
+    pargv[pargc++] = "--dp-divides-microbatch";
     if (!co.out_dir) {
         pargv[pargc++] = "-o";
         pargv[pargc++] = (char *)out;

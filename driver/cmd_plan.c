@@ -55,6 +55,14 @@ static void usage(FILE *f)
             "  --max-stages S         cap on pipeline stages (default: what keeps the DP\n"
             "                         table under 16M states per thread)\n"
             "  --efficiency F         fraction of peak FLOP/s GEMMs reach (default 0.5)\n"
+            "  --profile-db FILE      measured per-layer costs (docs/PROFILE_DB.md); layers it\n"
+            "                         lacks are costed by the analytic model\n"
+            "  --write-profile-db FILE  write the analytic model's per-layer figures in the\n"
+            "                         profile database format (a template for hetc profile)\n"
+            "  --progress             print the search progress line even when stderr is not\n"
+            "                         a terminal\n"
+            "  --dp-divides-microbatch  only DP degrees that divide the microbatch rows (what the\n"
+            "                         stage binaries run; hetc compile always sets it)\n"
             "  --baseline-equal       also simulate the same stages and submeshes with an\n"
             "                         equal number of layers per stage, and print the ratio\n"
             "  --dump-ir-after=modules,layers,plan  (or any pass) IR with module/layer/stage ids\n"
@@ -88,6 +96,9 @@ typedef struct PlanArgs {
     double eps, imbalance, efficiency;
     int schedule;
     int baseline_equal;
+    int dp_divides;          /* --dp-divides-microbatch: dp must divide the microbatch rows */
+    int progress;
+    const char *profile_db, *write_profile_db;
 } PlanArgs;
 
 static void progress_profile(void *arg, long done, long total)
@@ -107,6 +118,7 @@ typedef struct DpJob {
     IrError err;
     int rc;
     atomic_int done;
+    DpProgress progress;
 } DpJob;
 
 static void *dp_worker(void *arg)
@@ -120,17 +132,31 @@ static void *dp_worker(void *arg)
 static int run_dp(DpJob *j, int tty)
 {
     pthread_t th;
-    double t0 = now_s();
+    double t0 = now_s(), last = 0;
     atomic_store(&j->done, 0);
+    DpProgress *pg = &j->progress;
+    j->opt.progress = pg;
     if (pthread_create(&th, NULL, dp_worker, j) != 0) {
         dp_worker(j);
     } else {
         while (!atomic_load(&j->done)) {
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
-            if (tty)
-                fprintf(stderr, "\rsearch: %d layers, %d meshes, B = %d ... %.1f s", j->L,
-                        j->c->nmeshes, j->opt.microbatches, now_s() - t0);
+            double el = now_s() - t0;
+            if (!tty || el - last < 0.2)
+                continue;
+            last = el;
+            long ot = atomic_load(&pg->orders_total), od = atomic_load(&pg->orders_done);
+            long tt = atomic_load(&pg->tmax_total), td = atomic_load(&pg->tmax_done);
+            /* ETA from finished orders: their cost is alike (same tables,
+             * same candidates), while t_max candidates are cut in bulk by
+             * the bounds and say little about the time left. */
+            char eta[48] = "";
+            if (od > 0 && od < ot)
+                snprintf(eta, sizeof eta, ", ETA %.0f s", el / (double)od * (double)(ot - od));
+            fprintf(stderr, "\rsearch: %d layers, %d meshes, B = %d: order %ld/%ld, t_max %ld/%ld "
+                    "(%ld full DPs), %.1f s%s   ", j->L, j->c->nmeshes, j->opt.microbatches,
+                    od < ot ? od + 1 : od, ot, td, tt, atomic_load(&pg->full_dps), el, eta);
         }
         pthread_join(th, NULL);
     }
@@ -283,8 +309,26 @@ int cmd_plan(int argc, char **argv)
             }
             continue;
         }
+        if (!strcmp(argv[i], "--dp-divides-microbatch")) {
+            a.dp_divides = 1;
+            continue;
+        }
         if (!strcmp(argv[i], "--baseline-equal")) {
             a.baseline_equal = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--progress")) {
+            a.progress = 1;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--profile-db", &v)) != 0) {
+            if (r < 0) return 2;
+            a.profile_db = v;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--write-profile-db", &v)) != 0) {
+            if (r < 0) return 2;
+            a.write_profile_db = v;
             continue;
         }
         r = compile_opts_parse_one(&a.co, argc, argv, &i);
@@ -336,7 +380,7 @@ int cmd_plan(int argc, char **argv)
         return 2;
     }
     int B = (int)(a.global_batch / a.co.batch);
-    int tty = isatty(2);
+    int tty = isatty(2) || a.progress;
     const char *out = a.co.out_dir ? a.co.out_dir : "build";
     char irdir[4096];
     snprintf(irdir, sizeof irdir, "%s/ir", out);
@@ -348,6 +392,14 @@ int cmd_plan(int argc, char **argv)
     memset(&cl, 0, sizeof cl);
     if (cluster_load_yaml(a.cluster, &cl, &err)) {
         fprintf(stderr, "hetc plan: %s\n", err.msg);
+        return 1;
+    }
+    ProfileDb pdb;
+    memset(&pdb, 0, sizeof pdb);
+    if (a.profile_db && profile_db_load(a.profile_db, (int)a.co.batch, a.co.seq > 0 ? (int)a.co.seq : 0,
+                                        cl.dtype, &pdb, &err)) {
+        fprintf(stderr, "hetc plan: profile database: %s\n", err.msg);
+        cluster_free(&cl);
         return 1;
     }
     IrGraph *g = NULL;
@@ -430,8 +482,12 @@ again:
     t = now_s();
     cost_options_default(&cop);
     cop.efficiency = a.efficiency;
+    if (a.dp_divides)
+        cop.dp_divides = a.co.batch;
     if (a.imbalance >= 0)
         cop.imbalance_threshold = a.imbalance;
+    if (a.profile_db)
+        cop.db = &pdb;
     if (retried)
         cop.imbalance_threshold = 0;
     cost_model_free(cm);
@@ -453,6 +509,18 @@ again:
     fprintf(stderr, "%s (imbalance threshold %g%s; memory: 16 B/parameter + runtime reserve + "
             "activations, K = 1)\n", line, cop.imbalance_threshold,
             cop.imbalance_threshold > 0 ? "" : " = off");
+    if (a.profile_db) {
+        cost_counters_db_summary(&cc, &pdb, line, sizeof line);
+        fprintf(stderr, "%s\n", line);
+    }
+    if (a.write_profile_db && !retried) {
+        if (cost_model_write_profile_db(cm, a.write_profile_db, (int)a.co.batch,
+                                        a.co.seq > 0 ? (int)a.co.seq : 0, &err)) {
+            fprintf(stderr, "hetc plan: %s\n", err.msg);
+            goto out;
+        }
+        fprintf(stderr, "wrote %s (analytic per-layer figures)\n", a.write_profile_db);
+    }
 
     /* 4. DP over every mesh order */
     t = now_s();
@@ -607,5 +675,6 @@ out:
     module_report_free(&mrep);
     ir_graph_free(g);
     cluster_free(&cl);
+    profile_db_free(&pdb);
     return rc;
 }

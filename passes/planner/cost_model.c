@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cost_model.h"
 #include "hapt_dp.h"   /* submesh_enumerate: the §5.2 shapes, shared with the DP */
@@ -32,6 +33,8 @@ void cost_options_default(CostOptions *o)
     o->runtime_reserve_bytes = 1.0 * GIB;
     o->zero_stage = 0;
     o->prune_memory = 1;
+    o->dp_divides = 0;
+    o->db = NULL;
 }
 
 double device_peak_flops(const DeviceSpec *d, const char *dtype)
@@ -209,36 +212,28 @@ oom:
 
 /* ---------------------------------------------------------------- costing */
 
-/* Cost of layers k..i (1-based) on `sub` of mesh a with intra-op plan dp x tp.
- * tp > 1 (Megatron column/row pairs) is a later issue: the roofline below
- * divides per-device work by dp * tp and would add TP collectives here. */
-static void cost_intra(const CostModel *cm, int k, int i, int a, Submesh sub, int dp, int tp,
-                       StageCost *out)
+/* Analytic per-layer roofline (summed per stage by cost_intra). */
+static void layer_roofline(const CostModel *cm, const PlanLayer *p, const DeviceSpec *d, double peak,
+                           double shards, int tp, double *tf, double *tb)
 {
-    const MeshSpec *m = &cm->c->meshes[a];
-    const DeviceSpec *d = &m->dev;
-    double peak = device_peak_flops(d, cm->c->dtype) * cm->o.efficiency;
-    double shards = (double)dp * tp;
-    double tf = 0, tb = 0, params = 0, act = 0;
-    for (int l = k; l <= i; l++) {
-        const PlanLayer *p = &cm->layers[l - 1];
-        /* Roofline per layer: a layer is compute- or memory-bound as a whole.
-         * Forward reads the weights and streams activations in and out;
-         * backward reads weights, writes gradients and re-reads the saved
-         * activations while writing their gradients. */
-        double ff = p->fwd_flops / shards / peak;
-        double fb = (p->param_bytes / tp + (p->act_bytes + p->out_bytes) / shards) / d->hbm_bw;
-        double bf = p->bwd_flops / shards / peak;
-        double bb = (2 * p->param_bytes / tp + 2 * p->act_bytes / shards) / d->hbm_bw;
-        tf += ff > fb ? ff : fb;
-        tb += bf > bb ? bf : bb;
-        params += p->param_bytes;
-        act += p->act_bytes;
-    }
-    /* AdamW mixed precision (documented in docs/CLUSTER.md): per parameter
-     * weights + grads in the training dtype, an fp32 master copy unless the
-     * dtype already is fp32, and fp32 Adam m and v. */
-    double count = params / cm->dtype_bytes / tp;
+    /* Roofline per layer: a layer is compute- or memory-bound as a whole.
+     * Forward reads the weights and streams activations in and out;
+     * backward reads weights, writes gradients and re-reads the saved
+     * activations while writing their gradients. */
+    double ff = p->fwd_flops / shards / peak;
+    double fb = (p->param_bytes / tp + (p->act_bytes + p->out_bytes) / shards) / d->hbm_bw;
+    double bf = p->bwd_flops / shards / peak;
+    double bb = (2 * p->param_bytes / tp + 2 * p->act_bytes / shards) / d->hbm_bw;
+    (void)cm;
+    *tf = ff > fb ? ff : fb;
+    *tb = bf > bb ? bf : bb;
+}
+
+/* AdamW mixed precision (documented in docs/CLUSTER.md): bytes per
+ * parameter per device: weights + grads in the training dtype, an fp32
+ * master copy unless the dtype already is fp32, and fp32 Adam m and v. */
+static double bytes_per_param(const CostModel *cm, int dp)
+{
     double w = cm->dtype_bytes, g = cm->dtype_bytes;
     double master = cm->dtype_bytes < 4 ? 4.0 : 0.0, adam = 8.0;
     if (cm->o.zero_stage >= 1) {
@@ -247,10 +242,58 @@ static void cost_intra(const CostModel *cm, int k, int i, int a, Submesh sub, in
     }
     if (cm->o.zero_stage >= 2)
         g /= dp;
+    return w + g + master + adam;
+}
+
+/* Cost of layers k..i (1-based) on `sub` of mesh a with intra-op plan dp x tp.
+ * tp > 1 (Megatron column/row pairs) is a later issue: the roofline below
+ * divides per-device work by dp * tp and would add TP collectives here.
+ * With a profile database, each layer's measured entry replaces its
+ * roofline (and its memory, when the entry has memory); *hits counts them. */
+static void cost_intra(const CostModel *cm, int k, int i, int a, Submesh sub, int dp, int tp,
+                       StageCost *out, int *hits)
+{
+    const MeshSpec *m = &cm->c->meshes[a];
+    const DeviceSpec *d = &m->dev;
+    double peak = device_peak_flops(d, cm->c->dtype) * cm->o.efficiency;
+    double shards = (double)dp * tp;
+    double tf = 0, tb = 0, params = 0, act = 0, stat = 0;
+    const ProfileDb *db = cm->o.db;
+    *hits = 0;
+    for (int l = k; l <= i; l++) {
+        const PlanLayer *p = &cm->layers[l - 1];
+        const ProfileEntry *e = db ? profile_db_find(db, d->name, p->sig, sub.n, sub.m, dp, tp) : NULL;
+        params += p->param_bytes;
+        if (e) {
+            (*hits)++;
+            tf += e->t_f;
+            tb += e->t_b;
+            if (e->has_mem) {
+                stat += e->mem_static;
+                act += e->mem_act;
+                continue;
+            }
+        } else {
+            double lf, lb;
+            layer_roofline(cm, p, d, peak, shards, tp, &lf, &lb);
+            tf += lf;
+            tb += lb;
+        }
+        if (db) { /* per layer, so measured and analytic layers add up */
+            stat += p->param_bytes / cm->dtype_bytes / tp * bytes_per_param(cm, dp);
+            act += p->act_bytes / shards;
+        } else {
+            act += p->act_bytes; /* divided once below, as the analytic model always did */
+        }
+    }
     out->t_f = tf;
     out->t_b = tb;
-    out->mem_static = count * (w + g + master + adam) + cm->o.runtime_reserve_bytes;
-    out->mem_act = act / shards;
+    if (db)
+        out->mem_static = stat + cm->o.runtime_reserve_bytes;
+    else /* the analytic model's own form (bit for bit as before databases) */
+        out->mem_static = params / cm->dtype_bytes / tp * bytes_per_param(cm, dp) +
+                          cm->o.runtime_reserve_bytes;
+    out->mem_act = db ? act : act / shards;
     out->dp = dp;
     out->tp = tp;
     /* Ring all-reduce of the gradients inside the DP group (once per
@@ -265,8 +308,11 @@ static void cost_intra(const CostModel *cm, int k, int i, int a, Submesh sub, in
 }
 
 /* Compute a unique candidate's cost; returns 1 if imbalance-pruned. */
-static int cost_unique(const CostModel *cm, int k, int i, int a, Submesh sub, StageCost *out)
+static int cost_unique(const CostModel *cm, int k, int i, int a, Submesh sub, StageCost *out,
+                       int *hits)
 {
+    if (hits)
+        *hits = 0;
     const MeshSpec *m = &cm->c->meshes[a];
     int devices = sub.n * sub.m;
     memset(out, 0, sizeof *out);
@@ -299,12 +345,27 @@ static int cost_unique(const CostModel *cm, int k, int i, int a, Submesh sub, St
     for (int tp = 1; tp <= 1; tp *= 2) {
         if (devices % tp)
             continue;
+        if (cm->o.dp_divides > 0 && cm->o.dp_divides % (devices / tp)) {
+            /* the rows of a microbatch cannot be split evenly: no plan */
+            if (!have) {
+                memset(out, 0, sizeof *out);
+                out->t_f = out->t_b = INFINITY;
+                out->dp = devices / tp;
+                out->tp = tp;
+            }
+            have = 1;
+            continue;
+        }
         StageCost c;
-        cost_intra(cm, k, i, a, sub, devices / tp, tp, &c);
+        int h;
+        cost_intra(cm, k, i, a, sub, devices / tp, tp, &c, &h);
         int better = !have || (c.feasible && !out->feasible) ||
                      (c.feasible == out->feasible && c.t_f + c.t_b < out->t_f + out->t_b);
-        if (better)
+        if (better) {
             *out = c;
+            if (hits)
+                *hits = h;
+        }
         have = 1;
     }
     if (!cm->o.prune_memory)
@@ -393,10 +454,22 @@ static int lookup_locked(CostModel *cm, int k, int i, int a, int s, uint64_t h, 
             cm->capentries = nc;
         }
         StageCost c;
-        if (cost_unique(cm, k, i, a, sub, &c))
+        int hits = 0;
+        if (cost_unique(cm, k, i, a, sub, &c, &hits))
             cm->cnt.pruned_imbalance++;
         else {
             cm->cnt.costed++;
+            if (cm->o.db) {
+                int len = i - k + 1;
+                cm->cnt.db_layer_hits += hits;
+                cm->cnt.db_layer_misses += len - hits;
+                if (hits == len)
+                    cm->cnt.db_full++;
+                else if (hits > 0)
+                    cm->cnt.db_mixed++;
+                else
+                    cm->cnt.db_none++;
+            }
             if (!c.feasible)
                 cm->cnt.pruned_memory++;
         }
@@ -491,6 +564,10 @@ double cost_model_comm(CostModel *cm, int i, int a, int b)
      * their rows, concurrently, over a link whose bandwidth they share, so
      * the time is the full boundary over the link bandwidth. */
     double bytes = cm->layers[i - 1].out_bytes;
+    const ProfileLink *pl = cm->o.db ? profile_db_link(cm->o.db, cm->c->meshes[a].name,
+                                                       cm->c->meshes[b].name) : NULL;
+    if (pl && a == b) /* measured: replaces the mesh's own figure */
+        return bytes / pl->bw + pl->lat;
     if (a == b) {
         /* Stage boundaries inside a multi-node mesh mostly fall between
          * nodes (a submesh of several devices fills a node), so use the
@@ -505,7 +582,7 @@ double cost_model_comm(CostModel *cm, int i, int a, int b)
     const LinkSpec *l = cluster_link(cm->c, a, b);
     if (!l || !(l->bw > 0))
         return INFINITY;
-    double t = bytes / l->bw + l->lat;
+    double t = pl ? bytes / pl->bw + pl->lat : bytes / l->bw + l->lat;
     if (l->cpu_mediated)
         t += 2.0 * bytes / cm->o.pcie_bw;   /* device->host on one side, host->device on the other */
     return t;
@@ -516,6 +593,72 @@ void cost_counters_summary(const CostCounters *k, char *buf, size_t cap)
     snprintf(buf, cap, "profile: %ld candidates, %ld structural duplicates, %ld unique; "
              "%ld pruned (imbalance), %ld costed, %ld infeasible (memory)",
              k->total, k->duplicates, k->unique, k->pruned_imbalance, k->costed, k->pruned_memory);
+}
+
+void cost_counters_db_summary(const CostCounters *k, const ProfileDb *db, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "profile db %s: %d entries (%d of another microbatch/seq/dtype skipped), "
+             "%d links; costed candidates: %ld from the database, %ld mixed, %ld analytic; layer "
+             "lookups: %ld from the database, %ld analytic", db ? db->path : "-", db ? db->ne : 0,
+             db ? db->skipped : 0, db ? db->nlinks : 0, k->db_full, k->db_mixed, k->db_none,
+             k->db_layer_hits, k->db_layer_misses);
+}
+
+int cost_model_write_profile_db(const CostModel *cm, const char *path, int microbatch, int seq,
+                                IrError *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return ir_errorf(err, "%s: cannot write", path);
+    fprintf(f, "{\n  \"format\": \"hetc-profile-db\",\n  \"version\": 1,\n"
+            "  \"comment\": \"analytic model figures written by hetc plan --write-profile-db\",\n"
+            "  \"layers\": [");
+    for (int l = 0; l < cm->L; l++)
+        fprintf(f, "%s\"0x%016llx\"", l ? ", " : "", (unsigned long long)cm->layers[l].sig);
+    fprintf(f, "],\n  \"entries\": [");
+    int first = 1;
+    const ClusterSpec *c = cm->c;
+    for (int a = 0; a < c->nmeshes; a++) {
+        const DeviceSpec *d = &c->meshes[a].dev;
+        double peak = device_peak_flops(d, c->dtype) * cm->o.efficiency;
+        for (int s = 0; s < cm->nsubs[a]; s++) {
+            Submesh sub = cm->subs[a][s];
+            /* one entry per (device, submesh): skip what an earlier mesh wrote */
+            int seen = 0;
+            for (int b = 0; b < a && !seen; b++)
+                if (strcasecmp(c->meshes[b].dev.name, d->name) == 0)
+                    for (int t = 0; t < cm->nsubs[b] && !seen; t++)
+                        seen = cm->subs[b][t].n == sub.n && cm->subs[b][t].m == sub.m;
+            if (seen)
+                continue;
+            int dp = sub.n * sub.m, tp = 1;
+            for (int l = 0; l < cm->L; l++) {
+                const PlanLayer *p = &cm->layers[l];
+                int dup = 0;
+                for (int q = 0; q < l && !dup; q++)
+                    dup = cm->layers[q].sig == p->sig;
+                if (dup)
+                    continue;
+                double tf, tb;
+                layer_roofline(cm, p, d, peak, (double)dp * tp, tp, &tf, &tb);
+                double stat = p->param_bytes / cm->dtype_bytes / tp * bytes_per_param(cm, dp);
+                char seqs[32] = ""; /* no --seq: the model's own, any on reading */
+                if (seq > 0)
+                    snprintf(seqs, sizeof seqs, "\"seq\": %d, ", seq);
+                fprintf(f, "%s\n    {\"device\": \"%s\", \"layer_sig\": \"0x%016llx\", "
+                        "\"submesh\": [%d, %d], \"dp\": %d, \"tp\": %d, \"microbatch\": %d, "
+                        "%s\"dtype\": \"%s\", \"t_f\": %.17g, \"t_b\": %.17g, "
+                        "\"mem_static\": %.17g, \"mem_act\": %.17g}",
+                        first ? "" : ",", d->name, (unsigned long long)p->sig, sub.n, sub.m, dp, tp,
+                        microbatch, seqs, c->dtype, tf, tb, stat, p->act_bytes / ((double)dp * tp));
+                first = 0;
+            }
+        }
+    }
+    fprintf(f, "\n  ]\n}\n");
+    if (fclose(f) != 0)
+        return ir_errorf(err, "%s: write error", path);
+    return 0;
 }
 
 static int oracle_stage(void *ctx, int k, int i, int mesh, Submesh sub, StageCost *out)

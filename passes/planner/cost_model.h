@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 #include "planner.h"
+#include "profile_db.h"
 
 typedef struct CostOptions {
     double efficiency;          /* fraction of peak FLOP/s dense GEMMs reach (default 0.5) */
@@ -44,6 +45,13 @@ typedef struct CostOptions {
     int zero_stage;             /* 0: replicated optimizer (default), 1: ZeRO-1, 2: ZeRO-2 */
     int prune_memory;           /* 1 (default): candidates that do not fit with K = 1 are
                                    reported infeasible and counted as pruned */
+    int64_t dp_divides;         /* > 0: only intra-op plans whose dp divides this many rows
+                                   (a microbatch's rows, split evenly over the DP ranks: what
+                                   the stage binaries run; hetc compile sets it); 0: any dp */
+    const ProfileDb *db;        /* measured per-layer costs (docs/PROFILE_DB.md); NULL
+                                   (default): analytic only.  Layers the database lacks
+                                   for a candidate's (device, submesh, dp, tp) are costed
+                                   analytically; it must outlive the model. */
 } CostOptions;
 
 void cost_options_default(CostOptions *o);
@@ -55,6 +63,11 @@ typedef struct CostCounters {
     long pruned_imbalance; /* unique candidates rejected before costing */
     long costed;           /* unique candidates whose cost was computed */
     long pruned_memory;    /* costed candidates that do not fit with K = 1 */
+    /* With a profile database: costed candidates whose every layer came from
+     * it, from it in part, or not at all (db_full + db_mixed + db_none = costed);
+     * layer lookups that hit and missed; boundary costs from a database link. */
+    long db_full, db_mixed, db_none;
+    long db_layer_hits, db_layer_misses;
 } CostCounters;
 /* Invariants: total = duplicates + unique; unique = pruned_imbalance + costed;
  * pruned_memory <= costed.  Exact per distinct candidate whenever the dense
@@ -64,6 +77,9 @@ typedef struct CostCounters {
 /* One line for `hetc plan` and plan.txt:
  * "profile: 150234 candidates, 138180 structural duplicates, 12054 unique; ..." */
 void cost_counters_summary(const CostCounters *k, char *buf, size_t cap);
+/* "profile db FILE: E entries (S of another context), X links; costed candidates:
+ *  F from the database, M mixed, A analytic; layer lookups: H hit, H' missed" */
+void cost_counters_db_summary(const CostCounters *k, const ProfileDb *db, char *buf, size_t cap);
 
 typedef struct CostModel CostModel;
 
@@ -88,6 +104,14 @@ double cost_model_comm(CostModel *cm, int i, int mesh_from, int mesh_to);
 int cost_model_profile_all(CostModel *cm, void (*progress)(void *arg, long done, long total),
                            void *arg);
 CostCounters cost_model_counters(const CostModel *cm);
+
+/* Write the analytic model's own per-layer figures as a profile database
+ * (docs/PROFILE_DB.md): one entry per device type, distinct layer signature
+ * and submesh shape of the cluster, with the context (microbatch, seq, the
+ * cluster dtype) given.  A template for `hetc profile` and, read back, the
+ * same plan as the analytic model.  Returns 0 or -1 with err set. */
+int cost_model_write_profile_db(const CostModel *cm, const char *path, int microbatch, int seq,
+                                IrError *err);
 
 /* Peak FLOP/s of a device for the training dtype ("bf16", "fp16", "fp32"). */
 double device_peak_flops(const DeviceSpec *d, const char *dtype);

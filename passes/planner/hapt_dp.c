@@ -481,6 +481,37 @@ static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, W
                                                       NULL, NULL);
                             c_prev = c;
                         }
+                        if (h1 && !terminal) {
+                            /* the hot loop, H-1F1B between stages: K = min(B, N + K1 - 1)
+                             * and Eq. 24 (K <= kmax) as a limit on N, hoisted */
+                            const double *Fn = w->F + nbase - 1;
+                            const int *Nn = w->N + nbase - 1;
+                            const int nlim = kmax >= B ? INT_MAX : kmax - K1 + 1;
+                            for (int s = s_lo; s <= s_hi; s++) {
+                                double fn = Fn[s];
+                                if (fn == INF)
+                                    continue;
+                                trans++;
+                                int nn = Nn[s];
+                                if (nn > nlim)
+                                    continue; /* Eq. 24 */
+                                int K = nn + K1 - 1 < B ? nn + K1 - 1 : B;
+                                double v = fn + w0; /* Eq. 14 / 18 */
+                                if (v >= bound)
+                                    continue;
+                                size_t q = cur + s;
+                                if (better(v, K, chv, w->F[q], w->N[q], w->ch[q])) {
+                                    w->F[q] = v;
+                                    w->N[q] = K;
+                                    w->ch[q] = chv;
+                                    if (s < w->slo[cstate])
+                                        w->slo[cstate] = s;
+                                    if (s > w->shi[cstate])
+                                        w->shi[cstate] = s;
+                                }
+                            }
+                            continue;
+                        }
                         for (int s = s_lo; s <= s_hi; s++) {
                             double fn;
                             int K;
@@ -565,7 +596,7 @@ static int dp_trace(const Ctx *x, const Order *od, const Work *w, int s, StageRe
  * filters it is a lower bound of Eq. 13's first term (the high side). */
 /* Whether a boundary of cost c after candidate tb passes the relaxed
  * filters at tmax (comm bound, Eq. 24 with the smallest K possible). */
-static int relaxed_ok(const Ctx *x, const Tab *tb, double c, int last, double tmax, double mem_dev)
+static int relaxed_ok(const Ctx *x, const Tab *tb, double c, int last, double tmax)
 {
     if (x->opt->comm_bound && c > tmax)
         return 0;
@@ -574,7 +605,7 @@ static int relaxed_ok(const Ctx *x, const Tab *tb, double c, int last, double tm
     int Klb = 1;
     if (x->opt->schedule == SCHED_H1F1B && !last)
         Klb = schedule_warmup_step(SCHED_H1F1B, 1, 2, c, tmax, x->opt->eps, x->B, NULL, NULL);
-    return stage_fits_memory(tb->mem_static, tb->mem_act, Klb, mem_dev);
+    return Klb <= tb->kmax; /* stage_fits_memory at Klb in 1..B (kmax_of) */
 }
 
 static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters, double *G)
@@ -585,7 +616,6 @@ static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters
     for (int k = L; k >= 1; k--)
         for (int p = 0; p < P; p++) {
             int a = od->mesh[p], Dp = od->Dp[p];
-            double mem_dev = x->c->meshes[a].dev.mem_bytes;
             double *gk = &G[(size_t)k * D + od->off[p]];
             for (int j = 0; j < x->nsub[a]; j++) {
                 Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
@@ -598,14 +628,14 @@ static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters
                 while ((i = cand_next(&it)) >= 0) {
                     const Tab *tb = tab_at(x, a, j, k, i);
                     if (i == L) { /* last stage: only with the last device */
-                        if (p == P - 1 && (!filters || relaxed_ok(x, tb, 0.0, 1, tmax, mem_dev)))
+                        if (p == P - 1 && (!filters || relaxed_ok(x, tb, 0.0, 1, tmax)))
                             if (tb->t < gk[nm - 1])
                                 gk[nm - 1] = tb->t;
                         continue;
                     }
                     /* d > nm: next stage on this mesh */
                     double cs = comm_at(x, i, a, a);
-                    if (!filters || relaxed_ok(x, tb, cs, 0, tmax, mem_dev)) {
+                    if (!filters || relaxed_ok(x, tb, cs, 0, tmax)) {
                         double w = 2.0 * cs + tb->t;
                         const double *gn = &G[(size_t)(i + 1) * D + od->off[p]];
                         for (int d = nm + 1; d <= Dp; d++) {
@@ -617,7 +647,7 @@ static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters
                     /* d == nm: this mesh done, next stage on the next mesh */
                     if (p + 1 < P) {
                         double cx = comm_at(x, i, a, od->mesh[p + 1]);
-                        if (!filters || relaxed_ok(x, tb, cx, 0, tmax, mem_dev)) {
+                        if (!filters || relaxed_ok(x, tb, cx, 0, tmax)) {
                             double fn = G[(size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1];
                             double v = fn + 2.0 * cx + tb->t;
                             if (fn < INF && v < gk[nm - 1])
@@ -661,7 +691,7 @@ static int feas_K(const Ctx *x, int n_next, int s_next, double c, double tmax, i
 
 static int dp_feasible(const Ctx *x, const Order *od, double tmax, int *Nm, int *Sm)
 {
-    const int L = x->L, D = x->D, P = od->P;
+    const int L = x->L, D = x->D, P = od->P, B = x->B;
     const int h1 = x->opt->schedule == SCHED_H1F1B;
     for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
         Nm[q] = Sm[q] = INT_MAX;
@@ -711,23 +741,31 @@ static int dp_feasible(const Ctx *x, const Order *od, double tmax, int *Nm, int 
                         }
                         if (x->opt->comm_bound && c > tmax)
                             continue;
+                        /* H-1F1B: K(n) = min(B, n + K(1) - 1) for n >= 1 (Eq. 1 with
+                         * δ fixed by c), and Eq. 24 is K <= kmax (kmax_of agrees
+                         * with stage_fits_memory on 1..B): no call per d. */
+                        const int K1 = h1 ? feas_K(x, 1, 1, c, tmax, 0) : 0;
+                        const int kmax = x->opt->check_memory ? tb->kmax : INT_MAX;
                         for (int d = d0; d <= d1; d++) {
                             size_t q = nb + (size_t)(d - d0);
                             int sv = Sm[q], nv = Nm[q];
                             if (sv == INT_MAX)
                                 continue; /* Nm finite implies Sm finite */
                             /* any suffix from q has N >= Nm[q] (H-1F1B) */
-                            int K = feas_K(x, 0, h1 && nv != INT_MAX && nv > sv ? nv : sv, c, tmax, 1);
-                            if ((!x->opt->check_memory ||
-                                 stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev)) &&
-                                sv + 1 < sk[d - 1])
+                            int K;
+                            if (h1) {
+                                int n = nv != INT_MAX && nv > sv ? nv : sv;
+                                n = n < B ? n : B;
+                                K = n + K1 - 1 < B ? n + K1 - 1 : B;
+                            } else {
+                                K = feas_K(x, 0, sv, c, tmax, 1);
+                            }
+                            if (K <= kmax && sv + 1 < sk[d - 1])
                                 sk[d - 1] = sv + 1;
                             if (!h1 || nv == INT_MAX)
                                 continue;
-                            K = feas_K(x, nv, sv, c, tmax, 0);
-                            if ((!x->opt->check_memory ||
-                                 stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev)) &&
-                                K < nk[d - 1])
+                            K = nv + K1 - 1 < B ? nv + K1 - 1 : B;
+                            if (K <= kmax && K < nk[d - 1])
                                 nk[d - 1] = K;
                         }
                     }
@@ -830,16 +868,18 @@ static int dp_pareto(const Ctx *x, const Order *od, double tmax, Front *Fr, doub
                         if (x->opt->comm_bound && c > tmax)
                             continue;
                         double w0 = 2.0 * c + tb->t;
+                        /* front N >= 1: K(N) = min(B, N + K(1) - 1); Eq. 24 as K <= kmax */
+                        const int K1 = schedule_warmup_step(SCHED_H1F1B, 1, 0, c, tmax, eps, B,
+                                                            NULL, NULL);
+                        const int kmax = x->opt->check_memory ? tb->kmax : INT_MAX;
                         for (int d = d0; d <= d1; d++) {
                             const Front *fn = &Fr[nb + (size_t)(d - d0)];
                             int admitted = 0;
                             for (int q = 0; q < fn->n; q++) {
                                 if (fn->s[q] + 1 > Smax)
                                     continue;
-                                int K = schedule_warmup_step(SCHED_H1F1B, fn->N[q], 0, c, tmax, eps,
-                                                             B, NULL, NULL);
-                                if (x->opt->check_memory &&
-                                    !stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev))
+                                int K = fn->N[q] + K1 - 1 < B ? fn->N[q] + K1 - 1 : B;
+                                if (K > kmax)
                                     continue;
                                 admitted = 1;
                                 if (front_add(&fk[d - 1], fn->s[q] + 1, K))
@@ -861,6 +901,63 @@ static int dp_pareto(const Ctx *x, const Order *od, double tmax, Front *Fr, doub
 static double pareto_lb(const Ctx *x, const Order *od, const double *Fm)
 {
     return Fm[(size_t)1 * x->D + od->off[0] + od->Dp[0] - 1];
+}
+
+/* Bottleneck bound of an order (added by "plan5"): the smallest t_max any
+ * layout could use, min over layouts of the largest stage time (and, with
+ * the comm bound, boundary cost), over candidates that fit with K = 1.
+ * Every plan the full DP returns at t_max is such a layout with all of those
+ * <= t_max, so Eq. 13 >= (B-1) bottleneck + LB (LB: dp_relaxed unfiltered)
+ * for every plan of the order: a key to search orders by, and a cut. */
+static double dp_bottleneck(const Ctx *x, const Order *od, double *G)
+{
+    const int L = x->L, D = x->D, P = od->P;
+    const int cb = x->opt->comm_bound, mem = x->opt->check_memory;
+    for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
+        G[q] = INF;
+    for (int k = L; k >= 1; k--)
+        for (int p = 0; p < P; p++) {
+            int a = od->mesh[p], Dp = od->Dp[p];
+            double *gk = &G[(size_t)k * D + od->off[p]];
+            for (int j = 0; j < x->nsub[a]; j++) {
+                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
+                int nm = sub.n * sub.m;
+                if (nm > Dp)
+                    continue;
+                CandIter it;
+                cand_begin(&it, x, a, j, k, INF);
+                int i;
+                while ((i = cand_next(&it)) >= 0) {
+                    const Tab *tb = tab_at(x, a, j, k, i);
+                    if (mem && tb->kmax < 1)
+                        continue;
+                    if (i == L) {
+                        if (p == P - 1 && tb->t < gk[nm - 1])
+                            gk[nm - 1] = tb->t;
+                        continue;
+                    }
+                    double cs = comm_at(x, i, a, a), w = tb->t;
+                    if (cb && cs > w)
+                        w = cs;
+                    const double *gn = &G[(size_t)(i + 1) * D + od->off[p]];
+                    for (int d = nm + 1; d <= Dp; d++) {
+                        double v = gn[d - nm - 1] > w ? gn[d - nm - 1] : w;
+                        if (v < gk[d - 1])
+                            gk[d - 1] = v;
+                    }
+                    if (p + 1 < P) {
+                        double cx = comm_at(x, i, a, od->mesh[p + 1]), wx = tb->t;
+                        if (cb && cx > wx)
+                            wx = cx;
+                        double fn = G[(size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1];
+                        double v = fn > wx ? fn : wx;
+                        if (v < gk[nm - 1])
+                            gk[nm - 1] = v;
+                    }
+                }
+            }
+        }
+    return G[(size_t)1 * D + od->off[0] + od->Dp[0] - 1];
 }
 
 /* Both filters of the low side; monotone in tmax, so binary-searchable. */
@@ -904,6 +1001,64 @@ static int exact_low(const Ctx *x, const Order *od, int lo0, int limit, Work *w)
             b = mid;
         else
             a = mid + 1;
+    }
+    return a;
+}
+
+/* The smallest index in [a, b] where tmax_possible holds, b known to hold
+ * (added by "plan5").  A (threads + 1)-ary search: each round probes
+ * `threads` points at once, one per thread with its own tables; feasibility
+ * is monotone in t_max, so the answer is the binary search's for any thread
+ * count (one thread: exactly the binary search). */
+typedef struct ProbeJob {
+    const Ctx *x;
+    const Order *od;
+    double tmax;
+    Work *w;
+    int ok;
+} ProbeJob;
+
+static void *probe_main(void *arg)
+{
+    ProbeJob *j = arg;
+    j->ok = tmax_possible(j->x, j->od, j->tmax, j->w);
+    return NULL;
+}
+
+static int search_low(const Ctx *x, const Order *od, int a, int b, Work *ws, int nthreads)
+{
+    if (nthreads > 64)
+        nthreads = 64;
+    while (a < b) {
+        int n = nthreads < b - a ? nthreads : b - a;
+        int mid[64];
+        ProbeJob pj[64];
+        pthread_t th[64];
+        int started[64] = {0};
+        for (int t = 0; t < n; t++) {
+            mid[t] = a + (int)((long)(b - a) * (t + 1) / (n + 1)); /* in [a, b - 1], ascending */
+            pj[t] = (ProbeJob){x, od, x->tcand[mid[t]], &ws[t], 0};
+        }
+        for (int t = 1; t < n; t++)
+            started[t] = pthread_create(&th[t], NULL, probe_main, &pj[t]) == 0;
+        probe_main(&pj[0]);
+        for (int t = 1; t < n; t++) {
+            if (started[t])
+                pthread_join(th[t], NULL);
+            else
+                probe_main(&pj[t]); /* no thread: the same probe here */
+        }
+        int first = n; /* first probe that holds */
+        for (int t = 0; t < n && first == n; t++)
+            if (pj[t].ok)
+                first = t;
+        if (first < n) {
+            b = mid[first];
+            if (first > 0)
+                a = mid[first - 1] + 1;
+        } else {
+            a = mid[n - 1] + 1;
+        }
     }
     return a;
 }
@@ -1153,6 +1308,100 @@ int plan_fill_schedule(Plan *p, const CostOracle *o, IrError *err)
 
 /* ------------------------------------------------------------ search */
 
+static void order_set(Order *od, const ClusterSpec *c, const int *perm)
+{
+    od->off[0] = 0;
+    for (int p = 0; p < od->P; p++) {
+        od->mesh[p] = perm[p];
+        od->Dp[p] = c->meshes[perm[p]].nodes * c->meshes[perm[p]].per_node;
+        od->off[p + 1] = od->off[p] + od->Dp[p];
+    }
+    od->rem_after[od->P - 1] = 0;
+    for (int p = od->P - 2; p >= 0; p--)
+        od->rem_after[p] = od->rem_after[p + 1] + od->Dp[p + 1];
+}
+
+typedef struct OrderKey {
+    double key, lb;         /* (B-1) bottleneck + LB; LB of dp_relaxed unfiltered */
+    int oi;
+} OrderKey;
+
+typedef struct KeyJob {
+    const Ctx *x;
+    const ClusterSpec *c;
+    const OrderList *ol;
+    OrderKey *k;
+    Work *w;
+    atomic_int *next;
+    int fail;
+} KeyJob;
+
+/* Keys of the orders a thread takes (each order's key is a function of the
+ * order alone: the split between threads does not matter). */
+static void *key_main(void *arg)
+{
+    KeyJob *j = arg;
+    const Ctx *x = j->x;
+    int P = x->P;
+    Order od;
+    int *buf = malloc((size_t)(4 * P + 1) * sizeof *buf);
+    if (!buf) {
+        j->fail = 1;
+        return NULL;
+    }
+    od.P = P;
+    od.mesh = buf;
+    od.Dp = buf + P;
+    od.rem_after = buf + 2 * P;
+    od.off = buf + 3 * P;
+    for (;;) {
+        int oi = atomic_fetch_add(j->next, 1);
+        if (oi >= j->ol->n)
+            break;
+        order_set(&od, j->c, j->ol->v + (size_t)oi * P);
+        double bn = dp_bottleneck(x, &od, j->w->G);
+        double lb = dp_relaxed(x, &od, INF, 0, j->w->G);
+        j->k[oi].lb = lb;
+        j->k[oi].key = bn < INF && lb < INF ? (double)(x->B - 1) * bn + lb : INF;
+    }
+    free(buf);
+    return NULL;
+}
+
+static int keys_compute(const Ctx *x, const ClusterSpec *c, const OrderList *ol, OrderKey *k,
+                        Work *ws, int nthreads)
+{
+    atomic_int next;
+    atomic_store(&next, 0);
+    if (nthreads > 64)
+        nthreads = 64;
+    if (nthreads > ol->n)
+        nthreads = ol->n;
+    KeyJob jobs[64];
+    pthread_t th[64];
+    int started = 1;
+    for (int t = 0; t < nthreads; t++)
+        jobs[t] = (KeyJob){x, c, ol, k, &ws[t], &next, 0};
+    for (int t = 1; t < nthreads; t++, started++)
+        if (pthread_create(&th[t], NULL, key_main, &jobs[t]) != 0)
+            break;
+    key_main(&jobs[0]);
+    int fail = jobs[0].fail;
+    for (int t = 1; t < started; t++) {
+        pthread_join(th[t], NULL);
+        fail |= jobs[t].fail;
+    }
+    return fail ? -1 : 0;
+}
+
+static int cmp_orderkey(const void *pa, const void *pb)
+{
+    const OrderKey *a = pa, *b = pb;
+    if (a->key != b->key)
+        return a->key < b->key ? -1 : 1;
+    return a->oi - b->oi;
+}
+
 int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptions *opt_in,
                  Plan *out, DpStats *stats, IrError *err)
 {
@@ -1189,6 +1438,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
     StageRec *recs = NULL, *best_st = NULL;
     double *G = NULL;
     Order od = {0};
+    OrderKey *okeys = NULL;
     int rc = -1;
     if (ctx_build(&x, stats, err))
         goto done;
@@ -1235,21 +1485,41 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
     }
     for (int q = 0; q < opt.batch; q++)
         slots[q].st = recs + (size_t)q * x.Smax;
+    DpProgress *pg = opt.progress;
+    if (pg) {
+        atomic_store(&pg->orders_total, ol.n);
+        atomic_store(&pg->tmax_total, (long)ol.n * x.ntcand);
+    }
 
     double best = INF, best_tmax = 0;
     int best_n = 0, best_order = -1;
     od.P = x.P;
+    /* (b) across orders (added by "plan5"): search the orders by ascending
+     * lower bound of Eq. 13, (B-1) bottleneck + LB, so a good plan is known
+     * early and most orders are cut whole (an order whose bound is >= the
+     * best cannot improve on it: its every t_max is pruned, high or low).
+     * The sort is a fixed function of the instance (ties by index), and ties
+     * of the final objective between orders still go to the lower index in
+     * the reduction below, except where a bound cut the tied order. */
+    okeys = malloc((size_t)ol.n * sizeof *okeys);
+    if (!okeys) {
+        ir_errorf(err, "plan: out of memory");
+        goto done;
+    }
     for (int oi = 0; oi < ol.n; oi++) {
+        okeys[oi].oi = oi;
+        okeys[oi].key = okeys[oi].lb = 0;
+    }
+    if (opt.prune_tmax && keys_compute(&x, c, &ol, okeys, ws, opt.threads)) {
+        ir_errorf(err, "plan: out of memory");
+        goto done;
+    }
+    if (opt.prune_tmax)
+        qsort(okeys, (size_t)ol.n, sizeof *okeys, cmp_orderkey);
+    for (int oq = 0; oq < ol.n; oq++) {
+        const int oi = okeys[oq].oi;
         const int *perm = ol.v + (size_t)oi * x.P;
-        od.off[0] = 0;
-        for (int p = 0; p < x.P; p++) {
-            od.mesh[p] = perm[p];
-            od.Dp[p] = c->meshes[perm[p]].nodes * c->meshes[perm[p]].per_node;
-            od.off[p + 1] = od.off[p] + od.Dp[p];
-        }
-        od.rem_after[x.P - 1] = 0;
-        for (int p = x.P - 2; p >= 0; p--)
-            od.rem_after[p] = od.rem_after[p + 1] + od.Dp[p + 1];
+        order_set(&od, c, perm);
         if (stats) {
             stats->orders++;
             stats->tmax_candidates += x.ntcand;
@@ -1257,23 +1527,45 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
         int lo = 0;
         double lb = 0.0;
         if (opt.prune_tmax) {
-            /* (b) low side: smallest t_max the relaxed DP reaches; every
+            /* (b) high side first: Eq. 13 >= (B-1) t_max + LB for every plan
+             * (LB: the relaxed DP without filters), so once a plan is known
+             * only the t_max below `cut` can improve on it.  Feasibility is
+             * monotone in t_max: one probe at cut - 1 tells whether any of
+             * them is feasible, and the binary search for the smallest
+             * feasible one needs to look below the cut only.  (Searching the
+             * whole range first, as before, gave the same plan: every t_max
+             * at or above the cut is pruned, every one below the smallest
+             * feasible is skipped.) */
+            lb = okeys[oq].lb;
+            int cut = x.ntcand;
+            if (okeys[oq].key == INF || (best < INF && okeys[oq].key >= best))
+                cut = 0; /* no layout at all, or none that can beat the best */
+            else if (best < INF) {
+                int c0 = 0, c1 = x.ntcand; /* first q with (B-1) t_q + LB >= best */
+                while (c0 < c1) {
+                    int mid = c0 + (c1 - c0) / 2;
+                    if ((double)(x.B - 1) * x.tcand[mid] + lb >= best)
+                        c1 = mid;
+                    else
+                        c0 = mid + 1;
+                }
+                cut = c0;
+            }
+            /* low side: smallest t_max the relaxed DP reaches; every
              * smaller one is infeasible for the full DP as well. */
-            if (!tmax_possible(&x, &od, x.tcand[x.ntcand - 1], &ws[0])) {
-                if (stats)
-                    stats->tmax_pruned_low += x.ntcand;
+            if (cut == 0 || !tmax_possible(&x, &od, x.tcand[cut - 1], &ws[0])) {
+                if (stats) { /* no layout at all: low; else below the cut low, above high */
+                    int low = okeys[oq].key == INF ? x.ntcand : cut;
+                    stats->tmax_pruned_low += low;
+                    stats->tmax_pruned_high += x.ntcand - low;
+                }
+                if (pg) {
+                    atomic_fetch_add(&pg->tmax_done, x.ntcand);
+                    atomic_fetch_add(&pg->orders_done, 1);
+                }
                 continue;
             }
-            int a = 0, b = x.ntcand - 1;
-            while (a < b) {
-                int mid = a + (b - a) / 2;
-                if (tmax_possible(&x, &od, x.tcand[mid], &ws[0]))
-                    b = mid;
-                else
-                    a = mid + 1;
-            }
-            /* high side: Eq. 13 >= (B-1) t_max + LB for every plan. */
-            lb = dp_relaxed(&x, &od, INF, 0, G);
+            int a = search_low(&x, &od, 0, cut - 1, ws, opt.threads);
             /* exact feasibility from there, up to where the high side prunes */
             int limit = a;
             while (limit < x.ntcand && !(best < INF && (double)(x.B - 1) * x.tcand[limit] + lb >= best))
@@ -1282,6 +1574,9 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             if (stats)
                 stats->tmax_pruned_low += lo;
         }
+        if (pg)
+            atomic_fetch_add(&pg->tmax_done, lo);
+        long order_done = lo;
         for (int q = lo; q < x.ntcand;) {
             Batch bt;
             bt.x = &x;
@@ -1303,12 +1598,17 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             if (bt.n == 0)
                 break;
             run_batch(&bt, ws, opt.threads);
+            if (pg)
+                atomic_fetch_add(&pg->tmax_done, bt.n);
+            order_done += bt.n;
             for (int r = 0; r < bt.n; r++) { /* reduce in t_max order: deterministic */
+                if (pg && !slots[r].pruned)
+                    atomic_fetch_add(&pg->full_dps, 1);
                 if (stats) {
                     stats->tmax_pruned_bound += slots[r].pruned;
                     stats->tmax_evaluated += !slots[r].pruned;
                 }
-                if (slots[r].value < best) {
+                if (slots[r].value < best || (slots[r].value == best && oi < best_order)) {
                     best = slots[r].value;
                     best_tmax = slots[r].tmax;
                     best_n = slots[r].nst;
@@ -1319,6 +1619,10 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
                     }
                 }
             }
+        }
+        if (pg) { /* the rest of this order's candidates were cut by the high side */
+            atomic_fetch_add(&pg->tmax_done, x.ntcand - order_done);
+            atomic_fetch_add(&pg->orders_done, 1);
         }
     }
     for (int t = 0; t < opt.threads; t++)
@@ -1383,6 +1687,7 @@ done:
     free(od.off);
     free(od.rem_after);
     free(ol.v);
+    free(okeys);
     ctx_free(&x);
     return rc;
 }

@@ -18,8 +18,20 @@
 #ifndef HETC_HAPT_DP_H
 #define HETC_HAPT_DP_H
 
+#include <stdatomic.h>
+
 #include "planner.h"
 #include "schedule.h"
+
+/* Live progress of a search, for a progress line read by another thread
+ * while hapt_dp_plan runs (all counters only grow). */
+typedef struct DpProgress {
+    atomic_long orders_total;   /* mesh orders to search (set once tabulated) */
+    atomic_long orders_done;
+    atomic_long tmax_total;     /* t_max candidates over every order */
+    atomic_long tmax_done;      /* of those: evaluated, skipped by a bound or pruned */
+    atomic_long full_dps;       /* full DPs run so far */
+} DpProgress;
 
 /* Submesh shapes of §5.2 for a mesh of N nodes x M devices: (1,1), (1,2),
  * (1,4), ... powers of two below M, then (1,M), then (2,M) .. (N,M).
@@ -49,6 +61,7 @@ typedef struct DpOptions {
                                  times only; when a slow link forces t_max above every stage
                                  time, C(i) is the t_max that plan needs).  Default 0, the
                                  paper's set, which brute.c enumerates; hetc plan sets 1. */
+    DpProgress *progress;    /* NULL (default) or counters the search updates as it goes */
 } DpOptions;
 
 void dp_options_default(DpOptions *o);

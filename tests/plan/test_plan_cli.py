@@ -97,11 +97,24 @@ with tempfile.TemporaryDirectory() as tmp:
         for f in ("plan.json", "plan.txt", "timeline.json", "timeline.svg"):
             check(open(os.path.join(out, f)).read() == open(os.path.join(out2, f)).read(),
                   f"{cluster}: {f} differs between runs")
-        # the default invocation is hetc plan
+        # the default invocation is hetc compile: the plan of hetc plan
+        # --dp-divides-microbatch (stage binaries split a microbatch's rows
+        # evenly over DP ranks), then the stage binaries
         out3 = out + ".default"
         p3 = hetc(MODEL, cpath, *COMMON, out=out3)
-        check(p3.returncode == 0 and open(os.path.join(out3, "plan.json")).read() ==
-              open(os.path.join(out, "plan.json")).read(), f"{cluster}: `hetc MODEL CLUSTER` differs from plan")
+        out4 = out + ".dpdiv"
+        p4 = hetc("plan", MODEL, cpath, *COMMON, "--dp-divides-microbatch", out=out4)
+        check(p3.returncode == 0 and p4.returncode == 0 and
+              open(os.path.join(out3, "plan.json")).read() ==
+              open(os.path.join(out4, "plan.json")).read(),
+              f"{cluster}: `hetc MODEL CLUSTER` plans differently from hetc plan --dp-divides-microbatch")
+        if p4.returncode == 0:
+            mb = int(COMMON[COMMON.index("--microbatch") + 1])
+            for st in json.load(open(os.path.join(out4, "plan.json")))["stages"]:
+                check(mb % st["dp"] == 0, f"{cluster}: dp {st['dp']} does not divide microbatch {mb}")
+        check(os.access(os.path.join(out3, "stage_0"), os.X_OK) and
+              os.path.exists(os.path.join(out3, "launch.sh")),
+              f"{cluster}: the default command wrote no stage binaries")
         print(f"ok   {cluster}: {len(plan['stages'])} stages over {L} layers")
 
     # every schedule plans and simulates
