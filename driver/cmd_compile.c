@@ -46,6 +46,10 @@ static void usage(FILE *f) {
             "  --plan FILE            compile this plan.json instead of planning (edit a plan, or\n"
             "                         write one by hand: docs/PLAN_FORMAT.md)\n"
             "  --emit-llvm            also write DIR/stage_K.ll\n"
+            "  --recompute none|full|selective  activation recompute of every stage, overriding\n"
+            "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n"
+            "  --backend host|cuda    runtime the stage binaries link (default host): cuda runs\n"
+            "                         nodes on an NVIDIA GPU (cuBLASLt, NCCL; docs/CUDA.md)\n"
             "  --steps N              default --steps of the stage binaries (default 100)\n"
             "training options (as hetc train):\n"
             "  --optimizer adamw|sgd  --lr X (1e-3)  --beta1 X (0.9)  --beta2 X (0.95)\n"
@@ -85,7 +89,7 @@ int cmd_compile(int argc, char **argv) {
     CompileArgs ca;
     memset(&ca, 0, sizeof ca);
     compile_args_default(&ca);
-    const char *plan_file = NULL;
+    const char *plan_file = NULL, *recompute = NULL;
     int64_t layers_opt = 0, min_heavy = 2;
     /* argv for hetc plan: everything that is not a compile / training option */
     char **pargv = calloc((size_t)argc + 4, sizeof *pargv);
@@ -127,6 +131,37 @@ int cmd_compile(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--emit-llvm")) {
             ca.emit_llvm = 1;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--recompute", &v)) != 0) {
+            PartRecompute rm;
+            if (r < 0) goto bad;
+            if (part_recompute_parse(v, &rm)) {
+                fprintf(stderr, "hetc compile: --recompute %s: expected none, full or selective\n",
+                        v);
+                free(pargv);
+                return 2;
+            }
+            recompute = v;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--backend", &v)) != 0) {
+            if (r < 0) goto bad;
+            if (!strcmp(v, "cuda")) {
+                if (!compile_have_cuda()) {
+                    fprintf(stderr, "hetc compile: --backend cuda: this hetc was built without "
+                                    "CUDA (configure with nvcc and NCCL present, HETC_CUDA=ON)\n");
+                    free(pargv);
+                    return 2;
+                }
+                ca.backend_cuda = 1;
+            } else if (!strcmp(v, "host")) {
+                ca.backend_cuda = 0;
+            } else {
+                fprintf(stderr, "hetc compile: --backend must be host or cuda, not '%s'\n", v);
+                free(pargv);
+                return 2;
+            }
             continue;
         }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -230,6 +265,11 @@ int cmd_compile(int argc, char **argv) {
     CompPlan plan;
     if (comp_plan_read(planpath, &plan, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
+        return 1;
+    }
+    if (recompute && comp_plan_set_recompute(&plan, recompute, &err)) {
+        fprintf(stderr, "hetc compile: %s\n", err.msg);
+        comp_plan_free(&plan);
         return 1;
     }
     int64_t rows = plan.global_batch / plan.microbatches;

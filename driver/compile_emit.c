@@ -66,6 +66,8 @@ static char *config_with(const char *config, const char *extra) {
     return out;
 }
 
+int compile_have_cuda(void) { return HETC_STAGE_HAVE_CUDA; }
+
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
 int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
@@ -87,8 +89,8 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         goto done;
     }
     shared = shared_lines(p, ps);
-    fprintf(rep, "\nstage memory plan (per rank, fp32 host backend; the planner predicts the "
-                 "training dtype on the device)\n");
+    fprintf(rep, "\nstage memory plan (per rank, fp32 %s backend; the planner predicts the "
+                 "training dtype on the device)\n", a->backend_cuda ? "cuda" : "host");
     fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
                  "  arena MiB  planner GiB\n");
     for (int s = 0; s < S; s++) {
@@ -135,11 +137,15 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         eo.ll_path = a->emit_llvm ? ll : NULL;
         eo.exe_path = tmp;
         eo.cc = HETC_STAGE_CC;
+        /* the backend is only the runtime library linked: the stage object
+         * and its hetrt_* calls are the same (docs/CUDA.md) */
+        const char *const *link = a->backend_cuda ? hetc_stage_link_args_cuda
+                                                  : hetc_stage_link_args;
         int nl = 0;
-        while (hetc_stage_link_args[nl])
+        while (link[nl])
             nl++;
         eo.nlink_args = nl;
-        eo.link_args = hetc_stage_link_args;
+        eo.link_args = link;
         eo.opt_level = 1;
         int erc = le_emit_program(&prog, &eo, err);
         unlink(obj);

@@ -14,6 +14,7 @@ typedef struct CompileArgs {
     double lr, beta1, beta2, adam_eps, weight_decay, momentum, clip;
     int64_t steps, warmup;
     int emit_llvm;
+    int backend_cuda; /* --backend=cuda: link hetrt_stage_cuda (docs/CUDA.md) */
 } CompileArgs;
 void compile_args_default(CompileArgs *a);
 
@@ -38,5 +39,7 @@ int compile_layer_of(const void *lookup_ctx, int nlookup, const char *node_name)
 #include "partition.h"
 /* Memory plan, lowering, emission and link of every stage (compile_emit.c). */
 int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err);
+/* 1 if this hetc can link CUDA stage binaries (--backend=cuda). */
+int compile_have_cuda(void);
 
 #endif

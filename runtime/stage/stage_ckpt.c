@@ -31,7 +31,7 @@ static const char *state_kind(const StageRt *rt, int k) {
 
 /* Copy one tensor out of a loaded layer, checking dtype and size against
  * the parameter (errors name tensor and file). */
-static int load_one(const StageRt *rt, const RtCkptLayer *l, const char *path, const char *name,
+static int load_one(StageRt *rt, const RtCkptLayer *l, const char *path, const char *name,
                     const StageParam *p, float *dst) {
     const RtCkptLoaded *t = rt_ckpt_find(l, name);
     int64_t shape[RT_CKPT_MAX_DIMS];
@@ -52,8 +52,7 @@ static int load_one(const StageRt *rt, const RtCkptLayer *l, const char *path, c
                      rt->cfg.stage, (long long)p->numel, nd);
         return 1;
     }
-    if (t->nbytes) memcpy(dst, t->data, t->nbytes);
-    return 0;
+    return t->nbytes ? stage_be_put(rt, dst, t->data, t->nbytes) : 0;
 }
 
 int stage_ckpt_load(StageRt *rt, const char *path, int with_opt) {
@@ -100,6 +99,7 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
     RtCkptTensor *t = calloc((size_t)c->nparams * 3 + 2, sizeof *t);
     char (*names)[RT_CKPT_MAX_NAME + 16] = calloc((size_t)c->nparams * 2 + 1, sizeof *names);
     int *written = calloc((size_t)nl, sizeof *written);
+    void **hostcopy = calloc((size_t)c->nparams * 3 + 2, sizeof *hostcopy);
     int n = 0;
     if (rt->ctx.dp_rank == 0)
         for (int i = 0; i < c->nparams; i++) {
@@ -118,7 +118,19 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
                 x->layer = p->layer;
                 x->dtype = RT_F32;
                 x->ndim = param_shape(rt, p, x->shape);
-                x->data = STAGE_AT(&rt->arena, (size_t)off, (size_t)p->numel * sizeof(float));
+                size_t nb = (size_t)p->numel * sizeof(float);
+                x->data = STAGE_AT(&rt->arena, (size_t)off, nb);
+                if (!stage_be_is_host()) { /* a device arena: write from a host copy */
+                    void *h = malloc(nb ? nb : 1);
+                    if (!h || stage_be_get(rt, h, x->data, nb)) {
+                        free(h);
+                        rt_log_error("checkpoint: cannot copy '%s' to the host", p->name);
+                        x->data = NULL;
+                        rc = 1;
+                        break;
+                    }
+                    x->data = hostcopy[n - 1] = h;
+                }
                 if (k < 0) {
                     x->name = p->name;
                 } else {
@@ -164,6 +176,8 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
     if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &frc, 1, MPI_INT, MPI_MAX,
                      "checkpoint: manifest written"))
         frc = 1;
+    for (int i = 0; i < c->nparams * 3 + 2; i++) free(hostcopy[i]);
+    free(hostcopy);
     free(t);
     free(names);
     free(written);

@@ -6,10 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hostexec.h"
 #include "stage_internal.h"
 
 StageRt *hetrt_stage_rt = NULL;
+
+void *stage_host_buf(StageRt *rt, size_t n) {
+    if (n > rt->stage_buf_bytes) {
+        void *p = realloc(rt->stage_buf, n);
+        if (!p) return NULL;
+        rt->stage_buf = p;
+        rt->stage_buf_bytes = n;
+    }
+    return rt->stage_buf ? rt->stage_buf : (rt->stage_buf = malloc(1));
+}
 
 static StageRt *need_rt(const char *entry) {
     if (!hetrt_stage_rt) {
@@ -57,7 +66,7 @@ static void *resolve(StageRt *rt, IrValue *v, int64_t ref, void *arena, void *sl
             ir_errorf(err, "output '%s' is given a constant buffer", v->name);
             return NULL;
         }
-        return (void *)ir_value_data(v, err);
+        return (void *)stage_be_const(rt, v, err);
     default:
         ir_errorf(err, "value '%s': unknown buffer region %d", v->name, region);
         return NULL;
@@ -104,14 +113,17 @@ int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const i
         int64_t ref = bufs[n->nin + i];
         size_t nb = value_bytes(n->out[i]);
         if ((ref >> 56) == HETC_BUF_NONE) { /* unused output: the kernel still writes it */
-            out[i] = scratch[i] = calloc(nb ? nb : 1, 1);
+            if (!(out[i] = scratch[i] = stage_be_alloc(rt, nb)))
+                rc = ir_errorf(&err, "no memory for unused output '%s'", n->out[i]->name) != 0;
             continue;
         }
         if (!(out[i] = resolve(rt, n->out[i], ref, arena, slot, 1, &err))) rc = 1;
-        else memset(out[i], 0, nb);
+        else if (stage_be_zero(rt, out[i], nb))
+            rc = ir_errorf(&err, "cannot zero output '%s'", n->out[i]->name) != 0;
     }
-    if (!rc) rc = hexec_call_node_into(n, in, out, &err) != 0;
-    for (int i = 0; i < n->nout; i++) free(scratch[i]);
+    if (!rc) rc = stage_be_node(rt, n, in, out, &err) != 0;
+    for (int i = 0; i < n->nout; i++)
+        if (scratch[i]) stage_be_free(rt, scratch[i]);
     if (rc)
         rt_log_error("stage %d, %s graph node %d '%s' (%s): %s", rt->cfg.stage, gname, node,
                      n->name, ir_op_name(n->op), err.msg);
@@ -148,13 +160,26 @@ static int32_t transfer(int32_t xfer, void *dst, const void *src, int send) {
              x->grad ? "gradient" : "activation", send ? "send" : "recv", x->id, rt->micro,
              (long long)rt->step + 1, send ? "to" : "from", x->peer);
     int me = rt->cfg.stage;
+    /* A device arena moves through host memory (the CPU-mediated transport:
+     * device -> host -> MPI -> host -> device); this rank's rows are
+     * local_rows x row_bytes contiguous bytes. */
+    size_t nb = (size_t)(rt->cfg.local_rows * x->row_bytes);
+    void *host = NULL;
+    if (!stage_be_is_host() && !(host = stage_host_buf(rt, nb ? nb : 1))) {
+        rt_log_error("%s: no memory for %zu staging bytes", what, nb);
+        return 1;
+    }
     /* Sends are deferred (staged copies, completed once per step), so that
      * two stages sending to each other at once never wait on each other. */
-    if (send)
-        return rt_redistribute_rows_isend(&rt->ctx, me, src, x->peer, x->rows,
+    if (send) {
+        if (host && stage_be_get(rt, host, src, nb)) return 1;
+        return rt_redistribute_rows_isend(&rt->ctx, me, host ? host : src, x->peer, x->rows,
                                           (size_t)x->row_bytes, xfer_tag(rt, x), what, &rt->sendq);
-    return rt_redistribute_rows(&rt->ctx, x->peer, NULL, me, dst, x->rows, (size_t)x->row_bytes,
-                                xfer_tag(rt, x), what);
+    }
+    if (rt_redistribute_rows(&rt->ctx, x->peer, NULL, me, host ? host : dst, x->rows,
+                             (size_t)x->row_bytes, xfer_tag(rt, x), what))
+        return 1;
+    return host ? stage_be_put(rt, dst, host, nb) : 0;
 }
 
 int32_t hetrt_recv(int32_t xfer, void *dst) { return transfer(xfer, dst, NULL, 0); }
@@ -179,40 +204,36 @@ int32_t hetrt_tokens(int32_t which, void *dst, int32_t dtype) {
         rt->tok_mb = mb;
     }
     const int64_t *src = which ? rt->tok_tg : rt->tok_in;
-    if (dtype == RT_I64) {
-        memcpy(dst, src, (size_t)n * sizeof(int64_t));
-    } else {
-        int32_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = (int32_t)src[i];
-    }
-    return 0;
+    if (dtype == RT_I64) return stage_be_put(rt, dst, src, (size_t)n * sizeof(int64_t));
+    int32_t *d = stage_be_is_host() ? dst : stage_host_buf(rt, (size_t)(n ? n : 1) * 4);
+    if (!d) return 1;
+    for (int64_t i = 0; i < n; i++) d[i] = (int32_t)src[i];
+    return d == dst ? 0 : stage_be_put(rt, dst, d, (size_t)n * sizeof(int32_t));
 }
 
 int32_t hetrt_accum(void *acc, const void *g, int64_t n) {
     StageRt *rt = need_rt("hetrt_accum");
     if (!rt) return 1;
-    float *a = acc;
-    const float *x = g;
-    float inv = 1.0f / (float)rt->cfg.accum;
-    for (int64_t i = 0; i < n; i++) a[i] += x[i] * inv;
-    return 0;
+    return stage_be_axpy(rt, acc, g, n, 1.0f / (float)rt->cfg.accum);
 }
 
 int32_t hetrt_loss(const void *loss) {
     StageRt *rt = need_rt("hetrt_loss");
     if (!rt) return 1;
-    rt->step_loss += (double)*(const float *)loss;
+    float l;
+    if (stage_be_get(rt, &l, loss, sizeof l)) return 1;
+    rt->step_loss += (double)l;
     return 0;
 }
 
 int32_t hetrt_copy(void *dst, const void *src, int64_t bytes) {
-    if (bytes < 0) return 1;
-    if (bytes && dst != src) memmove(dst, src, (size_t)bytes);
-    return 0;
+    StageRt *rt = need_rt("hetrt_copy");
+    if (!rt || bytes < 0) return 1;
+    return stage_be_copy(rt, dst, src, (size_t)bytes);
 }
 
 int32_t hetrt_zero(void *dst, int64_t bytes) {
-    if (bytes < 0) return 1;
-    if (bytes) memset(dst, 0, (size_t)bytes);
-    return 0;
+    StageRt *rt = need_rt("hetrt_zero");
+    if (!rt || bytes < 0) return 1;
+    return stage_be_zero(rt, dst, (size_t)bytes);
 }

@@ -78,6 +78,9 @@ typedef struct StageRt {
     double step_loss;         /* sum of recorded losses this step */
     RtSendQueue sendq;        /* hetrt_send's deferred sends, completed each step */
     MPI_Comm *shared_comm;    /* [cfg.nshared]; MPI_COMM_NULL where this stage holds none */
+    void *be;                 /* the backend's state (stage_backend_*.c) */
+    void *stage_buf;          /* host staging for device backends (boundary rows, tokens) */
+    size_t stage_buf_bytes;
 } StageRt;
 
 /* The one runtime state of this process (the hetrt_* entries take no
@@ -90,6 +93,39 @@ extern StageRt *hetrt_stage_rt;
 
 /* Die naming this rank (rt_die) -- the job cannot go on. */
 #define STAGE_DIE(...) rt_die(__FILE__, __LINE__, __VA_ARGS__)
+
+/* ------------------------------------------------------------ backend
+ * Where the arena lives and how a node runs: stage_backend_host.c (host
+ * memory, codegen/hostexec) in hetrt_stage, runtime/cuda/stage_backend_cuda.c
+ * (cudaMalloc'd arena, device executor, NCCL) in hetrt_stage_cuda.  The
+ * shared files never dereference an arena pointer themselves: they go
+ * through these calls.  Each returns 0 or nonzero after rt_log_error. */
+const char *stage_be_name(void);
+/* Before MPI: 0 if this process can run (a device is there), else -1 with why. */
+int stage_be_probe(char *err, size_t errlen);
+int stage_be_setup(StageRt *rt);          /* after rt_init and stage_sync_setup */
+void stage_be_teardown(StageRt *rt);
+int stage_be_arena_alloc(StageRt *rt, size_t bytes); /* zero-filled rt->arena */
+void stage_be_arena_free(StageRt *rt);
+int stage_be_is_host(void);               /* arena pointers are host memory */
+int stage_be_put(StageRt *rt, void *dst, const void *src, size_t n); /* host -> arena */
+int stage_be_get(StageRt *rt, void *dst, const void *src, size_t n); /* arena -> host */
+int stage_be_zero(StageRt *rt, void *dst, size_t n);
+int stage_be_copy(StageRt *rt, void *dst, const void *src, size_t n);
+int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha);
+int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out);
+/* In-place sum of n floats of the arena over the DP group (shared < 0) or
+ * the group of shared parameter `shared` (rt->shared_comm[shared]). */
+int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const char *what);
+/* Where a CONST input's data is for stage_be_node (host or device copy). */
+const void *stage_be_const(StageRt *rt, IrValue *v, IrError *err);
+/* Zeroed temporary for an output nobody reads; stage_be_free after the node. */
+void *stage_be_alloc(StageRt *rt, size_t n);
+void stage_be_free(StageRt *rt, void *p);
+/* Run node n on resolved buffers (outputs zeroed). */
+int stage_be_node(StageRt *rt, IrNode *n, const void **in, void **out, IrError *err);
+/* A host buffer of at least n bytes for staging (rt->stage_buf, grown). */
+void *stage_host_buf(StageRt *rt, size_t n);
 
 /* stage_sync.c */
 int stage_sync_setup(StageRt *rt);           /* shared-parameter communicators */

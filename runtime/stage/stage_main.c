@@ -152,20 +152,23 @@ static IrGraph *parse_graph(const char *text, const char *what, int stage) {
 
 static void write_scalars(StageRt *rt, double lr, int64_t step, double norm) {
     const StageConfig *c = &rt->cfg;
-    if (c->off_lr >= 0) *(float *)STAGE_AT(&rt->arena, (size_t)c->off_lr, 4) = (float)lr;
-    if (c->off_step >= 0) {
-        int64_t *p = STAGE_AT(&rt->arena, (size_t)c->off_step, 8);
-        *p = step;
-    }
+    float lr32 = (float)lr, n32 = (float)norm;
+    int rc = 0;
+    if (c->off_lr >= 0)
+        rc |= stage_be_put(rt, STAGE_AT(&rt->arena, (size_t)c->off_lr, 4), &lr32, 4);
+    if (c->off_step >= 0)
+        rc |= stage_be_put(rt, STAGE_AT(&rt->arena, (size_t)c->off_step, 8), &step, 8);
     if (c->off_grad_norm >= 0)
-        *(float *)STAGE_AT(&rt->arena, (size_t)c->off_grad_norm, 4) = (float)norm;
+        rc |= stage_be_put(rt, STAGE_AT(&rt->arena, (size_t)c->off_grad_norm, 4), &n32, 4);
+    if (rc) STAGE_DIE("stage %d: cannot write the update scalars", c->stage);
 }
 
 static void zero_accumulators(StageRt *rt) {
     for (int i = 0; i < rt->cfg.nparams; i++) {
         const StageParam *p = &rt->cfg.params[i];
         size_t nb = (size_t)p->numel * sizeof(float);
-        memset(STAGE_AT(&rt->arena, (size_t)p->off_acc, nb), 0, nb);
+        if (stage_be_zero(rt, STAGE_AT(&rt->arena, (size_t)p->off_acc, nb), nb))
+            STAGE_DIE("stage %d: cannot zero the gradient of '%s'", rt->cfg.stage, p->name);
     }
 }
 
@@ -286,6 +289,13 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     if (c->stage != desc->stage)
         STAGE_DIE("stage descriptor says stage %d, its config says stage %d", desc->stage,
                   c->stage);
+    /* The device check comes before MPI: a stage compiled for a device that
+     * is not there fails at once with the reason, not in a collective. */
+    if (stage_be_probe(err, sizeof err)) {
+        fprintf(stderr, "stage %d (%s backend): %s\n", c->stage, stage_be_name(), err);
+        stage_config_free(c);
+        return 1;
+    }
     if (o.steps < 0) o.steps = c->steps;
     if (o.steps <= 0) STAGE_DIE("no step count: pass --steps N (the config has 'steps %lld')",
                                (long long)c->steps);
@@ -323,7 +333,9 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     rt.tok_in = calloc(ntok + 1, sizeof *rt.tok_in);
     rt.tok_tg = calloc(ntok + 1, sizeof *rt.tok_tg);
 
-    if (rt_arena_init(&rt.arena, (size_t)desc->arena_bytes, 0))
+    if (stage_be_setup(&rt)) STAGE_DIE("stage %d: %s backend setup failed", c->stage,
+                                       stage_be_name());
+    if (stage_be_arena_alloc(&rt, (size_t)desc->arena_bytes))
         STAGE_DIE("stage %d: cannot allocate its %lld-byte arena", c->stage,
                   (long long)desc->arena_bytes);
     for (int i = 0; i < c->nparams; i++) {
@@ -361,7 +373,9 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     free(rt.tok_in);
     free(rt.tok_tg);
     rt_data_close(&rt.dl);
-    rt_arena_free(&rt.arena);
+    stage_be_arena_free(&rt);
+    stage_be_teardown(&rt);
+    free(rt.stage_buf);
     stage_config_free(&rt.cfg);
     int rc = rt_finalize(&rt.ctx);
     return rc ? 1 : 0;

@@ -60,8 +60,7 @@ int stage_sync_grads(StageRt *rt, double *norm) {
     for (int i = 0; i < c->nparams; i++) {
         StageParam *p = &c->params[i];
         snprintf(what, sizeof what, "gradient all-reduce of '%s' (stage %d)", p->name, c->stage);
-        if (rt_dp_allreduce_f32(&rt->ctx, arena_f32(rt, p->off_acc, p->numel), (size_t)p->numel,
-                                1.0f, what))
+        if (stage_be_allreduce(rt, -1, arena_f32(rt, p->off_acc, p->numel), p->numel, what))
             return 1;
     }
     /* Shared parameters: after the DP sum every rank of a stage holds its
@@ -79,11 +78,11 @@ int stage_sync_grads(StageRt *rt, double *norm) {
             return 1;
         }
         float *acc = arena_f32(rt, p->off_acc, p->numel);
-        if (rt->ctx.dp_rank != 0) memset(acc, 0, (size_t)p->numel * sizeof(float));
+        if (rt->ctx.dp_rank != 0 && stage_be_zero(rt, acc, (size_t)p->numel * sizeof(float)))
+            return 1;
         snprintf(what, sizeof what, "shared-gradient all-reduce of '%s' (stage %d)", p->name,
                  c->stage);
-        if (rt_allreduce(&rt->ctx, rt->shared_comm[s], acc, (size_t)p->numel, MPI_FLOAT, MPI_SUM,
-                         what))
+        if (stage_be_allreduce(rt, s, acc, p->numel, what))
             return 1;
     }
     /* Global norm: every parameter once (a shared one on its lowest
@@ -93,9 +92,8 @@ int stage_sync_grads(StageRt *rt, double *norm) {
         for (int i = 0; i < c->nparams; i++) {
             StageParam *p = &c->params[i];
             if (stage_param_owner(rt, p) != c->stage) continue;
-            const float *g = arena_f32(rt, p->off_acc, p->numel);
             double ps = 0; /* in double: millions of squares */
-            for (int64_t j = 0; j < p->numel; j++) ps += (double)g[j] * (double)g[j];
+            if (stage_be_sumsq(rt, arena_f32(rt, p->off_acc, p->numel), p->numel, &ps)) return 1;
             sq += ps;
         }
     if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &sq, 1, MPI_DOUBLE, MPI_SUM,

@@ -1,0 +1,91 @@
+/* Shared by the kernels/cuda translation units: launch helpers and the
+ * index walk of HkcShape/HkcStrides. */
+#ifndef HETC_HKC_INTERNAL_CUH
+#define HETC_HKC_INTERNAL_CUH
+
+#include <stdio.h>
+
+#include "hkc.h"
+
+#define HKC_THREADS 256
+
+/* Grid for n elements with a grid-stride loop: capped, the loop covers the rest. */
+static inline unsigned hkc_blocks(int64_t n) {
+    int64_t b = (n + HKC_THREADS - 1) / HKC_THREADS;
+    if (b < 1) b = 1;
+    if (b > 65535) b = 65535;
+    return (unsigned)b;
+}
+
+/* After a launch: 0, or -1 with the launch error named. */
+static inline int hkc_launched(const char *what, char *err) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return 0;
+    if (err) snprintf(err, HKC_ERRLEN, "%s: kernel launch failed: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+static inline int hkc_fail(char *err, const char *msg) {
+    if (err) snprintf(err, HKC_ERRLEN, "%s", msg);
+    return -1;
+}
+
+/* Offset of flat index i of `shape` under `st`. */
+__device__ static inline int64_t hkc_offset(int64_t i, const HkcShape &shape,
+                                            const HkcStrides &st) {
+    int64_t off = 0;
+    for (int d = shape.rank - 1; d >= 0; d--) {
+        int64_t n = shape.dims[d];
+        int64_t k = n ? i % n : 0;
+        i = n ? i / n : 0;
+        off += k * st.s[d];
+    }
+    return off;
+}
+
+static inline int64_t hkc_numel(const HkcShape &s) {
+    int64_t n = 1;
+    for (int d = 0; d < s.rank; d++) n *= s.dims[d];
+    return n;
+}
+
+#define HKC_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* Block-wide sum of a double (blockDim.x a multiple of 32, <= 1024). */
+__device__ static inline double hkc_block_sum(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = threadIdx.x < nw ? sh[threadIdx.x] : 0.0;
+    if (w == 0)
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) sh[0] = v;
+    __syncthreads();
+    v = sh[0];
+    __syncthreads();
+    return v;
+}
+
+__device__ static inline float hkc_block_max(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = threadIdx.x < nw ? sh[threadIdx.x] : -INFINITY;
+    if (w == 0)
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+    if (threadIdx.x == 0) sh[0] = v;
+    __syncthreads();
+    v = sh[0];
+    __syncthreads();
+    return v;
+}
+
+#endif

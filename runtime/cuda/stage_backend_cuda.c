@@ -1,0 +1,301 @@
+/* The CUDA backend of the stage runtime (library hetrt_stage_cuda): the
+ * arena is one cudaMalloc, nodes run on the device executor (cudaexec),
+ * gradients are summed with NCCL where every rank of the group has its own
+ * GPU, otherwise through host memory and MPI (the CPU-mediated transport:
+ * NCCL does not allow two ranks of one communicator on one GPU).  Boundary
+ * transfers are CPU-mediated (stage_exec.c stages them through the host).
+ * The shared runtime (stage_main.c, stage_sync.c, stage_ckpt.c,
+ * stage_exec.c) calls these through stage_internal.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "cudaexec.h"
+#include "stage_internal.h"
+
+/* A reduction group: the DP group (index 0) or shared parameter s (1 + s). */
+typedef struct CudaGroup {
+    int decided;  /* transport chosen */
+    int nccl;     /* 1: NCCL, 0: CPU-mediated (MPI on host copies) */
+    ncclComm_t comm;
+} CudaGroup;
+
+typedef struct CudaBe {
+    int device, ndev, local_rank, local_size;
+    int force_cpu;      /* HETRT_TRANSPORT=cpu */
+    CudaExec x;
+    int x_up;
+    CudaGroup *groups;  /* [1 + nshared] */
+    double *dsum;       /* device double for sums of squares */
+} CudaBe;
+
+static CudaBe *be_of(StageRt *rt) { return (CudaBe *)rt->be; }
+static cudaStream_t stream(StageRt *rt) { return be_of(rt)->x.k.stream; }
+
+static int cuda_err(const char *what, cudaError_t e) {
+    rt_log_error("%s: %s", what, cudaGetErrorString(e));
+    return 1;
+}
+
+const char *stage_be_name(void) { return "cuda"; }
+int stage_be_is_host(void) { return 0; }
+
+int stage_be_probe(char *err, size_t errlen) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(err, errlen,
+                 "no CUDA device (%s). This stage binary was compiled with --backend=cuda; "
+                 "run it on a machine with an NVIDIA GPU and driver, or recompile with "
+                 "--backend=host",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
+        return -1;
+    }
+    return 0;
+}
+
+int stage_be_setup(StageRt *rt) {
+    CudaBe *b = calloc(1, sizeof *b);
+    if (!b) return 1;
+    rt->be = b;
+    /* ranks on this node, in world-rank order: rank i takes GPU i % ndev */
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->ctx.world_rank,
+                            MPI_INFO_NULL, &node) != MPI_SUCCESS) {
+        rt_log_error("MPI_Comm_split_type (ranks of this node) failed");
+        return 1;
+    }
+    MPI_Comm_rank(node, &b->local_rank);
+    MPI_Comm_size(node, &b->local_size);
+    MPI_Comm_free(&node);
+    cudaError_t e = cudaGetDeviceCount(&b->ndev);
+    if (e != cudaSuccess || b->ndev < 1) return cuda_err("cudaGetDeviceCount", e);
+    b->device = b->local_rank % b->ndev;
+    if ((e = cudaSetDevice(b->device)) != cudaSuccess) return cuda_err("cudaSetDevice", e);
+    const char *tr = getenv("HETRT_TRANSPORT");
+    b->force_cpu = tr && !strcmp(tr, "cpu");
+    IrError err = {{0}};
+    if (cudaexec_init(&b->x, &err)) {
+        rt_log_error("stage %d: device executor on GPU %d: %s", rt->cfg.stage, b->device,
+                     err.msg);
+        return 1;
+    }
+    b->x_up = 1;
+    if ((e = cudaMalloc((void **)&b->dsum, sizeof(double))) != cudaSuccess)
+        return cuda_err("cudaMalloc", e);
+    b->groups = calloc((size_t)rt->cfg.nshared + 1, sizeof *b->groups);
+    return 0;
+}
+
+void stage_be_teardown(StageRt *rt) {
+    CudaBe *b = be_of(rt);
+    if (!b) return;
+    for (int i = 0; b->groups && i <= rt->cfg.nshared; i++)
+        if (b->groups[i].nccl && b->groups[i].comm) ncclCommDestroy(b->groups[i].comm);
+    free(b->groups);
+    if (b->x.fallbacks && rt->ctx.world_rank == 0 && getenv("HETRT_VERBOSE"))
+        fprintf(stderr, "[hetrt] %lld nodes ran on the host executor (no device kernel)\n",
+                (long long)b->x.fallbacks);
+    if (b->dsum) cudaFree(b->dsum);
+    if (b->x_up) cudaexec_free(&b->x);
+    free(b);
+    rt->be = NULL;
+}
+
+int stage_be_arena_alloc(StageRt *rt, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 64);
+    if (e != cudaSuccess) {
+        cuda_err("cudaMalloc of the arena", e);
+        return 1;
+    }
+    /* on the executor's stream, waited for: it does not order with the
+     * legacy default stream */
+    if ((e = cudaMemsetAsync(p, 0, bytes, stream(rt))) != cudaSuccess ||
+        (e = cudaStreamSynchronize(stream(rt))) != cudaSuccess) {
+        cudaFree(p);
+        return cuda_err("cudaMemset of the arena", e);
+    }
+    rt->arena.base = p;
+    rt->arena.size = bytes;
+    return 0;
+}
+
+void stage_be_arena_free(StageRt *rt) {
+    if (rt->arena.base) cudaFree(rt->arena.base);
+    rt->arena.base = NULL;
+    rt->arena.size = 0;
+}
+
+int stage_be_put(StageRt *rt, void *dst, const void *src, size_t n) {
+    if (!n) return 0;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream(rt));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream(rt));
+    return e == cudaSuccess ? 0 : cuda_err("host to device copy", e);
+}
+
+int stage_be_get(StageRt *rt, void *dst, const void *src, size_t n) {
+    if (!n) return 0;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream(rt));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream(rt));
+    return e == cudaSuccess ? 0 : cuda_err("device to host copy", e);
+}
+
+int stage_be_zero(StageRt *rt, void *dst, size_t n) {
+    if (!n) return 0;
+    cudaError_t e = cudaMemsetAsync(dst, 0, n, stream(rt));
+    return e == cudaSuccess ? 0 : cuda_err("cudaMemsetAsync", e);
+}
+
+int stage_be_copy(StageRt *rt, void *dst, const void *src, size_t n) {
+    if (!n || dst == src) return 0;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream(rt));
+    return e == cudaSuccess ? 0 : cuda_err("device copy", e);
+}
+
+int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha) {
+    char e[HKC_ERRLEN];
+    if (hkc_axpy_f32(&be_of(rt)->x.k, n, alpha, x, y, e)) {
+        rt_log_error("gradient accumulation: %s", e);
+        return 1;
+    }
+    return 0;
+}
+
+int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {
+    char e[HKC_ERRLEN];
+    CudaBe *b = be_of(rt);
+    if (hkc_sumsq_f32(&b->x.k, x, n, b->dsum, e)) {
+        rt_log_error("gradient norm: %s", e);
+        return 1;
+    }
+    return stage_be_get(rt, out, b->dsum, sizeof *out);
+}
+
+/* Wait for the stream with the runtime's deadline (NCCL has none of its own):
+ * a peer that died leaves the collective pending, and the job must end. */
+static int wait_stream(StageRt *rt, ncclComm_t comm, const char *what) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long sleep_us = 1;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(stream(rt));
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) return cuda_err(what, e);
+        ncclResult_t ae = ncclSuccess;
+        if (comm && ncclCommGetAsyncError(comm, &ae) == ncclSuccess && ae != ncclSuccess &&
+            ae != ncclInProgress) {
+            rt_log_error("%s: NCCL: %s", what, ncclGetErrorString(ae));
+            return 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double el = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+        if (el > rt->ctx.timeout_s) {
+            rt_log_error("timed out after %.1f s (HETRT_TIMEOUT_S) in %s (NCCL, stage %d, dp rank "
+                         "%d)", el, what, rt->cfg.stage, rt->ctx.dp_rank);
+            if (comm) ncclCommAbort(comm);
+            return 1;
+        }
+        usleep((useconds_t)sleep_us);
+        if (sleep_us < 1000) sleep_us *= 2;
+    }
+}
+
+/* NCCL when every member has its own GPU (and HETRT_TRANSPORT is not cpu):
+ * decided collectively, so all members agree. */
+static int decide(StageRt *rt, CudaGroup *g, MPI_Comm comm, const char *what) {
+    CudaBe *b = be_of(rt);
+    g->decided = 1;
+    int size = 1, rank = 0;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &rank);
+    if (size <= 1) return 0;
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    unsigned long long key = 1469598103934665603ull; /* fnv1a(host) ^ device */
+    for (const char *p = host; *p; p++) key = (key ^ (unsigned char)*p) * 1099511628211ull;
+    key = key * 131 + (unsigned long long)b->device;
+    unsigned long long *keys = calloc((size_t)size, sizeof *keys);
+    keys[rank] = key;
+    /* an allgather through the runtime's timed all-reduce (others contribute 0) */
+    if (rt_allreduce(&rt->ctx, comm, keys, (size_t)size, MPI_UNSIGNED_LONG_LONG, MPI_BOR, what)) {
+        free(keys);
+        return 1;
+    }
+    int distinct = 1;
+    for (int i = 0; i < size; i++)
+        for (int j = i + 1; j < size; j++) distinct &= keys[i] != keys[j];
+    free(keys);
+    int want = distinct && !b->force_cpu, all = want;
+    if (rt_allreduce(&rt->ctx, comm, &all, 1, MPI_INT, MPI_MIN, what)) return 1;
+    if (!all) return 0;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+        rt_log_error("%s: ncclGetUniqueId failed", what);
+        return 1;
+    }
+    /* broadcast the id: bitwise OR with zeros elsewhere, timed like every collective */
+    if (rt_allreduce(&rt->ctx, comm, &id, sizeof id, MPI_BYTE, MPI_BOR, what)) return 1;
+    ncclResult_t r = ncclCommInitRank(&g->comm, size, id, rank);
+    if (r != ncclSuccess) {
+        rt_log_error("%s: ncclCommInitRank: %s", what, ncclGetErrorString(r));
+        return 1;
+    }
+    g->nccl = 1;
+    return 0;
+}
+
+int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const char *what) {
+    CudaBe *b = be_of(rt);
+    MPI_Comm comm = shared < 0 ? rt->ctx.dp_comm : rt->shared_comm[shared];
+    if (comm == MPI_COMM_NULL || n == 0) return 0;
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    if (size <= 1) return 0;
+    CudaGroup *g = &b->groups[shared < 0 ? 0 : 1 + shared];
+    if (!g->decided && decide(rt, g, comm, what)) return 1;
+    if (g->nccl) {
+        ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, g->comm,
+                                       stream(rt));
+        if (r != ncclSuccess) {
+            rt_log_error("%s: ncclAllReduce: %s", what, ncclGetErrorString(r));
+            return 1;
+        }
+        return wait_stream(rt, g->comm, what);
+    }
+    /* CPU-mediated: device -> host -> MPI -> host -> device */
+    size_t nb = (size_t)n * sizeof(float);
+    float *h = stage_host_buf(rt, nb);
+    if (!h || stage_be_get(rt, h, buf, nb)) return 1;
+    if (rt_allreduce(&rt->ctx, comm, h, (size_t)n, MPI_FLOAT, MPI_SUM, what)) return 1;
+    return stage_be_put(rt, buf, h, nb);
+}
+
+const void *stage_be_const(StageRt *rt, IrValue *v, IrError *err) {
+    return cudaexec_const(&be_of(rt)->x, v, err);
+}
+
+void *stage_be_alloc(StageRt *rt, size_t n) {
+    void *p = NULL;
+    if (cudaMalloc(&p, n ? n : 16) != cudaSuccess) return NULL;
+    if (cudaMemsetAsync(p, 0, n ? n : 16, stream(rt)) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+void stage_be_free(StageRt *rt, void *p) {
+    cudaStreamSynchronize(stream(rt)); /* the node's kernels may still write it */
+    cudaFree(p);
+}
+
+int stage_be_node(StageRt *rt, IrNode *n, const void **in, void **out, IrError *err) {
+    return cudaexec_call_node(&be_of(rt)->x, n, in, out, err);
+}

@@ -1,0 +1,60 @@
+/* The host backend of the stage runtime (library hetrt_stage): the arena is
+ * host memory, nodes run on codegen/hostexec, collectives are MPI.  The
+ * CUDA backend (runtime/cuda/stage_backend_cuda.c) implements the same
+ * calls for hetrt_stage_cuda (stage_internal.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostexec.h"
+#include "stage_internal.h"
+
+const char *stage_be_name(void) { return "host"; }
+int stage_be_probe(char *err, size_t errlen) { return 0; }
+int stage_be_setup(StageRt *rt) { return 0; }
+void stage_be_teardown(StageRt *rt) {}
+int stage_be_is_host(void) { return 1; }
+
+int stage_be_arena_alloc(StageRt *rt, size_t bytes) {
+    return rt_arena_init(&rt->arena, bytes, 0);
+}
+void stage_be_arena_free(StageRt *rt) { rt_arena_free(&rt->arena); }
+
+int stage_be_put(StageRt *rt, void *dst, const void *src, size_t n) {
+    if (n && dst != src) memmove(dst, src, n);
+    return 0;
+}
+int stage_be_get(StageRt *rt, void *dst, const void *src, size_t n) {
+    if (n && dst != src) memmove(dst, src, n);
+    return 0;
+}
+int stage_be_zero(StageRt *rt, void *dst, size_t n) {
+    if (n) memset(dst, 0, n);
+    return 0;
+}
+int stage_be_copy(StageRt *rt, void *dst, const void *src, size_t n) {
+    if (n && dst != src) memmove(dst, src, n);
+    return 0;
+}
+int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i] * alpha;
+    return 0;
+}
+int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {
+    double s = 0; /* in double: millions of squares */
+    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
+    *out = s;
+    return 0;
+}
+int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const char *what) {
+    if (shared < 0) return rt_dp_allreduce_f32(&rt->ctx, buf, (size_t)n, 1.0f, what);
+    return rt_allreduce(&rt->ctx, rt->shared_comm[shared], buf, (size_t)n, MPI_FLOAT, MPI_SUM,
+                        what);
+}
+const void *stage_be_const(StageRt *rt, IrValue *v, IrError *err) {
+    return ir_value_data(v, err);
+}
+void *stage_be_alloc(StageRt *rt, size_t n) { return calloc(n ? n : 1, 1); }
+void stage_be_free(StageRt *rt, void *p) { free(p); }
+int stage_be_node(StageRt *rt, IrNode *n, const void **in, void **out, IrError *err) {
+    return hexec_call_node_into(n, in, out, err);
+}

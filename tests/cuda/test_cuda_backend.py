@@ -1,0 +1,100 @@
+"""hetc compile --backend=cuda without a GPU (issue 7, part 5: CI).
+
+The example GPT compiled for examples/clusters/tiny_hetero.yaml with
+--backend=cuda: every stage binary links (cudart, cuBLASLt and NCCL among its
+shared libraries; the default host backend links none of them).  Where no
+GPU is present, a stage binary run on its own and the whole job under
+launch.sh both fail at once with a "no CUDA device" message and a non-zero
+status (the subprocess timeouts only guard against a hang).  Where a GPU is
+present those two checks do not apply (tests/cuda/test_cuda_e2e.py runs it).
+
+usage: test_cuda_backend.py HETC WORKDIR
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+HETC, WORK = sys.argv[1], sys.argv[2]
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
+DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
+CLUSTER = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+        print("FAIL:", msg, flush=True)
+    return cond
+
+
+def run(cmd, timeout=600):
+    print("$", " ".join(cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        check(False, f"timed out after {timeout} s (a hang): {' '.join(cmd)}")
+        return None
+    if p.returncode:
+        print(p.stdout[-2000:], p.stderr[-2000:], sep="\n", flush=True)
+    return p
+
+
+def needed(path):
+    """DT_NEEDED libraries of an ELF file (readelf -d)."""
+    p = subprocess.run(["readelf", "-d", path], capture_output=True, text=True)
+    return [l.split("[")[1].split("]")[0] for l in p.stdout.splitlines() if "(NEEDED)" in l]
+
+
+def compile_to(out, *extra):
+    return run([HETC, MODEL, CLUSTER, "--seq", "64", "--microbatch", "4", "--global-batch", "16",
+                "--threads", "2", "--steps", "3", *extra, "-o", out])
+
+
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+cu, host = os.path.join(WORK, "cuda"), os.path.join(WORK, "host")
+p = compile_to(cu, "--backend=cuda")
+if not check(p and p.returncode == 0, "hetc compile --backend=cuda failed"):
+    sys.exit(1)
+check("fp32 cuda backend" in p.stderr, "the memory report does not name the cuda backend")
+nst = 0
+while os.path.exists(os.path.join(cu, f"stage_{nst}")):
+    libs = needed(os.path.join(cu, f"stage_{nst}"))
+    for want in ("libcudart", "libcublasLt", "libnccl"):
+        check(any(l.startswith(want) for l in libs), f"stage_{nst} does not link {want}: {libs}")
+    nst += 1
+check(nst >= 3, f"{nst} stage binaries, want >= 3 (tiny_hetero plans 3 stages)")
+
+p = compile_to(host)
+check(p and p.returncode == 0, "hetc compile (default backend) failed")
+libs = needed(os.path.join(host, "stage_0"))
+check(not any("cuda" in l or "nccl" in l or "cublas" in l for l in libs),
+      f"the default (host) backend links CUDA libraries: {libs}")
+
+p = compile_to(os.path.join(WORK, "bad"), "--backend=tpu")
+check(p and p.returncode != 0 and "--backend must be host or cuda" in p.stderr,
+      "--backend=tpu is not refused with a clear message")
+
+# without a GPU: a clear error, non-zero, no hang
+p = run([os.path.join(cu, "stage_0"), "--data", DATA, "--steps", "1"], timeout=120)
+gpu = p is not None and "no CUDA device" not in p.stderr
+if gpu:
+    print("a CUDA device is present: the no-device checks do not apply here", flush=True)
+    p = run([os.path.join(cu, "stage_0"), "--help"])
+    check(p and p.returncode == 0, "stage_0 --help failed")
+else:
+    check(p is not None and p.returncode != 0, "stage_0 without a device exited 0")
+    check(p is not None and "--backend=host" in p.stderr, "the error does not say how to fix it")
+    p = run([os.path.join(cu, "launch.sh"), "--data", DATA, "--steps", "1"], timeout=240)
+    check(p is not None and p.returncode != 0, "launch.sh without a device exited 0")
+    check(p is not None and "no CUDA device" in (p.stdout + p.stderr),
+          "launch.sh output does not name the missing device")
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("ok: --backend=cuda links", nst, "stage binaries;",
+      "GPU present" if gpu else "without a GPU they fail at once with 'no CUDA device'")
