@@ -22,6 +22,21 @@ const LeExtern lower_hetrt_externs[] = {
     {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
 };
 const int lower_hetrt_nexterns = (int)(sizeof lower_hetrt_externs / sizeof lower_hetrt_externs[0]);
+/* a TP stage also calls the TP all-reduce (stage_abi.h); kept out of the
+ * plain list so stage binaries without TP never reference it */
+const LeExtern lower_hetrt_externs_tp[] = {
+    {"hetrt_node", LE_I32, 5, {LE_I32, LE_I32, LE_PTR, LE_PTR, LE_PTR}},
+    {"hetrt_recv", LE_I32, 2, {LE_I32, LE_PTR}},
+    {"hetrt_send", LE_I32, 2, {LE_I32, LE_PTR}},
+    {"hetrt_tokens", LE_I32, 3, {LE_I32, LE_PTR, LE_I32}},
+    {"hetrt_accum", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
+    {"hetrt_loss", LE_I32, 1, {LE_PTR}},
+    {"hetrt_copy", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
+    {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
+    {"hetrt_tp_allreduce", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
+};
+const int lower_hetrt_nexterns_tp =
+    (int)(sizeof lower_hetrt_externs_tp / sizeof lower_hetrt_externs_tp[0]);
 
 enum { RT_DT_I32 = 3, RT_DT_I64 = 4 }; /* hetrt_tokens' dtype codes (stage_abi.h) */
 
@@ -226,6 +241,28 @@ static char *config_text(const PartStage *st, const LowerOpts *o, const MemPlan 
                 if (holds_param(o->all_stages + q, 1, pn)) sb_printf(&b, " %d", q);
             sb_printf(&b, "\n");
         }
+    /* tensor parallelism (only when the plan has it: configs without TP are
+     * unchanged): every stage's degree, and this stage's sharded parameters
+     * as TP rank 0's ranges of the unsharded dim (rank r: shifted by r x len) */
+    int any_tp = st->tp > 1;
+    for (int s = 0; o->all_stages && s < o->nstages; s++) any_tp |= o->all_stages[s].tp > 1;
+    if (any_tp) {
+        sb_printf(&b, "tp");
+        for (int s = 0; s < o->nstages; s++)
+            sb_printf(&b, " %d", o->all_stages ? (o->all_stages[s].tp > 1 ? o->all_stages[s].tp : 1)
+                                               : (s == st->stage ? st->tp : 1));
+        sb_printf(&b, "\n");
+    }
+    for (int i = 0; i < st->ntp_shards; i++) {
+        const TpParamShard *t = &st->tp_shards[i];
+        char *nm = lower_config_name(t->name);
+        sb_printf(&b, "tpshard %s axis %d full %lld ranges", nm, t->axis, (long long)t->full_dim);
+        for (int k = 0; k < t->nranges; k++)
+            sb_printf(&b, " %lld %lld", (long long)(t->start[k] - (int64_t)st->tp_rank * t->len[k]),
+                      (long long)t->len[k]);
+        sb_printf(&b, "\n");
+        free(nm);
+    }
     for (int i = 0; i < st->nxfers; i++) {
         const PartXfer *x = &st->xfers[i];
         sb_printf(&b, "xfer %d %s %s peer %d rows %lld row_bytes %lld\n", x->id,
@@ -261,6 +298,16 @@ static int node_call(const MemPlan *mp, const PartStage *st, int graph, int fn, 
                      LeCall *c, IrError *err) {
     const IrGraph *g = graph ? st->update : st->train;
     const IrNode *n = g->nodes[idx];
+    if (n->op == IR_OP_TP_ALL_REDUCE) { /* the sum over the stage's TP group, by the runtime */
+        if (n->in[0]->dtype != IR_F32)
+            return ir_errorf(err, "stage %d: TpAllReduce '%s' of %s (f32 only)", st->stage,
+                             n->name, ir_dtype_name(n->in[0]->dtype));
+        c->fn = "hetrt_tp_allreduce";
+        c->nargs = 3;
+        c->args[2] = i64_arg(ir_shape_numel(&n->in[0]->shape));
+        return ptr_loc(mp, st, graph, n->out[0], "TpAllReduce output", &c->args[0], err) ||
+               ptr_loc(mp, st, graph, n->in[0], "TpAllReduce input", &c->args[1], err);
+    }
     int nb = n->nin + n->nout;
     int64_t *bufs = ir_xcalloc((size_t)nb + 1, sizeof *bufs);
     for (int k = 0; k < nb; k++) {
@@ -408,8 +455,8 @@ int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char *
         prog->slot_base = mp->slot_base;
         prog->slot_bytes = mp->slot_bytes;
         prog->nslots = mp->nslots;
-        prog->externs = lower_hetrt_externs;
-        prog->nexterns = lower_hetrt_nexterns;
+        prog->externs = st->tp > 1 ? lower_hetrt_externs_tp : lower_hetrt_externs;
+        prog->nexterns = st->tp > 1 ? lower_hetrt_nexterns_tp : lower_hetrt_nexterns;
         if (!(prog->ir_train = graph_text(st->train, st->stage, "train", err)) ||
             !(prog->ir_update = graph_text(st->update, st->stage, "update", err)))
             rc = -1;

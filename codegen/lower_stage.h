@@ -65,5 +65,8 @@ char *lower_config_name(const char *name);
 /* The hetrt_* entries generated code calls (stage_abi.h), as externs. */
 extern const LeExtern lower_hetrt_externs[];
 extern const int lower_hetrt_nexterns;
+/* the same plus hetrt_tp_allreduce: the externs of a stage with tp > 1 */
+extern const LeExtern lower_hetrt_externs_tp[];
+extern const int lower_hetrt_nexterns_tp;
 
 #endif

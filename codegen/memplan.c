@@ -150,7 +150,8 @@ static int xfer_of(const PartStage *st, const char *name, int send) {
 }
 
 /* Region of every train-graph value (offsets come later). */
-static int place_train_values(const PartStage *st, MemPlan *mp, const int *uses, IrError *err) {
+static int place_train_values(const PartStage *st, MemPlan *mp, const int *uses,
+                              const char *bwd_reads, const char *keep_out, IrError *err) {
     IrGraph *t = st->train;
     for (int i = 0; i < t->nvalues; i++) {
         IrValue *v = t->values[i];
@@ -180,7 +181,12 @@ static int place_train_values(const PartStage *st, MemPlan *mp, const int *uses,
                 return ir_errorf(err, "stage %d: train graph node '%s' (%s) has phase %s",
                                  st->stage, v->producer->name, ir_op_name(v->producer->op),
                                  ir_phase_name(ph));
-            l->region = ph == IR_PHASE_FWD ? HETC_BUF_SLOT : HETC_BUF_ARENA;
+            /* a forward value lives in the slot only if the backward reads it
+             * (or the runtime might: an output that is neither sent nor the
+             * loss); other forward values are forward temporaries in scratch,
+             * which is what makes recompute shrink the slot */
+            l->region = ph == IR_PHASE_FWD && (bwd_reads[i] || keep_out[i]) ? HETC_BUF_SLOT
+                                                                             : HETC_BUF_ARENA;
             continue;
         }
         if (!is_in)
@@ -218,8 +224,22 @@ static int place_train(const PartStage *st, MemPlan *mp, IrError *err) {
     mp->ntrain_loc = t->nvalues;
     mp->train_loc = ir_xcalloc((size_t)t->nvalues + 1, sizeof *mp->train_loc);
     mp->data_index = mp->targets_index = -1;
-    int *uses = use_counts(t), rc = place_train_values(st, mp, uses, err);
+    /* forward values the backward reads, and graph outputs the stage
+     * functions do not consume themselves (not a send, not the loss) */
+    char *bwd_reads = ir_xcalloc((size_t)t->nvalues + 1, 1);
+    char *keep_out = ir_xcalloc((size_t)t->nvalues + 1, 1);
+    for (int i = 0; i < t->nnodes; i++)
+        if (t->nodes[i]->phase != IR_PHASE_FWD)
+            for (int k = 0; k < t->nodes[i]->nin; k++)
+                if (t->nodes[i]->in[k]) bwd_reads[t->nodes[i]->in[k]->id] = 1;
+    for (int i = 0; i < t->noutputs; i++) {
+        const IrValue *o = t->outputs[i];
+        if (strcmp(o->name, "loss") && xfer_of(st, o->name, 1) < 0) keep_out[o->id] = 1;
+    }
+    int *uses = use_counts(t), rc = place_train_values(st, mp, uses, bwd_reads, keep_out, err);
     free(uses);
+    free(bwd_reads);
+    free(keep_out);
     if (rc) return -1;
     if (st->data_input && mp->data_index < 0)
         return ir_errorf(err, "stage %d: train graph has no input '%s'", st->stage,
@@ -645,13 +665,15 @@ int memplan_build(const PartStage *st, int nslots, MemPlan *mp, IrError *err) {
                   st->stage);
         goto fail;
     }
-    /* forward: nothing it reads may live in scratch (backward's values) */
+    /* forward: it may read only its own values, inputs and parameters, never
+     * backward's (scratch is the running function's) */
     for (int i = 0; i < t->nnodes; i++) {
         IrNode *n = t->nodes[i];
         if (n->phase != IR_PHASE_FWD) continue;
         for (int k = 0; k < n->nin; k++)
             if (n->in[k] && mp->train_loc[n->in[k]->id].region == HETC_BUF_ARENA &&
-                n->in[k]->kind != IR_VK_PARAM) {
+                n->in[k]->kind != IR_VK_PARAM &&
+                !(n->in[k]->producer && n->in[k]->producer->phase == IR_PHASE_FWD)) {
                 ir_errorf(err, "stage %d: forward node %d '%s' (%s) reads '%s', a backward value",
                           st->stage, i, n->name, ir_op_name(n->op), n->in[k]->name);
                 goto fail;
@@ -677,7 +699,9 @@ int memplan_build(const PartStage *st, int nslots, MemPlan *mp, IrError *err) {
     for (int i = 0; i < t->nvalues; i++)
         if (mp->train_loc[i].region == HETC_BUF_ARENA && t->values[i]->kind != IR_VK_PARAM)
             mp->train_loc[i].off = -1;
-    if (plan_scratch(st, mp, MP_FN_BACKWARD, mp->train_loc, mp->ntrain_loc,
+    if (plan_scratch(st, mp, MP_FN_FORWARD, mp->train_loc, mp->ntrain_loc,
+                     &mp->fwd_scratch_bytes, err) ||
+        plan_scratch(st, mp, MP_FN_BACKWARD, mp->train_loc, mp->ntrain_loc,
                      &mp->bwd_scratch_bytes, err) ||
         plan_scratch(st, mp, MP_FN_UPDATE, mp->upd_loc, mp->nupd_loc, &mp->upd_scratch_bytes,
                      err))
@@ -691,7 +715,8 @@ int memplan_build(const PartStage *st, int nslots, MemPlan *mp, IrError *err) {
             if (l->off == -1) { /* a scratch value no call of its function writes */
                 ir_errorf(err, "stage %d: %s graph value '%s' is never computed by the %s",
                           st->stage, g ? "update" : "train",
-                          (g ? st->update : t)->values[i]->name, g ? "update" : "backward");
+                          (g ? st->update : t)->values[i]->name,
+                          g ? "update" : "forward or backward");
                 goto fail;
             }
             if (l->first >= 0) l->off += mp->scratch_off;
@@ -700,6 +725,7 @@ int memplan_build(const PartStage *st, int nslots, MemPlan *mp, IrError *err) {
      * every node output is written by its node */
     mp->scratch_bytes = mp->bwd_scratch_bytes > mp->upd_scratch_bytes ? mp->bwd_scratch_bytes
                                                                       : mp->upd_scratch_bytes;
+    if (mp->fwd_scratch_bytes > mp->scratch_bytes) mp->scratch_bytes = mp->fwd_scratch_bytes;
     mp->slot_base = align_up(mp->scratch_off + mp->scratch_bytes);
     if (mp->slot_bytes > (INT64_MAX - mp->slot_base) / nslots) {
         ir_errorf(err, "stage %d: %d slots of %lld bytes overflow the arena", st->stage, nslots,
@@ -731,10 +757,11 @@ const MpLoc *memplan_loc(const MemPlan *mp, const PartStage *st, int graph, cons
 
 void memplan_report(const MemPlan *mp, FILE *f) {
     fprintf(f,
-            "params %lld grads %lld optstate %lld scalars %lld scratch %lld (backward %lld, "
-            "update %lld) slot %lld x %d total %lld\n",
+            "params %lld grads %lld optstate %lld scalars %lld scratch %lld (forward %lld, "
+            "backward %lld, update %lld) slot %lld x %d total %lld\n",
             (long long)mp->param_bytes, (long long)mp->grad_bytes, (long long)mp->opt_bytes,
             (long long)mp->scalar_bytes, (long long)mp->scratch_bytes,
+            (long long)mp->fwd_scratch_bytes,
             (long long)mp->bwd_scratch_bytes, (long long)mp->upd_scratch_bytes,
             (long long)mp->slot_bytes, mp->nslots, (long long)mp->arena_bytes);
 }

@@ -12,14 +12,17 @@
  *    per param, as the update graph declares them (opt/m/P, opt/v/P,
  *    opt/buf/P);
  *  - scalars: lr (f32), step (i64), grad_norm (f32);
- *  - scratch: reused by every function call.  backward puts its values
- *    there (phase-bwd node outputs, received "bgrad/" inputs), update its
- *    node outputs; a call's scratch content is dead when it returns, so
- *    the two timelines share the region (size = the larger);
+ *  - scratch: reused by every function call.  forward puts there the
+ *    forward values no backward node reads (temporaries; with recompute,
+ *    everything the backward recomputes), backward its values (phase-bwd
+ *    node outputs, received "bgrad/" inputs), update its node outputs; a
+ *    call's scratch content is dead when it returns, so the three
+ *    timelines share the region (size = the largest);
  *  - activation slots: the train graph's inputs (token ids, targets,
- *    received activations) and every phase-fwd node output of ONE
- *    microbatch, from its forward until its backward; slot_bytes each,
- *    nslots = K_i (the schedule's in-flight bound).
+ *    received activations) and the phase-fwd node outputs of ONE
+ *    microbatch that its backward reads, from its forward until its
+ *    backward; slot_bytes each, nslots = K_i (the schedule's in-flight
+ *    bound).
  *
  * Inside scratch, offsets come from first-fit over the call order: a
  * buffer is live from the call that writes it to the last call that reads
@@ -84,7 +87,7 @@ typedef struct MemPlan {
     int nparams;
     int64_t lr_off, step_off, norm_off;
     int64_t scratch_off, scratch_bytes;
-    int64_t bwd_scratch_bytes, upd_scratch_bytes;
+    int64_t fwd_scratch_bytes, bwd_scratch_bytes, upd_scratch_bytes;
     int64_t slot_base, slot_bytes;
     int nslots;
     int64_t arena_bytes;

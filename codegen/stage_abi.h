@@ -90,6 +90,12 @@ int32_t hetrt_accum(void *acc, const void *g, int64_t n);
 /* Record this microbatch's (scaled) loss, an f32 scalar. */
 int32_t hetrt_loss(const void *loss);
 int32_t hetrt_copy(void *dst, const void *src, int64_t bytes);
+/* Tensor parallelism (issue 9; only stages with tp > 1 call it): dst = the
+ * sum of src over this rank's TP group (the stage's ranks with the same DP
+ * index), n f32 elements; dst may equal src.  Lowered from the train
+ * graph's TpAllReduce nodes (forward: row-parallel outputs; backward: the
+ * input gradients of column-parallel Linears). */
+int32_t hetrt_tp_allreduce(void *dst, const void *src, int64_t n);
 int32_t hetrt_zero(void *dst, int64_t bytes);
 
 /* Runtime entry point called by the generated main. */

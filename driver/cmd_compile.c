@@ -62,7 +62,8 @@ static void usage(FILE *f) {
 /* plan options that take a value (the rest of hetc plan's are flags) */
 static const char *const PLAN_VALUE_OPTS[] = {
     "--global-batch", "--layers", "--threads", "--min-heavy", "--max-stages", "--eps",
-    "--imbalance", "--efficiency", "--schedule", "--profile-db", "--microbatch", NULL};
+    "--imbalance", "--efficiency", "--schedule", "--profile-db", "--microbatch", "--max-tp",
+    "--zero", "--planner", "--coarse-layers", NULL};
 
 static int parse_d(const char *opt, const char *s, double *out) {
     char *end;
@@ -92,7 +93,7 @@ int cmd_compile(int argc, char **argv) {
     const char *plan_file = NULL, *recompute = NULL;
     int64_t layers_opt = 0, min_heavy = 2;
     /* argv for hetc plan: everything that is not a compile / training option */
-    char **pargv = calloc((size_t)argc + 4, sizeof *pargv);
+    char **pargv = calloc((size_t)argc + 8, sizeof *pargv);
     int pargc = 0;
     pargv[pargc++] = "plan";
     const char *model = NULL, *cluster = NULL;
@@ -233,8 +234,13 @@ int cmd_compile(int argc, char **argv) {
     }
     co.model = model;
     const char *out = co.out_dir ? co.out_dir : "build";
-    /* the stage binaries split a microbatch's rows evenly over a stage's DP ranks */
+    /* the stage binaries split a microbatch's rows evenly over a stage's DP ranks, and
+     * do not run tensor parallelism or ZeRO yet (recompute they do): plan within that */
     pargv[pargc++] = "--dp-divides-microbatch";
+    pargv[pargc++] = "--max-tp";
+    pargv[pargc++] = "1";
+    pargv[pargc++] = "--zero";
+    pargv[pargc++] = "0";
     if (!co.out_dir) {
         pargv[pargc++] = "-o";
         pargv[pargc++] = (char *)out;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_plan_alt.h"
 #include "compile_opts.h"
 #include "cost_model.h"
 #include "hapt_dp.h"
@@ -63,6 +64,16 @@ static void usage(FILE *f)
             "                         a terminal\n"
             "  --dp-divides-microbatch  only DP degrees that divide the microbatch rows (what the\n"
             "                         stage binaries run; hetc compile always sets it)\n"
+            "  --max-tp N             largest tensor-parallel degree per stage (power of two,\n"
+            "                         inside a node; default 8)\n"
+            "  --zero auto|0|1|2      ZeRO stage inside a stage's DP group (default auto: the\n"
+            "                         cheapest plan that fits memory)\n"
+            "  --recompute auto|none|full|selective  activation recompute per stage (default auto)\n"
+            "  --no-intra-op          tp = 1, ZeRO 0, no recompute (the plans before issue 9)\n"
+            "  --planner NAME         hapt (default) | uniform | coarse | coarse-blocks |\n"
+            "                         heteroauto | metis | metis-mem | zorse | autohet: the seed planners of\n"
+            "                         docs/COMPARISON.md on the same layers and simulator\n"
+            "  --coarse-layers N      --planner coarse: merge the layers into N (default 8)\n"
             "  --baseline-equal       also simulate the same stages and submeshes with an\n"
             "                         equal number of layers per stage, and print the ratio\n"
             "  --dump-ir-after=modules,layers,plan  (or any pass) IR with module/layer/stage ids\n"
@@ -98,7 +109,12 @@ typedef struct PlanArgs {
     int baseline_equal;
     int dp_divides;          /* --dp-divides-microbatch: dp must divide the microbatch rows */
     int progress;
+    int64_t max_tp;          /* --max-tp (default 8) */
+    int zero, recompute;     /* --zero, --recompute: -1 = auto (default) */
+    int no_intra;            /* --no-intra-op */
     const char *profile_db, *write_profile_db;
+    const char *planner;        /* --planner (NULL: hapt) */
+    int64_t coarse_layers;
 } PlanArgs;
 
 static void progress_profile(void *arg, long done, long total)
@@ -272,6 +288,8 @@ int cmd_plan(int argc, char **argv)
     a.efficiency = 0.5;
     a.min_heavy = 2;
     a.schedule = SCHED_H1F1B;
+    a.max_tp = 8;
+    a.zero = a.recompute = -1;
     const char *model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
@@ -295,6 +313,7 @@ int cmd_plan(int argc, char **argv)
         INTOPT("--threads", threads)
         INTOPT("--min-heavy", min_heavy)
         INTOPT("--max-stages", max_stages)
+        INTOPT("--coarse-layers", coarse_layers)
         DBLOPT("--eps", eps)
         DBLOPT("--imbalance", imbalance)
         DBLOPT("--efficiency", efficiency)
@@ -311,6 +330,47 @@ int cmd_plan(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--dp-divides-microbatch")) {
             a.dp_divides = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--no-intra-op")) {
+            a.no_intra = 1;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--max-tp", &v)) != 0) {
+            if (r < 0 || cli_parse_i64("--max-tp", v, &a.max_tp)) return 2;
+            if (a.max_tp < 1 || a.max_tp > 1024 || (a.max_tp & (a.max_tp - 1))) {
+                fprintf(stderr, "hetc plan: --max-tp expects a power of two >= 1, got '%s'\n", v);
+                return 2;
+            }
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--zero", &v)) != 0) {
+            if (r < 0) return 2;
+            if (strcmp(v, "auto") && strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "2")) {
+                fprintf(stderr, "hetc plan: --zero expects auto, 0, 1 or 2, got '%s'\n", v);
+                return 2;
+            }
+            a.zero = strcmp(v, "auto") ? v[0] - '0' : -1;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--recompute", &v)) != 0) {
+            if (r < 0) return 2;
+            a.recompute = strcmp(v, "auto") ? recompute_from_name(v) : -1;
+            if (strcmp(v, "auto") && a.recompute < 0) {
+                fprintf(stderr, "hetc plan: --recompute expects auto, none, full or selective, "
+                        "got '%s'\n", v);
+                return 2;
+            }
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--planner", &v)) != 0) {
+            if (r < 0) return 2;
+            if (strcmp(v, "hapt") && !alt_planner_known(v)) {
+                fprintf(stderr, "hetc plan: unknown planner '%s' (hapt, uniform, coarse, "
+                        "coarse-blocks, heteroauto, metis, metis-mem, zorse, autohet)\n", v);
+                return 2;
+            }
+            a.planner = v;
             continue;
         }
         if (!strcmp(argv[i], "--baseline-equal")) {
@@ -404,6 +464,7 @@ int cmd_plan(int argc, char **argv)
     }
     IrGraph *g = NULL;
     PlanLayer *layers = NULL;
+    LayerIntra *intra = NULL;  /* TP structure of the layers (issue 9) */
     CostModel *cm = NULL;
     Plan plan;
     memset(&plan, 0, sizeof plan);
@@ -475,13 +536,35 @@ int cmd_plan(int argc, char **argv)
             ls.heavy_bound, (long long)a.co.batch, (long long)(a.co.seq > 0 ? a.co.seq : 0),
             ls.total_fwd_flops, ls.total_bwd_flops, ls.total_param_bytes / 1e9, cl.dtype);
 
+    if (a.planner && strcmp(a.planner, "hapt")) {
+        PlanAltArgs pa = {a.planner, B, a.efficiency, (int)a.threads, (int)a.coarse_layers, out,
+                          model, (long)a.global_batch, a.co.seq > 0 ? (long)a.co.seq : 0};
+        rc = cmd_plan_alt(&pa, &cl, layers, ls.L);
+        goto out;
+    }
+
     /* 3. profile */
     CostOptions cop;
     int retried = 0;
+    int inflight = 1;  /* K the intra-op choice sizes memory for (raised when memory binds) */
 again:
     t = now_s();
     cost_options_default(&cop);
     cop.efficiency = a.efficiency;
+    if (!a.no_intra) {
+        if (!intra) {
+            intra = calloc((size_t)ls.L, sizeof *intra);
+            if (!intra || layer_intra_from_ir(g, layers, ls.L, intra, &err)) {
+                fprintf(stderr, "hetc plan: %s\n", intra ? err.msg : "out of memory");
+                goto out;
+            }
+        }
+        cop.intra = intra;
+        cop.max_tp = (int)a.max_tp;
+        cop.zero_stage = a.zero;
+        cop.recompute = a.recompute;
+        cop.inflight = inflight;
+    }
     if (a.dp_divides)
         cop.dp_divides = a.co.batch;
     if (a.imbalance >= 0)
@@ -558,6 +641,14 @@ again:
             retried = 1;
             goto again;
         }
+        if (!a.no_intra && inflight < B) {
+            /* memory bound the search: let the intra-op choice size each
+             * stage for more microbatches in flight (TP, ZeRO, recompute) */
+            inflight = inflight * 4 < B ? inflight * 4 : B;
+            fprintf(stderr, "search: %s\nsearch: retrying with intra-op plans sized for K = %d "
+                    "microbatches in flight\n", job->err.msg, inflight);
+            goto again;
+        }
         explain_memory(cm, &cl, layers, ls.L);
         fprintf(stderr, "hetc plan: no feasible plan: %s\n", job->err.msg);
         double act = 0, cap = 0;
@@ -569,9 +660,10 @@ again:
                 "model's weights, gradients and optimizer states take %.1f GiB once (16 B per "
                 "parameter) and every DP replica holds its stage's share again; one microbatch of "
                 "saved activations takes %.1f GiB and a stage keeps K_i of them in flight; the "
-                "cluster has %.1f GiB in all.  There is no tensor parallelism or recompute yet: "
+                "cluster has %.1f GiB in all.  Intra-op plans (TP, ZeRO, recompute) were %s: "
                 "try a smaller --microbatch, more --layers, or --schedule 1f1b (smaller K_i)\n",
-                ls.total_param_bytes / lo.param_dtype_bytes * 16 / GIB, act / GIB, cap / GIB);
+                ls.total_param_bytes / lo.param_dtype_bytes * 16 / GIB, act / GIB, cap / GIB,
+                a.no_intra ? "off (--no-intra-op)" : "tried");
         goto out;
     }
     plan = job->plan;
@@ -671,6 +763,7 @@ out:
     sim_result_free(&sim);
     free(sync);
     cost_model_free(cm);
+    free(intra);
     free(layers);
     module_report_free(&mrep);
     ir_graph_free(g);

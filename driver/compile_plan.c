@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "partition.h"
+
 static char *slurp(const char *path, IrError *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -137,6 +139,25 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
                       "(tp must be 1)", path, where, tp->valuedouble);
             goto done;
         }
+        const cJSON *zr = cJSON_GetObjectItemCaseSensitive(o, "zero");
+        if (zr && (!cJSON_IsNumber(zr) || whole(zr->valuedouble, 0, &i64) || i64 > 2)) {
+            ir_errorf(err, "%s: %s\"zero\" must be 0, 1 or 2", path, where);
+            goto done;
+        }
+        c->zero = zr ? (int)i64 : 0;
+        if (c->zero) {
+            ir_errorf(err, "%s: %s\"zero\" is %d; stage binaries do not shard optimizer state "
+                      "yet (zero must be 0)", path, where, c->zero);
+            goto done;
+        }
+        const cJSON *rcm = cJSON_GetObjectItemCaseSensitive(o, "recompute");
+        PartRecompute rm = PART_RC_NONE;
+        if (rcm && (!cJSON_IsString(rcm) || part_recompute_parse(rcm->valuestring, &rm))) {
+            ir_errorf(err, "%s: %s\"recompute\" must be \"none\", \"full\" or \"selective\"",
+                      path, where);
+            goto done;
+        }
+        c->recompute = (int)rm;
         if (num(o, "warmup", &v, path, where, err))
             goto done;
         if (whole(v, 1, &i64) || i64 > p->microbatches) {
@@ -169,6 +190,16 @@ done:
     if (rc)
         comp_plan_free(p);
     return rc;
+}
+
+int comp_plan_set_recompute(CompPlan *p, const char *mode, IrError *err) {
+    PartRecompute rm;
+    if (part_recompute_parse(mode, &rm))
+        return ir_errorf(err, "--recompute %s: expected none, full or selective",
+                         mode ? mode : "(null)");
+    for (int s = 0; s < p->nstages; s++)
+        p->stages[s].recompute = (int)rm;
+    return 0;
 }
 
 void comp_plan_free(CompPlan *p) {

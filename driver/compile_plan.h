@@ -12,6 +12,8 @@
 typedef struct CpStage {
     int first_layer, last_layer; /* 1-based inclusive */
     int dp, tp;
+    int zero;                    /* ZeRO stage 0|1|2 ("zero", default 0) */
+    int recompute;               /* PartRecompute ("recompute": none|full|selective, default none) */
     int warmup;                  /* N_i: forward microbatches before the first backward */
     char mesh[64], device[64];
     double mem_pred;             /* predicted bytes per device (0: unknown) */
@@ -27,10 +29,14 @@ typedef struct CompPlan {
 } CompPlan;
 
 /* Read and check: stages cover layers 1..L contiguously, dp >= 1,
- * tp == 1 (tensor parallelism is not compiled yet), global_batch divisible
- * by microbatches, warm-ups non-increasing along the pipe.  Errors name the
- * file and the JSON key. */
+ * tp == 1 (tensor parallelism is not compiled yet), zero == 0 (optimizer
+ * sharding is not compiled yet), recompute one of none|full|selective,
+ * global_batch divisible by microbatches, warm-ups non-increasing along the
+ * pipe.  Errors name the file and the JSON key. */
 int comp_plan_read(const char *path, CompPlan *p, IrError *err);
+/* hetc compile --recompute MODE: every stage recomputes MODE, whatever the
+ * plan says.  Error: MODE is none of none|full|selective. */
+int comp_plan_set_recompute(CompPlan *p, const char *mode, IrError *err);
 void comp_plan_free(CompPlan *p);
 
 #endif

@@ -125,10 +125,12 @@ int compile_stages(CompileStages *cs, IrError *err) {
     PartStage *ps = calloc((size_t)S, sizeof *ps);
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
     int *dp = malloc((size_t)S * sizeof *dp);
+    PartRecompute *recompute = malloc((size_t)S * sizeof *recompute);
     for (int s = 0; s < S; s++) {
         first[s] = p->stages[s].first_layer;
         last[s] = p->stages[s].last_layer;
         dp[s] = p->stages[s].dp;
+        recompute[s] = (PartRecompute)p->stages[s].recompute;
     }
     PartSpec spec;
     memset(&spec, 0, sizeof spec);
@@ -137,6 +139,7 @@ int compile_stages(CompileStages *cs, IrError *err) {
     spec.last_layer = last;
     spec.dp = dp;
     spec.rows = rows;
+    spec.recompute = recompute;
     optim_opts_default(&spec.optim);
     spec.optim.sgd = !strcmp(cs->args->optimizer, "sgd");
     spec.optim.beta1 = cs->args->beta1;
@@ -182,6 +185,7 @@ done:
     free(first);
     free(last);
     free(dp);
+    free(recompute);
     return rc;
 }
 

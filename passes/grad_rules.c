@@ -103,6 +103,13 @@ static int g_unary(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
 static int g_identity(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     return contrib(c, n, 0, DY, err);
 }
+/* TpCopy replicates x over the TP ranks, each rank using it for its shard:
+ * dx is the sum of the ranks' partial gradients (Megatron's f) */
+static int g_tp_copy(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *o = ad_op1(c, IR_OP_TP_ALL_REDUCE, X(0), &DY->shape, 1, (IrValue *const *)&DY);
+    ir_node_set_int(o->producer, "tp", ir_attr_int(n, "tp", 1));
+    return contrib(c, n, 0, o, err);
+}
 static int g_cast(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     if (X(0)->dtype == DY->dtype) return contrib(c, n, 0, DY, err);
     IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
@@ -324,6 +331,9 @@ static const GradRule rules[IR_OP_COUNT] = {
     [IR_OP_SIGMOID] = R(g_unary, 1), [IR_OP_ERF] = R(g_unary, 1), [IR_OP_RELU] = R(g_unary, 1),
     [IR_OP_RECIPROCAL] = R(g_unary, 1), [IR_OP_CAST] = R(g_cast, 1),
     [IR_OP_IDENTITY] = R(g_identity, 1), [IR_OP_DROPOUT] = R(g_identity, 1),
+    /* TpAllReduce's output is replicated and each rank's loss replica seeds
+     * it: the gradient passes through (Megatron's g) */
+    [IR_OP_TP_ALL_REDUCE] = R(g_identity, 1), [IR_OP_TP_COPY] = R(g_tp_copy, 1),
     [IR_OP_MATMUL] = R(g_matmul, 3), [IR_OP_REDUCE_MEAN] = R(g_reduce, 1),
     [IR_OP_REDUCE_SUM] = R(g_reduce, 1), [IR_OP_SOFTMAX] = R(g_softmax, 1),
     [IR_OP_LOG_SOFTMAX] = R(g_softmax, 1), [IR_OP_RESHAPE] = R(g_reshape, 1),

@@ -245,6 +245,10 @@ static int build_train(const PartAna *A, int s, PartStage *st, IrError *err) {
             grad_output(t, name, NULL, ir_graph_find_value(t, st->params[i].name));
     }
     if (loss) ir_graph_add_output(t, loss);
+    if (part_recompute(t, st->recompute, &st->nrecomputed, err)) {
+        ir_error_prefix(err, "stage %d (recompute %s)", s, part_recompute_name(st->recompute));
+        goto done;
+    }
     PassContext ctx;
     pass_context_default(&ctx);
     if (pass_run_pipeline(t, "shape-infer,dce", &ctx, err) || ir_verify(t, 1, err)) {
@@ -311,17 +315,58 @@ int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *
     if (!spec || s < 0 || s >= spec->nstages)
         return ir_errorf(err, "partition: stage %d is not in the plan's %d stages", s,
                          spec ? spec->nstages : 0);
+    int tp = spec->tp ? spec->tp[s] : 1;
+    if (tp < 1 || spec->tp_rank < 0 || spec->tp_rank >= tp)
+        return ir_errorf(err, "partition stage %d: TP rank %d of tp %d", s, spec->tp_rank, tp);
+    TpShardResult tr = {0};
+    if (tp > 1) {
+        if (tp_shard_layers(fwd, tp, spec->tp_rank, spec->first_layer[s], spec->last_layer[s],
+                            &tr, err))
+            return ir_error_prefix(err, "partition stage %d (tp %d)", s, tp);
+        if (!tr.mlp && !tr.attention) {
+            tp_shard_free(&tr);
+            return ir_errorf(err, "partition stage %d: tp %d, but no attention or MLP pattern "
+                             "tp divides was found in the model", s, tp);
+        }
+        fwd = tr.graph;
+    }
     PartAna A;
-    if (part_analyse(fwd, spec, &A, err)) return ir_error_prefix(err, "partition stage %d", s);
+    if (part_analyse(fwd, spec, &A, err)) {
+        tp_shard_free(&tr);
+        return ir_error_prefix(err, "partition stage %d", s);
+    }
     out->stage = s;
     out->first_layer = spec->first_layer[s];
     out->last_layer = spec->last_layer[s];
     out->dp = spec->dp[s];
     out->local_rows = spec->rows / spec->dp[s];
+    out->recompute = spec->recompute ? spec->recompute[s] : PART_RC_NONE;
+    out->tp = tp;
+    out->tp_rank = spec->tp_rank;
+    /* the stage's share of the shards: parameters it holds */
+    for (int i = 0; i < tr.nshards; i++) {
+        if (!ir_graph_find_value(fwd, tr.shards[i].name)) continue;
+        out->tp_shards = ir_xrealloc(out->tp_shards, sizeof *out->tp_shards *
+                                                         (size_t)(out->ntp_shards + 1));
+        out->tp_shards[out->ntp_shards] = tr.shards[i];
+        out->tp_shards[out->ntp_shards++].name = ir_strdup(tr.shards[i].name);
+    }
     part_stage_params(&A, s, &out->params, &out->nparams);
     int rc = build_train(&A, s, out, err);
     if (!rc) rc = build_update(&A, s, out, err);
     part_ana_free(&A);
+    tp_shard_free(&tr);
+    if (!rc) { /* keep only shards of parameters the stage holds */
+        int k = 0;
+        for (int i = 0; i < out->ntp_shards; i++) {
+            int held = 0;
+            for (int p = 0; p < out->nparams && !held; p++)
+                held = !strcmp(out->params[p].name, out->tp_shards[i].name);
+            if (held) out->tp_shards[k++] = out->tp_shards[i];
+            else free(out->tp_shards[i].name);
+        }
+        out->ntp_shards = k;
+    }
     if (rc) {
         ir_error_prefix(err, "partition");
         partition_stage_free(out);
@@ -335,6 +380,8 @@ void partition_stage_free(PartStage *st) {
     if (st->update) ir_graph_free(st->update);
     for (int i = 0; i < st->nxfers; i++) free(st->xfers[i].value);
     for (int i = 0; i < st->nparams; i++) free(st->params[i].name);
+    for (int i = 0; i < st->ntp_shards; i++) free(st->tp_shards[i].name);
+    free(st->tp_shards);
     free(st->xfers);
     free(st->params);
     free(st->data_input);

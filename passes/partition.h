@@ -43,6 +43,7 @@
 
 #include "ir.h"
 #include "optimizer.h"
+#include "tp_shard.h"
 
 typedef enum PartXferKind {
     PX_ACT = 0,  /* forward activation, producer stage -> consumer stage */
@@ -68,6 +69,13 @@ typedef struct PartParam {
                         * update graph updates it (0: read-only, e.g. used by integer ops) */
 } PartParam;
 
+/* Activation recompute of a stage (partition_recompute.c). */
+typedef enum PartRecompute {
+    PART_RC_NONE = 0,      /* every forward value the backward reads stays in the slot */
+    PART_RC_FULL = 1,      /* save layer-boundary values; each layer's internals recomputed */
+    PART_RC_SELECTIVE = 2, /* recompute the attention core (Attention/Softmax outputs) */
+} PartRecompute;
+
 typedef struct PartStage {
     int stage;
     int first_layer, last_layer;
@@ -80,6 +88,12 @@ typedef struct PartStage {
     int nxfers;
     PartParam *params;
     int nparams;
+    PartRecompute recompute;
+    int nrecomputed;   /* forward nodes cloned into the backward */
+    int tp, tp_rank;   /* tensor parallelism: the graphs are TP rank tp_rank's of tp */
+    TpParamShard *tp_shards; /* the sharded parameters' slices for tp_rank (rank r's ranges
+                              * are rank 0's shifted by r x len); the others are replicated */
+    int ntp_shards;
     char *data_input;  /* the model input of token ids this stage reads, or NULL */
     int reads_targets; /* 1: graph input "targets" */
 } PartStage;
@@ -90,6 +104,9 @@ typedef struct PartSpec {
     const int *dp;                       /* [nstages] */
     int64_t rows;                        /* microbatch rows (all DP ranks) */
     OptimOpts optim;
+    const PartRecompute *recompute;      /* [nstages], or NULL: none everywhere */
+    const int *tp;                       /* [nstages] TP degree, or NULL: 1 everywhere */
+    int tp_rank;                         /* which TP rank's graphs to build (0 .. tp[s]-1) */
 } PartSpec;
 
 /* Naming of gradient inputs: a sent activation read by ONE later stage
@@ -100,9 +117,23 @@ typedef struct PartSpec {
 
 /* Build stage `s` from `fwd` (the forward+loss graph at batch
  * spec->rows / spec->dp[s], layer ids set).  fwd is not modified.
+ * With spec->tp[s] > 1 the stage's view of fwd is first sharded for TP
+ * rank spec->tp_rank (passes/tp_shard.h: Megatron attention / MLP, the
+ * collectives as TpCopy / TpAllReduce nodes, autodiff gives their
+ * backward); boundary values stay replicated over the TP ranks, and the
+ * graph structure is the same for every rank (only parameter slices
+ * differ), so one stage binary serves all TP ranks.
  * Errors name the stage and the node / value at fault. */
 int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *out,
                     IrError *err);
 void partition_stage_free(PartStage *st);
+
+/* Recompute in a train graph whose nodes are phase fwd then bwd (autodiff
+ * done): the backward reads clones ("rc/<name>", phase bwd, placed right
+ * before their first backward reader) of the forward values `mode` does
+ * not save; *nrecomputed = clones made.  The forward is unchanged.  */
+int part_recompute(IrGraph *g, PartRecompute mode, int *nrecomputed, IrError *err);
+const char *part_recompute_name(PartRecompute r);          /* "none" | "full" | "selective" */
+int part_recompute_parse(const char *s, PartRecompute *out); /* 0, or -1: unknown name */
 
 #endif

@@ -732,6 +732,7 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     [IR_OP_SIGMOID] = rule_unary, [IR_OP_ERF] = rule_unary, [IR_OP_RELU] = rule_unary,
     [IR_OP_FLOOR] = rule_unary, [IR_OP_CEIL] = rule_unary, [IR_OP_NOT] = rule_not,
     [IR_OP_CAST] = rule_cast, [IR_OP_CLIP] = rule_clip, [IR_OP_IDENTITY] = rule_unary,
+    [IR_OP_TP_ALL_REDUCE] = rule_unary, [IR_OP_TP_COPY] = rule_unary,
     [IR_OP_DROPOUT] = rule_dropout,
     [IR_OP_MATMUL] = rule_matmul, [IR_OP_GEMM] = rule_gemm,
     [IR_OP_REDUCE_MEAN] = rule_reduce, [IR_OP_REDUCE_SUM] = rule_reduce,

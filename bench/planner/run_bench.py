@@ -6,7 +6,8 @@ plan quality.  Prints figures, asserts nothing about time.
                                        [--only a,b,c,d] [--threads 2] [--timeout 600]
 
 (a) GPT-39B (Alpa's: 48 blocks, hidden 8192, 64 heads, vocab 51200), seq 1024,
-    global batch 1024, HAPT Table 2 cluster at 5 Gbps, L = 146 (3 per block + 2)
+    global batch 1024, HAPT Table 2 cluster at 5 Gbps, L = 146 (3 per block + 2);
+    each microbatch also with --no-intra-op (issue 9: throughput ratio)
 (b) H2's 100B LLaMA-style model (96 blocks, hidden 8192, ffn 36864, 64 heads,
     8 KV heads, vocab 92544), seq 4096, 2M-token global batch (512 x 4096),
     examples/clusters/h2_100b.yaml (1024 chips of 4 types)
@@ -82,6 +83,23 @@ def show(tag, r):
         print("     " + r["profile"])
 
 
+def intra_report(r, r0):
+    """Issue 9: the plan with intra-op choices (TP, ZeRO, recompute) against
+    --no-intra-op: per-stage intra-op plans and memory, throughput ratio."""
+    if r["rc"] == 0:
+        print("     intra-op: " + "; ".join(
+            f"{x['mesh']} layers {x['layers'][0]}-{x['layers'][1]} DP{x['dp']}xTP{x['tp']}"
+            f"{' Z' + str(x['zero']) if x['zero'] else ''}"
+            f"{' RC-' + x['recompute'][:4] if x['recompute'] != 'none' else ''} "
+            f"{x['mem_pred_bytes'] / 2**30:.1f} GiB" for x in r["plan"]["stages"]))
+    if r["rc"] == 0 and r0["rc"] == 0:
+        print(f"     throughput with / without intra-op choices: "
+              f"{r0['plan']['iteration_time'] / r['plan']['iteration_time']:.3f} simulated, "
+              f"{r0['plan']['objective'] / r['plan']['objective']:.3f} by Eq. 13")
+    elif r["rc"] == 0:
+        print("     without intra-op choices: no feasible plan")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hetc", default=os.path.join(SRC, "build", "hetc"))
@@ -104,6 +122,11 @@ def main():
                      "--seq", "1024", "--microbatch", mb, "--global-batch", "1024", "--layers", "146", *T,
                      timeout=a.timeout)
             show(f"microbatch {mb} (B = {1024 // int(mb)})", r)
+            r0 = plan(a.hetc, m, os.path.join(CL, "hapt_table2.yaml"), os.path.join(a.work, "out_a" + mb + "_no"),
+                      "--seq", "1024", "--microbatch", mb, "--global-batch", "1024", "--layers", "146", *T,
+                      "--no-intra-op", timeout=a.timeout)
+            show(f"microbatch {mb}, --no-intra-op", r0)
+            intra_report(r, r0)
 
     if "b" in only:
         print("(b) H2 100B, seq 4096, 2M tokens (512 x 4096), h2_100b.yaml (1024 chips)")
@@ -114,6 +137,11 @@ def main():
                      "--seq", "4096", "--microbatch", "1", "--global-batch", "512", *extra, *T,
                      timeout=a.timeout)
             show(" ".join(extra) or "default layers", r)
+            r0 = plan(a.hetc, m, os.path.join(CL, "h2_100b.yaml"), os.path.join(a.work, "out_b_no"),
+                      "--seq", "4096", "--microbatch", "1", "--global-batch", "512", *extra, *T,
+                      "--no-intra-op", timeout=a.timeout)
+            show((" ".join(extra) or "default layers") + ", --no-intra-op", r0)
+            intra_report(r, r0)
 
     if "c" in only:
         # 8 blocks and a small vocabulary: --layers 10 gives 8 layers of one block

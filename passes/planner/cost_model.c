@@ -17,7 +17,8 @@
 #include <strings.h>
 
 #include "cost_model.h"
-#include "hapt_dp.h"   /* submesh_enumerate: the §5.2 shapes, shared with the DP */
+#include "hapt_dp.h"   /* submesh_enumerate: the §5.2 shapes, shared with the DP;
+                          stage_fits_memory: Eq. 24 */
 
 #define GIB 1073741824.0
 #ifndef DENSE_LIMIT
@@ -32,6 +33,10 @@ void cost_options_default(CostOptions *o)
     o->pcie_bw = 12e9;
     o->runtime_reserve_bytes = 1.0 * GIB;
     o->zero_stage = 0;
+    o->max_tp = 1;
+    o->recompute = RECOMPUTE_NONE;
+    o->inflight = 1;
+    o->intra = NULL;
     o->prune_memory = 1;
     o->dp_divides = 0;
     o->db = NULL;
@@ -56,6 +61,11 @@ double dtype_size_bytes(const char *dtype)
 typedef struct Key {
     uint64_t h;     /* hash of sig[k..i] */
     int len, cls, n, m;
+    /* what the intra-op choice reads beyond sig[k..i]: the K it sizes memory
+     * for (depends on i) and the stage's boundary input (full recompute
+     * keeps it; it is layer k-1's output) */
+    int ksel;
+    double in_bytes;
 } Key;
 
 typedef struct Slot {
@@ -231,80 +241,293 @@ static void layer_roofline(const CostModel *cm, const PlanLayer *p, const Device
 
 /* AdamW mixed precision (documented in docs/CLUSTER.md): bytes per
  * parameter per device: weights + grads in the training dtype, an fp32
- * master copy unless the dtype already is fp32, and fp32 Adam m and v. */
-static double bytes_per_param(const CostModel *cm, int dp)
+ * master copy unless the dtype already is fp32, and fp32 Adam m and v.
+ * ZeRO-1 shards master + m + v over the DP group, ZeRO-2 the grads too. */
+static double bytes_per_param_z(const CostModel *cm, int dp, int zero)
 {
     double w = cm->dtype_bytes, g = cm->dtype_bytes;
     double master = cm->dtype_bytes < 4 ? 4.0 : 0.0, adam = 8.0;
-    if (cm->o.zero_stage >= 1) {
+    if (zero >= 1) {
         master /= dp;
         adam /= dp;
     }
-    if (cm->o.zero_stage >= 2)
+    if (zero >= 2)
         g /= dp;
     return w + g + master + adam;
 }
 
-/* Cost of layers k..i (1-based) on `sub` of mesh a with intra-op plan dp x tp.
- * tp > 1 (Megatron column/row pairs) is a later issue: the roofline below
- * divides per-device work by dp * tp and would add TP collectives here.
- * With a profile database, each layer's measured entry replaces its
- * roofline (and its memory, when the entry has memory); *hits counts them. */
-static void cost_intra(const CostModel *cm, int k, int i, int a, Submesh sub, int dp, int tp,
-                       StageCost *out, int *hits)
+static double bytes_per_param(const CostModel *cm, int dp)
+{
+    return bytes_per_param_z(cm, dp, cm->o.zero_stage > 0 ? cm->o.zero_stage : 0);
+}
+
+const char *recompute_name(int rc)
+{
+    return rc == RECOMPUTE_FULL ? "full" : rc == RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+int recompute_from_name(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "none"))
+        return RECOMPUTE_NONE;
+    if (!strcmp(s, "selective") || !strcmp(s, "sel"))
+        return RECOMPUTE_SELECTIVE;
+    if (!strcmp(s, "full"))
+        return RECOMPUTE_FULL;
+    return -1;
+}
+
+/* Sums over layers k..i for one (dp, tp): what every ZeRO / recompute
+ * variant of that factorization is derived from. */
+typedef struct IntraSums {
+    double tf, tb;          /* per-microbatch times, TP collectives included */
+    double t_tp_f, t_tp_b;  /* the TP collectives alone */
+    double params;          /* parameter bytes per device (after TP) */
+    double stat;            /* database form: static bytes per device for zero = 0/1/2 */
+    double stat_z[3];
+    double act;             /* saved activations per device per microbatch */
+    double attn;            /* of which selective recompute drops */
+    double t_attn;          /* forward time of the attention internals (selective) */
+    int hits;
+    int db_mem;             /* some layer's memory came from the database */
+} IntraSums;
+
+/* Ring all-reduce of `bytes` over tp ranks inside a node, `count` times. */
+static double tp_allreduce(const MeshSpec *m, int tp, int count, double bytes)
+{
+    if (tp <= 1 || count <= 0)
+        return 0;
+    if (!(m->intra_bw > 0))
+        return INFINITY;
+    return 2.0 * (tp - 1) / tp * bytes / m->intra_bw + 2.0 * (tp - 1) * count * m->intra_lat;
+}
+
+/* Cost of layers k..i (1-based) on `sub` of mesh a with dp x tp.
+ * tp = 1 keeps the analytic model's exact arithmetic of before issue 9.
+ * tp > 1 (Megatron): of each layer, the TP-sharded share of FLOPs (LayerIntra
+ * .tp_flops_frac), parameters (.tp_param_frac) and activations
+ * (.tp_act_frac) is divided by tp, the rest is replicated on every TP rank;
+ * every layer pays its TP all-reduces (on this DP replica's rows) on the
+ * intra-node link.  With a profile database, each layer's measured entry
+ * for (dp, tp) replaces its roofline (and its memory, when it has one). */
+static void intra_sums(const CostModel *cm, int k, int i, int a, Submesh sub, int dp, int tp,
+                       IntraSums *r)
 {
     const MeshSpec *m = &cm->c->meshes[a];
     const DeviceSpec *d = &m->dev;
     double peak = device_peak_flops(d, cm->c->dtype) * cm->o.efficiency;
     double shards = (double)dp * tp;
-    double tf = 0, tb = 0, params = 0, act = 0, stat = 0;
     const ProfileDb *db = cm->o.db;
-    *hits = 0;
+    memset(r, 0, sizeof *r);
+    double act_raw = 0;
     for (int l = k; l <= i; l++) {
         const PlanLayer *p = &cm->layers[l - 1];
+        const LayerIntra *li = cm->o.intra ? &cm->o.intra[l - 1] : NULL;
         const ProfileEntry *e = db ? profile_db_find(db, d->name, p->sig, sub.n, sub.m, dp, tp) : NULL;
-        params += p->param_bytes;
+        /* per-device shares of this layer */
+        double fsh = 1.0 / dp, psh = 1.0, ash = 1.0 / shards;
+        if (tp > 1) {
+            double ff = li ? li->tp_flops_frac : 0, pf = li ? li->tp_param_frac : 0;
+            double af = li ? li->tp_act_frac : 0;
+            fsh = (ff / tp + (1 - ff)) / dp;
+            psh = pf / tp + (1 - pf);
+            ash = (af / tp + (1 - af)) / dp;
+        }
+        double ctf = li ? tp_allreduce(m, tp, li->ar_fwd, li->ar_fwd_bytes / dp) : 0;
+        double ctb = li ? tp_allreduce(m, tp, li->ar_bwd, li->ar_bwd_bytes / dp) : 0;
+        double lparams = p->param_bytes * psh;
+        r->params += tp > 1 ? lparams : p->param_bytes;
+        if (li && li->attn_bytes > 0) {
+            double at = tp > 1 ? li->attn_bytes / shards : li->attn_bytes / dp;
+            r->attn += at;
+            r->t_attn += li->attn_flops * (tp > 1 ? 1.0 / shards : 1.0 / dp) / peak;
+        }
         if (e) {
-            (*hits)++;
-            tf += e->t_f;
-            tb += e->t_b;
+            r->hits++;
+            r->tf += e->t_f;
+            r->tb += e->t_b;
             if (e->has_mem) {
-                stat += e->mem_static;
-                act += e->mem_act;
+                r->db_mem = 1;
+                for (int z = 0; z < 3; z++)
+                    r->stat_z[z] += e->mem_static;  /* measured: as run */
+                r->act += e->mem_act;
                 continue;
             }
         } else {
             double lf, lb;
-            layer_roofline(cm, p, d, peak, shards, tp, &lf, &lb);
-            tf += lf;
-            tb += lb;
+            if (tp == 1) {
+                layer_roofline(cm, p, d, peak, shards, tp, &lf, &lb);
+            } else {
+                double ff = p->fwd_flops * fsh / peak;
+                double fb = (lparams + p->act_bytes * ash + p->out_bytes / dp) / d->hbm_bw;
+                double bf = p->bwd_flops * fsh / peak;
+                double bb = (2 * lparams + 2 * p->act_bytes * ash) / d->hbm_bw;
+                lf = (ff > fb ? ff : fb) + ctf;
+                lb = (bf > bb ? bf : bb) + ctb;
+            }
+            r->tf += lf;
+            r->tb += lb;
         }
-        if (db) { /* per layer, so measured and analytic layers add up */
-            stat += p->param_bytes / cm->dtype_bytes / tp * bytes_per_param(cm, dp);
-            act += p->act_bytes / shards;
+        r->t_tp_f += ctf;
+        r->t_tp_b += ctb;
+        if (db || tp > 1) { /* per layer, so measured and analytic layers add up */
+            for (int z = 0; z < 3; z++)
+                r->stat_z[z] += lparams / cm->dtype_bytes * bytes_per_param_z(cm, dp, z);
+            r->act += p->act_bytes * ash;
         } else {
-            act += p->act_bytes; /* divided once below, as the analytic model always did */
+            act_raw += p->act_bytes; /* divided once below, as the analytic model always did */
         }
     }
-    out->t_f = tf;
-    out->t_b = tb;
-    if (db)
-        out->mem_static = stat + cm->o.runtime_reserve_bytes;
-    else /* the analytic model's own form (bit for bit as before databases) */
-        out->mem_static = params / cm->dtype_bytes / tp * bytes_per_param(cm, dp) +
-                          cm->o.runtime_reserve_bytes;
-    out->mem_act = db ? act : act / shards;
+    if (!db && tp == 1) { /* the analytic model's own form (bit for bit as before databases) */
+        for (int z = 0; z < 3; z++)
+            r->stat_z[z] = r->params / cm->dtype_bytes / tp * bytes_per_param_z(cm, dp, z);
+        r->act = act_raw / shards;
+    }
+    if (r->attn > r->act)
+        r->attn = r->act;
+}
+
+/* One intra-op plan: (dp, tp) sums + ZeRO stage + recompute -> StageCost. */
+static void intra_plan(const CostModel *cm, int k, int a, Submesh sub, int dp, int tp,
+                       const IntraSums *r, int zero, int rc, StageCost *out)
+{
+    const MeshSpec *m = &cm->c->meshes[a];
+    memset(out, 0, sizeof *out);
+    out->t_f = r->tf;
+    out->t_b = r->tb;
+    out->t_tp = r->t_tp_f + r->t_tp_b;
+    out->mem_static = r->stat_z[zero] + cm->o.runtime_reserve_bytes;
+    out->mem_act = r->act;
+    if (rc == RECOMPUTE_SELECTIVE) {
+        /* the attention probabilities are recomputed per layer in backward:
+         * one layer's worth is live at a time (static), the rest is kept */
+        out->t_b += r->t_attn;
+        out->mem_act = r->act - r->attn;
+    } else if (rc == RECOMPUTE_FULL) {
+        /* keep only the stage's boundary input per microbatch; backward runs
+         * the stage's forward again (its TP collectives too), holding one
+         * microbatch's activations while it does */
+        double in = k > 1 ? cm->layers[k - 2].out_bytes / dp : 0;
+        out->t_b += r->tf;
+        out->t_tp += r->t_tp_f;
+        out->mem_static += r->act;
+        out->mem_act = in < r->act ? in : r->act;
+    }
     out->dp = dp;
     out->tp = tp;
-    /* Ring all-reduce of the gradients inside the DP group (once per
-     * iteration): 2 (dp-1)/dp of the bytes cross each device's link. */
+    out->zero = zero;
+    out->recompute = rc;
+    /* Gradient sync inside the DP group (once per iteration).  ZeRO 0: ring
+     * all-reduce, 2 (dp-1)/dp of the bytes; ZeRO-1/2: reduce-scatter of the
+     * gradients + all-gather of the updated parameters, (dp-1)/dp each with
+     * (dp-1) latency steps each: the same volume, so ZeRO is chosen only
+     * when memory binds. */
     out->t_sync = 0;
     if (dp > 1) {
         double bw = sub.n == 1 ? m->intra_bw : m->inter_bw;
         double lat = sub.n == 1 ? m->intra_lat : m->inter_lat;
-        out->t_sync = bw > 0 ? 2.0 * (dp - 1) / dp * (params / tp) / bw + 2.0 * (dp - 1) * lat : INFINITY;
+        double g = tp > 1 ? r->params : r->params / tp;
+        if (!(bw > 0))
+            out->t_sync = INFINITY;
+        else /* ZeRO: RS (dp-1)/dp g + AG (dp-1)/dp g, (dp-1) steps each: the same sum */
+            out->t_sync = 2.0 * (dp - 1) / dp * g / bw + 2.0 * (dp - 1) * lat;
     }
-    out->feasible = out->mem_static + out->mem_act <= d->mem_bytes;
+    out->feasible = out->mem_static + out->mem_act <= m->dev.mem_bytes;
+}
+
+/* Enumerate the intra-op plans of a candidate (see cost_model.h).  Returns
+ * the count written (at most cap), with *hits of the tp = 1 factorization. */
+static int intra_enumerate(const CostModel *cm, int k, int i, int a, Submesh sub, StageCost *outs,
+                           int cap, int *hits)
+{
+    int devices = sub.n * sub.m, n = 0;
+    int max_tp = cm->o.max_tp > 0 ? cm->o.max_tp : 1;
+    int z_lo = cm->o.zero_stage < 0 ? 0 : cm->o.zero_stage, z_hi = cm->o.zero_stage < 0 ? 2 : cm->o.zero_stage;
+    int r_lo = cm->o.recompute < 0 ? 0 : cm->o.recompute, r_hi = cm->o.recompute < 0 ? 2 : cm->o.recompute;
+    if (hits)
+        *hits = 0;
+    for (int tp = 1; tp <= max_tp && tp <= sub.m; tp *= 2) {
+        if (devices % tp || sub.m % tp)
+            continue;
+        int dp = devices / tp;
+        if (cm->o.dp_divides > 0 && cm->o.dp_divides % dp)
+            continue; /* the rows of a microbatch cannot be split evenly */
+        IntraSums r;
+        intra_sums(cm, k, i, a, sub, dp, tp, &r);
+        if (tp == 1 && hits)
+            *hits = r.hits;
+        for (int z = z_lo; z <= z_hi; z++) {
+            if (z > 0 && dp == 1 && cm->o.zero_stage < 0)
+                continue; /* nothing to shard over: the same as ZeRO 0 */
+            for (int rc = r_lo; rc <= r_hi; rc++) {
+                if (rc == RECOMPUTE_SELECTIVE && !(r.attn > 0) && cm->o.recompute < 0)
+                    continue; /* drops nothing: never better than none */
+                if (n < cap)
+                    intra_plan(cm, k, a, sub, dp, tp, &r, z, rc, &outs[n]);
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+static int k_select(const CostModel *cm, int i)
+{
+    int k = cm->o.inflight > 1 ? cm->o.inflight : 1;
+    return k < cm->L - i + 1 ? k : cm->L - i + 1;
+}
+
+/* Simplicity order for ties: ZeRO stage, then recompute, then tp. */
+static int simpler(const StageCost *x, const StageCost *y)
+{
+    if (x->zero != y->zero)
+        return x->zero < y->zero;
+    if (x->recompute != y->recompute)
+        return x->recompute < y->recompute;
+    return x->tp < y->tp;
+}
+
+static int fits(const StageCost *c, int K, double mem)
+{
+    return stage_fits_memory(c->mem_static, c->mem_act, K, mem);
+}
+
+/* Largest K <= cap that fits (0 if none). */
+static int kfit(const StageCost *c, int cap, double mem)
+{
+    if (!fits(c, 1, mem))
+        return 0;
+    if (!(c->mem_act > 0) || fits(c, cap, mem))
+        return cap;
+    int lo = 1, hi = cap; /* fits(lo), !fits(hi) */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (fits(c, mid, mem))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The choice rule (docs/PLANNER.md "Intra-op plans"): among plans whose
+ * memory fits K = k_select microbatches, the fastest t_f + t_b, then the
+ * smallest t_sync, then the simpler; if none fits K, those that fit the
+ * most microbatches (>= 1), fastest first; if none fits one, the fastest
+ * (reported infeasible). */
+static int intra_better(const StageCost *c, const StageCost *b, int K, double mem)
+{
+    int kc = kfit(c, K, mem), kb = kfit(b, K, mem);
+    if (kc != kb)
+        return kc > kb;
+    double tc = c->t_f + c->t_b, tb = b->t_f + b->t_b;
+    if (tc != tb)
+        return tc < tb;
+    if (c->t_sync != b->t_sync)
+        return c->t_sync < b->t_sync;
+    return simpler(c, b);
 }
 
 /* Compute a unique candidate's cost; returns 1 if imbalance-pruned. */
@@ -339,34 +562,27 @@ static int cost_unique(const CostModel *cm, int k, int i, int a, Submesh sub, St
             return 1;
         }
     }
-    /* Intra-op plans: dp x tp = devices.  Only tp = 1 for now; the loop
-     * keeps the cheapest feasible plan once tp > 1 exists. */
-    int have = 0;
-    for (int tp = 1; tp <= 1; tp *= 2) {
-        if (devices % tp)
-            continue;
-        if (cm->o.dp_divides > 0 && cm->o.dp_divides % (devices / tp)) {
-            /* the rows of a microbatch cannot be split evenly: no plan */
-            if (!have) {
-                memset(out, 0, sizeof *out);
-                out->t_f = out->t_b = INFINITY;
-                out->dp = devices / tp;
-                out->tp = tp;
-            }
-            have = 1;
-            continue;
-        }
-        StageCost c;
-        int h;
-        cost_intra(cm, k, i, a, sub, devices / tp, tp, &c, &h);
-        int better = !have || (c.feasible && !out->feasible) ||
-                     (c.feasible == out->feasible && c.t_f + c.t_b < out->t_f + out->t_b);
-        if (better) {
-            *out = c;
-            if (hits)
-                *hits = h;
-        }
-        have = 1;
+    /* Intra-op plans: every dp x tp = devices, ZeRO stage and recompute
+     * allowed by the options; keep the best by intra_better. */
+    StageCost opts[64];
+    int hits_tp1 = 0;
+    int n = intra_enumerate(cm, k, i, a, sub, opts, 64, &hits_tp1);
+    if (n > 64)
+        n = 64;
+    if (n == 0) {
+        /* no factorization splits a microbatch's rows evenly: no plan */
+        out->t_f = out->t_b = INFINITY;
+        out->dp = devices;
+        out->tp = 1;
+        out->feasible = 0;
+    } else {
+        int K = k_select(cm, i), best = 0;
+        for (int q = 1; q < n; q++)
+            if (intra_better(&opts[q], &opts[best], K, m->dev.mem_bytes))
+                best = q;
+        *out = opts[best];
+        if (hits)
+            *hits = hits_tp1;
     }
     if (!cm->o.prune_memory)
         out->feasible = 1;
@@ -375,12 +591,16 @@ static int cost_unique(const CostModel *cm, int k, int i, int a, Submesh sub, St
 
 static long slot_of(const CostModel *cm, const Key *key)
 {
+    uint64_t ib;
+    memcpy(&ib, &key->in_bytes, sizeof ib);
     uint64_t h = key->h ^ mix64(((uint64_t)key->len << 40) ^ ((uint64_t)key->cls << 32) ^
-                                ((uint64_t)key->n << 16) ^ (uint64_t)key->m);
+                                ((uint64_t)key->n << 16) ^ (uint64_t)key->m) ^
+                 mix64(ib ^ ((uint64_t)key->ksel << 48));
     long s = (long)(h & (uint64_t)(cm->nslots - 1));
     while (cm->slots[s].entry >= 0) {
         const Key *q = &cm->slots[s].key;
-        if (q->h == key->h && q->len == key->len && q->cls == key->cls && q->n == key->n && q->m == key->m)
+        if (q->h == key->h && q->len == key->len && q->cls == key->cls && q->n == key->n &&
+            q->m == key->m && q->ksel == key->ksel && q->in_bytes == key->in_bytes)
             return s;
         s = (s + 1) & (cm->nslots - 1);
     }
@@ -432,7 +652,8 @@ static int lookup_locked(CostModel *cm, int k, int i, int a, int s, uint64_t h, 
         *out = cm->entries[cm->dense[di] - 1];
         return 0;
     }
-    Key key = {h, i - k + 1, cm->mesh_class[a], sub.n, sub.m};
+    Key key = {h, i - k + 1, cm->mesh_class[a], sub.n, sub.m, k_select(cm, i),
+               k > 1 && cm->o.recompute != RECOMPUTE_NONE ? cm->layers[k - 2].out_bytes : 0};
     long slot = slot_of(cm, &key);
     int entry = cm->slots[slot].entry;
     /* Counting a candidate needs "first time seen" per (k,i,a,s): the dense
@@ -508,6 +729,17 @@ int cost_model_stage(CostModel *cm, int k, int i, int mesh, Submesh sub, StageCo
     int rc = lookup_locked(cm, k, i, mesh, s, h, out);
     pthread_mutex_unlock(&cm->mu);
     return rc;
+}
+
+int cost_model_intra_options(CostModel *cm, int k, int i, int mesh, Submesh sub, StageCost *out,
+                             int cap, int *k_sel)
+{
+    if (!cm || k < 1 || i < k || i > cm->L || mesh < 0 || mesh >= cm->c->nmeshes ||
+        sub_index(cm, mesh, sub) < 0 || cap < 0 || (cap > 0 && !out))
+        return -1;
+    if (k_sel)
+        *k_sel = k_select(cm, i);
+    return intra_enumerate(cm, k, i, mesh, sub, out, cap, NULL);
 }
 
 int cost_model_profile_all(CostModel *cm, void (*progress)(void *arg, long done, long total),

@@ -5,7 +5,8 @@
  * AdamW mixed-precision training, and boundary communication per link.
  * Formulas (cited in cost_model.c and docs/CLUSTER.md):
  *
- *   per layer, per microbatch, on a stage with dp x tp devices (tp = 1 now):
+ *   per layer, per microbatch, on a stage with dp x tp devices (tp = 1 shown;
+ *   tp > 1, ZeRO auto and recompute: docs/PLANNER.md "Intra-op plans"):
  *     t_f = max(fwd_flops / dp / (peak * efficiency),
  *               (param_bytes + (act_bytes + out_bytes) / dp) / hbm_bw)
  *     t_b = max(bwd_flops / dp / (peak * efficiency),
@@ -32,6 +33,32 @@
 #include "planner.h"
 #include "profile_db.h"
 
+/* Activation recompute of a stage (issue 9), in order of simplicity. */
+enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 };
+const char *recompute_name(int rc);          /* "none" | "selective" | "full" */
+int recompute_from_name(const char *s);      /* -1 if unknown */
+
+/* Tensor-parallel structure of one layer, read from the canonical IR by
+ * layer_intra_from_ir (intra_ir.c; the reading is documented there and in
+ * docs/PLANNER.md "Intra-op plans").  Per microbatch, before any DP split. */
+typedef struct LayerIntra {
+    double tp_flops;        /* forward FLOPs of TP-sharded ops (Linear, Attention, ...) */
+    double tp_flops_frac;   /* tp_flops / fwd_flops, in [0, 1]: the part divided by tp */
+    double tp_param_bytes;  /* (elements) of parameters split over the TP ranks */
+    double tp_param_frac;   /* share of param_bytes split over the TP ranks, [0, 1] */
+    double tp_act_frac;     /* share of the layer's activations inside column->row regions */
+    int ar_fwd, ar_bwd;     /* TP all-reduces in forward / backward */
+    double ar_fwd_bytes, ar_bwd_bytes; /* their bytes (summed over the all-reduces) */
+    double attn_bytes;      /* saved attention internals (probabilities): what selective
+                               recompute drops; 0 for a fused Attention op */
+    double attn_flops;      /* forward FLOPs selective recompute runs again */
+} LayerIntra;
+
+/* Fill out[0..L-1] from the graph whose nodes carry layer_id 1..L (the
+ * layers pass).  Returns 0 or -1 with err set. */
+int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerIntra *out,
+                        IrError *err);
+
 typedef struct CostOptions {
     double efficiency;          /* fraction of peak FLOP/s dense GEMMs reach (default 0.5) */
     double imbalance_threshold; /* T: prune when a stage's work share / its submesh's
@@ -42,7 +69,18 @@ typedef struct CostOptions {
                                    (default 12e9: PCIe 3.0 x16 achievable) */
     double runtime_reserve_bytes; /* per device: CUDA context, cuBLAS/NCCL workspaces
                                    (default 1 GiB) */
-    int zero_stage;             /* 0: replicated optimizer (default), 1: ZeRO-1, 2: ZeRO-2 */
+    int zero_stage;             /* 0: replicated optimizer (default), 1: ZeRO-1, 2: ZeRO-2,
+                                   -1: chosen per candidate (auto) */
+    int max_tp;                 /* largest TP degree tried (power of two, inside a node);
+                                   default 1 = no tensor parallelism; hetc plan: 8 */
+    int recompute;              /* RECOMPUTE_*, or -1: chosen per candidate (auto);
+                                   default RECOMPUTE_NONE */
+    int inflight;               /* K the intra-op choice sizes memory for: a candidate
+                                   k..i takes the cheapest plan whose memory fits
+                                   min(inflight, L - i + 1) microbatches (default 1) */
+    const LayerIntra *intra;    /* L entries (layers 1..L) or NULL: without it no layer is
+                                   TP-sharded (tp > 1 only replicates) and selective
+                                   recompute drops nothing; must outlive the model */
     int prune_memory;           /* 1 (default): candidates that do not fit with K = 1 are
                                    reported infeasible and counted as pruned */
     int64_t dp_divides;         /* > 0: only intra-op plans whose dp divides this many rows
@@ -94,6 +132,12 @@ void cost_model_free(CostModel *cm);
  * still filled for memory-pruned ones), -1 on bad arguments.  Thread-safe. */
 CostOracle cost_model_oracle(CostModel *cm);
 int cost_model_stage(CostModel *cm, int k, int i, int mesh, Submesh sub, StageCost *out);
+/* Every intra-op plan enumerated for a candidate (what stage() chooses among;
+ * tests compare against it): writes at most cap into out, returns the count
+ * (-1 on bad arguments).  *k_sel (may be NULL) gets the K the choice sizes
+ * memory for. */
+int cost_model_intra_options(CostModel *cm, int k, int i, int mesh, Submesh sub, StageCost *out,
+                             int cap, int *k_sel);
 double cost_model_comm(CostModel *cm, int i, int mesh_from, int mesh_to);
 
 /* Enumerate and cost every candidate (all k <= i, every mesh, every submesh

@@ -1294,6 +1294,8 @@ int plan_fill_schedule(Plan *p, const CostOracle *o, IrError *err)
         ps->t_b = sc.t_b;
         ps->dp = sc.dp;
         ps->tp = sc.tp;
+        ps->zero = sc.zero;
+        ps->recompute = sc.recompute;
         ps->warmup = N[i];
         ps->delta = dl[i];
         ps->delta_beyond_paper = bey[i];

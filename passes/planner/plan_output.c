@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "plan_output.h"
+#include "cost_model.h"   /* recompute_name */
 
 #define PLAN_FORMAT_VERSION 1
 #define GIB 1073741824.0
@@ -324,6 +325,8 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
         jw_close_inline(&w, sv);
         KINT(&w, "dp", st->dp);
         KINT(&w, "tp", st->tp);
+        KINT(&w, "zero", st->zero);
+        KSTR(&w, "recompute", recompute_name(st->recompute));
         KINT(&w, "warmup", st->warmup);
         KINT(&w, "delta", st->delta);
         jw_key(&w, "delta_beyond_paper");
@@ -390,7 +393,10 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
         snprintf(r->cell[2], 64, "%s", mesh_name(c, st->mesh));
         snprintf(r->cell[3], 64, "%s", d ? d->name : "?");
         snprintf(r->cell[4], 64, "(%d,%d)", st->sub.n, st->sub.m);
-        snprintf(r->cell[5], 64, "DP%dxTP%d", st->dp, st->tp);
+        snprintf(r->cell[5], 64, "DP%dxTP%d%s%s%s", st->dp, st->tp,
+                 st->zero == 1 ? " Z1" : st->zero == 2 ? " Z2" : "",
+                 st->recompute == RECOMPUTE_SELECTIVE ? " RC-sel" : "",
+                 st->recompute == RECOMPUTE_FULL ? " RC-full" : "");
         snprintf(r->cell[6], 64, "%d", st->warmup);
         snprintf(r->cell[7], 64, "%.3f", st->t_f * 1e3);
         snprintf(r->cell[8], 64, "%.3f", st->t_b * 1e3);

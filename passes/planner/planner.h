@@ -93,6 +93,12 @@ typedef struct StageCost {
      * time, paid once per iteration, not per microbatch; 0 when dp = 1 or
      * the oracle does not model it.  Not part of Eq. 13. */
     double t_sync;
+    /* (added by "intra-plan", issue 9) the rest of the intra-op plan:
+     * ZeRO stage 0|1|2 inside the DP group, activation recompute
+     * (0 none, 1 selective, 2 full: cost_model.h RECOMPUTE_*), and the TP
+     * collectives' share of t_f + t_b (informative). */
+    int zero, recompute;
+    double t_tp;
 } StageCost;
 
 /* The oracle the DP queries: cost of layers [k..i] (1-based, inclusive) on
@@ -128,6 +134,7 @@ typedef struct PlanStage {
     int delta;                    /* δ_i of Eq. 2 (0 for the last stage) */
     int delta_beyond_paper;       /* 1 when c_i > t_max and Eq. 11's form was used */
     double mem_pred;              /* predicted peak bytes per device */
+    int zero, recompute;          /* (issue 9) ZeRO stage, RECOMPUTE_* of cost_model.h */
 } PlanStage;
 
 typedef struct Plan {

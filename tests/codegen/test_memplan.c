@@ -317,6 +317,13 @@ static void intervals(const MemPlan *mp, const PartStage *st, int fn, int64_t *s
     for (int i = 0; i < g->nvalues; i++) {
         const MpLoc *l = memplan_loc(mp, st, graph, g->values[i]);
         if (l->region == HETC_BUF_ARENA && l->off >= mp->scratch_off && l->off < mp->slot_base) {
+            /* train scratch belongs to the forward (forward temporaries) or
+             * the backward (its values, received gradients) */
+            const IrValue *v = g->values[i];
+            int owner = graph ? MP_FN_UPDATE
+                        : v->producer && v->producer->phase == IR_PHASE_FWD ? MP_FN_FORWARD
+                                                                             : MP_FN_BACKWARD;
+            if (owner != fn) continue;
             CHECK(first[i] >= 0, "scratch value '%s' never written in its function",
                   g->values[i]->name);
             sc[n++] = i;
@@ -366,16 +373,18 @@ static void check_stage(const PartStage *st, const char *what) {
         return;
     }
     regions(&mp, st);
-    int64_t bsum = 0, usum = 0;
+    int64_t bsum = 0, usum = 0, fsum = 0;
+    intervals(&mp, st, MP_FN_FORWARD, &fsum);
     intervals(&mp, st, MP_FN_BACKWARD, &bsum);
     intervals(&mp, st, MP_FN_UPDATE, &usum);
     counts(&mp, st);
     dataflow(&mp, st);
     printf("%s: ", what);
     memplan_report(&mp, stdout);
-    printf("  scratch reuse: backward %lld of %lld bytes, update %lld of %lld\n",
-           (long long)mp.bwd_scratch_bytes, (long long)bsum, (long long)mp.upd_scratch_bytes,
-           (long long)usum);
+    printf("  scratch reuse: forward %lld of %lld bytes, backward %lld of %lld, update %lld of "
+           "%lld\n",
+           (long long)mp.fwd_scratch_bytes, (long long)fsum, (long long)mp.bwd_scratch_bytes,
+           (long long)bsum, (long long)mp.upd_scratch_bytes, (long long)usum);
     memplan_free(&mp);
 }
 
@@ -436,6 +445,35 @@ int main(int argc, char **argv) {
         check_stage(&st, sgd ? "gpt_tiny 1 stage sgd" : "gpt_tiny 1 stage adamw");
         fixture_free(&st);
     }
+    /* recompute: the backward re-runs forward nodes (partition_recompute.c);
+     * the same checks hold and the slot holds only the saved values */
+    int64_t slot_of[3] = {0};
+    for (int mode = 0; mode < 3; mode++) {
+        PartStage st;
+        if (fixture_one_stage(&st, argv[1], 2, 16, 0, &err)) {
+            fprintf(stderr, "FAIL fixture: %s\n", err.msg);
+            return 1;
+        }
+        int nrc = 0;
+        CHECK(part_recompute(st.train, (PartRecompute)mode, &nrc, &err) == 0, "recompute: %s",
+              err.msg);
+        CHECK(ir_verify(st.train, 1, &err) == 0, "recompute %s: %s",
+              part_recompute_name((PartRecompute)mode), err.msg);
+        CHECK((mode == 0) == (nrc == 0), "recompute %s: %d clones",
+              part_recompute_name((PartRecompute)mode), nrc);
+        char what[96];
+        snprintf(what, sizeof what, "gpt_tiny 1 stage, recompute %s (%d nodes recomputed)",
+                 part_recompute_name((PartRecompute)mode), nrc);
+        check_stage(&st, what);
+        MemPlan mp;
+        if (memplan_build(&st, 2, &mp, &err) == 0) slot_of[mode] = mp.slot_bytes;
+        memplan_free(&mp);
+        fixture_free(&st);
+    }
+    CHECK(slot_of[PART_RC_FULL] < slot_of[PART_RC_SELECTIVE] &&
+              slot_of[PART_RC_SELECTIVE] < slot_of[PART_RC_NONE],
+          "slot bytes: none %lld selective %lld full %lld", (long long)slot_of[0],
+          (long long)slot_of[2], (long long)slot_of[1]);
     PartStage two[2];
     if (fixture_two_stage(two, 2, 3, 0, &err)) {
         fprintf(stderr, "FAIL fixture: %s\n", err.msg);

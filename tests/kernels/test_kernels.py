@@ -169,6 +169,9 @@ for dt in NUM + [np.bool_]:
     xi = rnd((2, 3, 4), dt, -9, 9)
     case("Identity", [I(xi)], [xi])
 xf = rnd((4, 5))
+# TP collectives on one process = one rank: the identity (ir/ops.def)
+case("TpAllReduce", [I(xf)], [xf], {"tp": 2})
+case("TpCopy", [I(xf)], [xf], {"tp": 4})
 case("Dropout", [I(xf)], [xf])
 case("Dropout", [I(xf), C(np.array(0.3, np.float32)), C(np.array(False))],
      [xf, np.ones((4, 5), np.bool_)])

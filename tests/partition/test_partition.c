@@ -26,6 +26,7 @@
 #include "modules.h"
 #include "onnx_import.h"
 #include "optimizer.h"
+#include "memplan.h"
 #include "partition.h"
 #include "pass.h"
 
@@ -452,6 +453,23 @@ static int run_model(const char *path, int64_t seq) {
                    a[s].xfers[k].send ? "to" : "from", a[s].xfers[k].peer, a[s].xfers[k].id,
                    (long long)a[s].xfers[k].rows, (long long)a[s].xfers[k].row_bytes);
     }
+    /* the same plans with recompute (partition_recompute.c), mixed modes
+     * along the pipe: cut before the reference adds its backward to `full` */
+    static const PartRecompute modes[2][3] = {{PART_RC_FULL, PART_RC_SELECTIVE, PART_RC_FULL},
+                                              {PART_RC_SELECTIVE, PART_RC_FULL, PART_RC_SELECTIVE}};
+    PartStage rca[2][3], rcb[2][2];
+    int nra[2] = {0}, nrb[2] = {0};
+    for (int v = 0; v < 2 && !rc; v++) {
+        PartSpec xa = sa, xb = sb;
+        xa.recompute = modes[v];
+        xb.recompute = modes[v];
+        for (; nra[v] < 3 && !rc; nra[v]++)
+            if (partition_stage(full, &xa, nra[v], &rca[v][nra[v]], &err)) rc = 1, nra[v]--;
+        for (; nrb[v] < 2 && !rc; nrb[v]++)
+            if (partition_stage(nrb[v] == 0 ? half : full, &xb, nrb[v], &rcb[v][nrb[v]], &err))
+                rc = 1, nrb[v]--;
+        if (rc) fprintf(stderr, "FAIL %s: partition with recompute: %s\n", path, err.msg);
+    }
     Ref ref = {.g = full};
     full = NULL;
     if (!rc && run_ref(&ref, ids, tgt, &err)) {
@@ -466,6 +484,48 @@ static int run_model(const char *path, int64_t seq) {
             fprintf(stderr, "FAIL %s: %s\n", path, err.msg);
             rc = 1;
         }
+    }
+    /* recompute (partition_recompute.c): the same plans with every stage
+     * recomputing (mixed modes along the pipe); gradients must not change,
+     * and the slots (memplan) must shrink */
+    for (int v = 0; v < 2 && !rc; v++) {
+        PartStage *ra = rca[v], *rb = rcb[v];
+        int ma = nra[v];
+        char what[2][64];
+        snprintf(what[0], sizeof what[0], "3 stages recompute %s/%s/%s",
+                 part_recompute_name(modes[v][0]), part_recompute_name(modes[v][1]),
+                 part_recompute_name(modes[v][2]));
+        snprintf(what[1], sizeof what[1], "2 stages dp {2,1} recompute %s/%s",
+                 part_recompute_name(modes[v][0]), part_recompute_name(modes[v][1]));
+        for (int s = 0; s < ma && !rc; s++) {
+            MemPlan m0, m1;
+            if (memplan_build(&a[s], 2, &m0, &err) || memplan_build(&ra[s], 2, &m1, &err)) {
+                CHECK(0, "%s stage %d memplan: %s", what[0], s, err.msg);
+                continue;
+            }
+            printf("%s: stage %d: %d nodes recomputed, slot %lld -> %lld bytes, scratch %lld -> "
+                   "%lld\n", what[0], s, ra[s].nrecomputed, (long long)m0.slot_bytes,
+                   (long long)m1.slot_bytes, (long long)m0.scratch_bytes,
+                   (long long)m1.scratch_bytes);
+            /* a stage without an attention core recomputes nothing selectively */
+            CHECK(ra[s].nrecomputed > 0 ? m1.slot_bytes < m0.slot_bytes
+                                        : m1.slot_bytes == m0.slot_bytes,
+                  "%s stage %d: %d recomputed, slot %lld -> %lld", what[0], s,
+                  ra[s].nrecomputed, (long long)m0.slot_bytes, (long long)m1.slot_bytes);
+            CHECK(ra[s].nrecomputed > 0 || modes[v][s] == PART_RC_SELECTIVE,
+                  "%s stage %d: full recompute recomputed nothing", what[0], s);
+            memplan_free(&m0);
+            memplan_free(&m1);
+        }
+        if (!rc && (simulate(what[0], ra, 3, &ref, ids, tgt, seq, &oo, &err) ||
+                    simulate(what[1], rb, 2, &ref, ids, tgt, seq, &oo, &err))) {
+            fprintf(stderr, "FAIL %s: %s\n", path, err.msg);
+            rc = 1;
+        }
+    }
+    for (int v = 0; v < 2; v++) {
+        for (int s = 0; s < nra[v]; s++) partition_stage_free(&rca[v][s]);
+        for (int s = 0; s < nrb[v]; s++) partition_stage_free(&rcb[v][s]);
     }
     for (int s = 0; s < na; s++) partition_stage_free(&a[s]);
     for (int s = 0; s < nb; s++) partition_stage_free(&b[s]);

@@ -1,0 +1,73 @@
+/* hetc plan --planner=NAME (see cmd_plan_alt.h). */
+#include "cmd_plan_alt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alt_plan.h"
+#include "plan_output.h"
+#include "simulate.h"
+
+int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *layers, int L)
+{
+    AltContext x;
+    alt_context_default(&x, cl, layers, L, a->microbatches);
+    x.co.efficiency = a->efficiency;
+    x.threads = a->threads > 0 ? a->threads : 1;
+    if (a->coarse_layers > 0)
+        x.coarse_layers = a->coarse_layers;
+    AltPlan p;
+    IrError err = {{0}};
+    if (alt_plan_run(a->planner, &x, &p, &err)) {
+        fprintf(stderr, "hetc plan: %s\n", err.msg);
+        return 1;
+    }
+    alt_plan_print(stdout, &x, &p);
+    int rc = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/plan_%s.txt", a->out_dir, a->planner);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        alt_plan_print(f, &x, &p);
+        fclose(f);
+    }
+    if (p.runnable) {
+        Plan hp;
+        SimResult sim;
+        memset(&sim, 0, sizeof sim);
+        double *sync = calloc((size_t)p.nstages, sizeof *sync);
+        if (!sync || alt_plan_to_plan(&x, &p, &hp, &err)) {
+            fprintf(stderr, "hetc plan: %s\n", sync ? err.msg : "out of memory");
+            free(sync);
+            alt_plan_free(&p);
+            return 1;
+        }
+        for (int s = 0; s < p.nstages; s++)
+            sync[s] = isfinite(p.stages[s].t_sync) ? p.stages[s].t_sync : 0;
+        PlanOutputInfo info;
+        memset(&info, 0, sizeof info);
+        info.model = a->model;
+        info.global_batch = a->global_batch;
+        info.seq = a->seq;
+        if (simulate_plan(&hp, sync, &sim, &err) ||
+            plan_write_outputs(a->out_dir, &hp, cl, &info, sim.events, sim.nevents, &err)) {
+            fprintf(stderr, "hetc plan: %s\n", err.msg);
+            rc = 1;
+        } else if (p.mb_samples != 1)
+            fprintf(stderr, "hetc plan: %s plans a pipeline microbatch of %g x --microbatch rows: "
+                    "compile plan.json with --microbatch %g x the rows given here\n", a->planner,
+                    p.mb_samples, p.mb_samples);
+        sim_result_free(&sim);
+        plan_free(&hp);
+        free(sync);
+        if (!rc)
+            fprintf(stderr, "wrote %s/plan.json, plan.txt, timeline.json, timeline.svg, plan_%s.txt\n",
+                    a->out_dir, a->planner);
+    } else {
+        fprintf(stderr, "hetc plan: %s: no plan.json (%s); wrote %s\n", a->planner, p.needs, path);
+    }
+    alt_plan_free(&p);
+    return rc;
+}

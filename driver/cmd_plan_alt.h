@@ -1,0 +1,24 @@
+/* hetc plan --planner=NAME: the other seed planners (issue 8,
+ * passes/planner/alt_plan.h) on the layers `hetc plan` built. */
+#ifndef HETC_CMD_PLAN_ALT_H
+#define HETC_CMD_PLAN_ALT_H
+
+#include "alt_plan.h"
+
+typedef struct PlanAltArgs {
+    const char *planner;       /* uniform, coarse, heteroauto, metis, metis-mem, zorse, autohet */
+    int microbatches;          /* B = global batch / microbatch rows */
+    double efficiency;
+    int threads;               /* coarse: DP threads */
+    int coarse_layers;         /* coarse: layers to merge into (0: 8) */
+    const char *out_dir;
+    const char *model;
+    long global_batch, seq;
+} PlanAltArgs;
+
+/* Plan with a.planner, print the plan, write DIR/plan_NAME.txt and, when
+ * today's stage binaries can run it, plan.json / plan.txt / timeline.*
+ * (docs/PLAN_FORMAT.md).  Returns 0, or 1 with a message on stderr. */
+int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *layers, int L);
+
+#endif

@@ -1,0 +1,285 @@
+/* AutoHet (seed 001 §III) on hetc's cost formulas.
+ *
+ * For every symmetric TP degree (a power of two dividing every node's GPU
+ * count; a TP group never leaves a node, so TP rides NVLink) and every
+ * number of DP groups J dividing the batch (microbatch of one sample per
+ * group, K = batch / J microbatches per group):
+ *   1. device grouping: the MILP of alt_autohet.h (Eq. 2-3 reformulated),
+ *      entities = TP groups, g = tp x peak FLOP/s, m = tp x device memory,
+ *      MIN_mem = the whole model's static memory + one microbatch of
+ *      activations (what one replica needs);
+ *   2. stage mapping: inside a group, lower-end entities first (ascending
+ *      computing power, then descending memory), one stage per entity;
+ *   3. layer balancing, Eq. 4 with 4a read as minimising the slowest
+ *      stage's l_i / g_i: bisection over the candidate values l / g_i, a
+ *      candidate feasible when stages in order can take at most
+ *      floor(t g_i) layers each, within memory (4c, 1F1B in-flight counts)
+ *      and leaving a layer for every later stage, and all L are placed;
+ *   4. cost, Eq. 1: max_j (sum_i t_i^j + (K - 1) max_c t_c^j) + T_sync,
+ *      T_sync = ring all-reduce of the model's parameters / tp over J
+ *      groups at the lowest bandwidth among them (the slowest inter-node
+ *      link of a used mesh, and the links between used meshes).
+ * The plan with the lowest Eq. 1 wins.  Search step = one grouping MILP.
+ * Eq. 5 (binary decomposition of layer counts) is a profiling shortcut
+ * for measured times; with the analytic model the per-layer sums are exact,
+ * so it changes nothing here (see docs/COMPARISON.md).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alt_autohet.h"
+#include "alt_plan.h"
+
+#define AH_MAX_ENT 256   /* TP entities per grouping MILP (larger TP degrees beyond) */
+
+typedef struct AhEnt {
+    int mesh;
+    double g, m;
+} AhEnt;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Eq. 4 for one DP group: stages ent[0..S-1] in order; fills cnt. */
+static int balance(const AltContext *x, const AhEnt *ent, int S, int tp, int K, int *cnt)
+{
+    if (S > x->L)
+        return 0;
+    int nc = 0;
+    double *cand = malloc((size_t)S * x->L * sizeof *cand);
+    if (!cand)
+        return 0;
+    for (int i = 0; i < S; i++)
+        for (int l = 1; l <= x->L; l++)
+            cand[nc++] = l / ent[i].g;
+    qsort(cand, (size_t)nc, sizeof *cand, cmp_double);
+    int lo = 0, hi = nc - 1, found = -1;
+    int *tmp = malloc((size_t)S * sizeof *tmp);
+    while (lo <= hi && tmp) {
+        int mid = (lo + hi) / 2;
+        double t = cand[mid] * (1 + 1e-12);
+        int first = 1, ok = 1;
+        for (int i = 0; i < S && ok; i++) {
+            int left = x->L - first + 1, rest = S - i - 1;
+            int most = (int)floor(t * ent[i].g);
+            if (most > left - rest)
+                most = left - rest;
+            if (i == S - 1 && most < left)
+                ok = 0;
+            int Ki = S - i < K ? S - i : K;
+            /* largest count that fits memory (memory grows with the count) */
+            while (ok && most >= 1) {
+                StageCost sc;
+                alt_stage_cost(x, first, first + most - 1, ent[i].mesh, 1, tp, 0, 0, 0, 1.0, &sc);
+                if (sc.mem_static + Ki * sc.mem_act <= x->c->meshes[ent[i].mesh].dev.mem_bytes)
+                    break;
+                most--;
+            }
+            if (most < 1 || (i == S - 1 && most < left))
+                ok = 0;
+            tmp[i] = most;
+            first += most;
+        }
+        if (ok) {
+            found = mid;
+            memcpy(cnt, tmp, (size_t)S * sizeof *cnt);
+            hi = mid - 1;
+        } else
+            lo = mid + 1;
+    }
+    free(tmp);
+    free(cand);
+    return found >= 0;
+}
+
+static int by_power(const void *a, const void *b)
+{
+    const AhEnt *x = a, *y = b;
+    if (x->g != y->g)
+        return x->g < y->g ? -1 : 1;
+    if (x->m != y->m)
+        return x->m > y->m ? -1 : 1;
+    return x->mesh - y->mesh;
+}
+
+int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
+{
+    const ClusterSpec *c = x->c;
+    if (c->nmeshes > AH_MAX_TYPES)
+        return ir_errorf(err, "autohet: at most %d device types", AH_MAX_TYPES);
+    StageCost whole;
+    alt_stage_cost(x, 1, x->L, 0, 1, 1, 0, 0, 0, 1.0, &whole);
+    double min_mem = whole.mem_static + whole.mem_act;
+    double params = 0;
+    for (int l = 0; l < x->L; l++)
+        params += x->layers[l].param_bytes;
+    int min_node = 1 << 30;
+    for (int a = 0; a < c->nmeshes; a++)
+        if (c->meshes[a].per_node < min_node)
+            min_node = c->meshes[a].per_node;
+    double best = INFINITY, closest_mem = 0;
+    long steps = 0;
+    int any_group = 0;
+    AltPlan bp;
+    memset(&bp, 0, sizeof bp);
+    AhEnt *ent = calloc(AH_MAX_ENT, sizeof *ent);
+    int *n = NULL, *cnt = calloc((size_t)x->L + 1, sizeof *cnt);
+    int *allcnt = calloc(AH_MAX_ENT, sizeof *allcnt);
+    if (!ent || !cnt || !allcnt) {
+        free(ent);
+        free(cnt);
+        free(allcnt);
+        return ir_errorf(err, "autohet: out of memory");
+    }
+    for (int tp = 1; tp <= min_node; tp *= 2) {
+        int valid = x->tp_max <= 0 || tp <= x->tp_max;
+        for (int a = 0; a < c->nmeshes; a++)
+            valid &= c->meshes[a].per_node % tp == 0;
+        if (!valid)
+            continue;
+        AhTypes ty;
+        memset(&ty, 0, sizeof ty);
+        ty.T = c->nmeshes;
+        ty.max_stages = x->L;
+        int total = 0;
+        for (int a = 0; a < c->nmeshes; a++) {
+            ty.count[a] = c->meshes[a].nodes * c->meshes[a].per_node / tp;
+            ty.g[a] = tp * device_peak_flops(&c->meshes[a].dev, c->dtype);
+            ty.m[a] = tp * c->meshes[a].dev.mem_bytes;
+            total += ty.count[a];
+        }
+        if (total > AH_MAX_ENT)
+            continue;
+        /* Small instances are solved to optimality (deterministic plans);
+         * on large ones GLPK's branch and bound rarely proves optimality in
+         * reasonable time, so its incumbent is kept after a limit (the plan
+         * may then depend on the machine's speed: docs/COMPARISON.md). */
+        ty.time_limit_ms = total <= 16 ? -1 : total > 64 ? 300 : 1000;
+        free(n);
+        n = calloc((size_t)c->nmeshes * total, sizeof *n);
+        if (!n)
+            break;
+        for (int J = 1; J <= total; J++) {
+            if (x->samples % J)
+                continue;
+            int K = x->samples / J, opt = 0;
+            steps++;
+            double z = autohet_group_milp(&ty, J, K, min_mem / tp, n, &opt);
+            if (z < 0)
+                continue;
+            any_group = 1;
+            /* stages per group, lower-end first; then Eq. 4 */
+            int S = 0, ok = 1, first_stage = 0;
+            AltPlan p;
+            int ent_total = 0;
+            for (int j = 0; j < J; j++)
+                for (int t = 0; t < ty.T; t++)
+                    ent_total += n[t * J + j];
+            if (alt_plan_init(&p, "autohet", ent_total, err))
+                break;
+            for (int j = 0; j < J && ok; j++) {
+                int ne = 0;
+                for (int t = 0; t < ty.T; t++)
+                    for (int q = 0; q < n[t * J + j]; q++) {
+                        ent[ne].mesh = t;
+                        ent[ne].g = ty.g[t];
+                        ent[ne].m = ty.m[t];
+                        ne++;
+                    }
+                qsort(ent, (size_t)ne, sizeof *ent, by_power);
+                if (!balance(x, ent, ne, tp, K, cnt)) {
+                    ok = 0;
+                    break;
+                }
+                int l = 1;
+                for (int i = 0; i < ne; i++) {
+                    AltStage *st = &p.stages[first_stage + i];
+                    alt_stage_single(st, ent[i].mesh, tp, 1, tp, 0);
+                    st->pipe = j + 1;
+                    st->pipe_microbatches = K;
+                    st->first_layer = l;
+                    st->last_layer = l + cnt[i] - 1;
+                    l += cnt[i];
+                }
+                first_stage += ne;
+                S += ne;
+            }
+            if (!ok) {
+                alt_plan_free(&p);
+                continue;
+            }
+            p.microbatches = K;
+            p.mb_samples = 1;
+            p.schedule = SCHED_1F1B;
+            /* T_sync over the slowest bandwidth among the DP groups */
+            double bw = INFINITY;
+            int used[AH_MAX_TYPES] = {0};
+            for (int s = 0; s < S; s++)
+                used[p.stages[s].parts[0].mesh] = 1;
+            for (int a = 0; a < c->nmeshes; a++) {
+                if (!used[a])
+                    continue;
+                double b = c->meshes[a].nodes > 1 ? c->meshes[a].inter_bw : c->meshes[a].intra_bw;
+                if (b > 0 && b < bw)
+                    bw = b;
+                for (int b2 = a + 1; b2 < c->nmeshes; b2++)
+                    if (used[b2]) {
+                        const LinkSpec *lk = cluster_link(c, a, b2);
+                        double lb = lk ? lk->bw : 0;
+                        if (lk && lk->cpu_mediated)
+                            lb = 1.0 / (1.0 / lb + 2.0 / x->co.pcie_bw);
+                        if (lb < bw)
+                            bw = lb;
+                    }
+            }
+            p.t_sync_dp = J > 1 ? (bw > 0 ? 2.0 * (J - 1) / J * params / tp / bw : INFINITY) : 0;
+            IrError e2 = {{0}};
+            if (alt_plan_eval(x, &p, &e2) || !p.feasible) {
+                if (p.peak_ratio > 0 && (closest_mem == 0 || p.peak_ratio < closest_mem))
+                    closest_mem = p.peak_ratio;
+                alt_plan_free(&p);
+                continue;
+            }
+            /* Eq. 1 */
+            double T = 0;
+            for (int s0 = 0; s0 < S;) {
+                int s1 = s0;
+                double sum = 0, mx = 0;
+                while (s1 < S && p.stages[s1].pipe == p.stages[s0].pipe) {
+                    double t = p.stages[s1].t_f + p.stages[s1].t_b + p.stages[s1].c_next;
+                    sum += t;
+                    mx = fmax(mx, t);
+                    s1++;
+                }
+                T = fmax(T, sum + (K - 1) * mx);
+                s0 = s1;
+            }
+            T += p.t_sync_dp;
+            if (T < best) {
+                best = T;
+                alt_plan_free(&bp);
+                bp = p;
+                bp.objective = T;
+            } else
+                alt_plan_free(&p);
+        }
+    }
+    free(n);
+    free(ent);
+    free(cnt);
+    free(allcnt);
+    if (!isfinite(best)) {
+        if (!any_group)
+            return ir_errorf(err, "autohet: no feasible plan: memory (3b): no grouping gives every DP "
+                             "group the %.1f GiB one model replica needs", min_mem / 1073741824.0);
+        return ir_errorf(err, "autohet: no feasible plan: memory (4c): no layer balancing of any "
+                         "grouping fits (best peak %.0f%% of a device)", 100 * closest_mem);
+    }
+    *out = bp;
+    out->steps = steps;
+    return 0;
+}

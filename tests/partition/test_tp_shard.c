@@ -1,0 +1,666 @@
+/* Tensor-parallel patterns (passes/tp_shard.h) against the unsharded
+ * graph: forward outputs and every gradient.
+ *
+ * A transformer block (LayerNorm, attention with fused or separate QKV,
+ * residual, LayerNorm, Gelu MLP; random shapes) is sharded for each rank of
+ * TP in {2, 4}; autodiff runs on each rank's graph (seeded by the same dy,
+ * as every TP rank holds the replicated output).  The ranks are simulated in
+ * ONE host-executor run: their train graphs are merged into one graph in
+ * which the k-th TpAllReduce of every rank becomes the sum of the ranks'
+ * k-th inputs (the ranks' graphs have the same structure).  Oracle: the
+ * unsharded block's hexec run.  Checked: y on every rank, dx on every rank,
+ * replicated parameters' gradients on every rank, and sharded parameters'
+ * gradients reassembled from the ranks' slices (TpParamShard). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff.h"
+#include "hostexec.h"
+#include "layers.h"
+#include "lower_stage.h"
+#include "memplan.h"
+#include "loss.h"
+#include "modules.h"
+#include "onnx_import.h"
+#include "partition.h"
+#include "pass.h"
+#include "stage_abi.h"
+#include "tp_shard.h"
+
+static int fails;
+#define CHECK(c, ...)                                                    \
+    do {                                                                 \
+        if (!(c)) {                                                      \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
+            fprintf(stderr, __VA_ARGS__);                                \
+            fprintf(stderr, "\n");                                       \
+            fails++;                                                     \
+        }                                                                \
+    } while (0)
+
+static uint64_t rs = 0x243F6A8885A308D3ULL;
+static double urand(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (double)(rs >> 11) / 9007199254740992.0;
+}
+static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(urand() * (double)(hi - lo + 1)); }
+
+static IrValue *param(IrGraph *g, const char *name, int rank, const int64_t *dims, double sc) {
+    IrShape s = ir_shape_make(rank, dims);
+    IrValue *v = ir_value_new(g, name, IR_F32, &s, IR_VK_PARAM);
+    v->shape_known = 1;
+    int64_t n = ir_shape_numel(&s);
+    float *d = malloc((size_t)n * sizeof *d);
+    for (int64_t i = 0; i < n; i++) d[i] = (float)((urand() * 2 - 1) * sc);
+    ir_value_set_data(v, d, (size_t)n * sizeof *d);
+    return v;
+}
+static IrValue *act(IrGraph *g, const char *name) {
+    IrShape s = {0};
+    IrValue *v = ir_value_new(g, name, IR_F32, &s, IR_VK_ACT);
+    v->shape_known = 0; /* shape-infer decides */
+    return v;
+}
+static IrValue *op1(IrGraph *g, IrOp op, const char *name, int nin, IrValue **in) {
+    IrValue *o = act(g, name);
+    ir_node_new(g, op, name, nin, in, 1, &o);
+    return o;
+}
+static IrValue *shape_const(IrGraph *g, const char *name, int n, const int64_t *v) {
+    return ir_const_i64s(g, name, n, v);
+}
+
+typedef struct Dims {
+    int64_t B, T, H, Dh, F;
+    int fused, out_bias;
+} Dims;
+
+/* the block's forward graph; inputs x, dy (the seed); output y */
+static IrGraph *block(const Dims *d) {
+    IrGraph *g = ir_graph_new("block");
+    int64_t D = d->H * d->Dh, x3[3] = {d->B, d->T, D};
+    IrShape xs = ir_shape_make(3, x3);
+    IrValue *x = ir_value_new(g, "x", IR_F32, &xs, IR_VK_INPUT);
+    x->shape_known = 1;
+    ir_graph_add_input(g, x);
+    int64_t dD[1] = {D}, dF[1] = {d->F}, d3D[1] = {3 * D};
+    IrValue *in[4];
+    in[0] = x, in[1] = param(g, "ln1.g", 1, dD, 1.0), in[2] = param(g, "ln1.b", 1, dD, 0.1);
+    IrValue *ln1 = op1(g, IR_OP_LAYER_NORM, "ln1", 3, in);
+    ir_node_set_int(ln1->producer, "axis", -1);
+    ir_node_set_float(ln1->producer, "epsilon", 1e-5);
+    IrValue *qkv[3];
+    int64_t heads[4] = {d->B, d->T, d->H, d->Dh};
+    static const char *const nm[3] = {"q", "k", "v"};
+    if (d->fused) {
+        int64_t w[2] = {D, 3 * D}, sz[3] = {D, D, D};
+        in[0] = ln1, in[1] = param(g, "attn.wqkv", 2, w, 0.3), in[2] = param(g, "attn.bqkv", 1, d3D, 0.1);
+        IrValue *f = op1(g, IR_OP_LINEAR, "attn.qkv", 3, in);
+        for (int j = 0; j < 3; j++) qkv[j] = act(g, nm[j]);
+        in[0] = f, in[1] = shape_const(g, "attn.sizes", 3, sz);
+        IrNode *s = ir_node_new(g, IR_OP_SPLIT, "attn.split", 2, in, 3, qkv);
+        ir_node_set_int(s, "axis", 2);
+    } else {
+        int64_t w[2] = {D, D};
+        for (int j = 0; j < 3; j++) {
+            char pn[32], bn[32];
+            snprintf(pn, sizeof pn, "attn.w%s", nm[j]);
+            snprintf(bn, sizeof bn, "attn.b%s", nm[j]);
+            in[0] = ln1, in[1] = param(g, pn, 2, w, 0.3), in[2] = param(g, bn, 1, dD, 0.1);
+            qkv[j] = op1(g, IR_OP_LINEAR, nm[j], 3, in);
+        }
+    }
+    IrValue *ht[3];
+    for (int j = 0; j < 3; j++) {
+        char a[32];
+        snprintf(a, sizeof a, "%s.heads", nm[j]);
+        in[0] = qkv[j], in[1] = shape_const(g, a, 4, heads);
+        IrValue *h = op1(g, IR_OP_RESHAPE, a, 2, in);
+        snprintf(a, sizeof a, "%s.t", nm[j]);
+        ht[j] = op1(g, IR_OP_TRANSPOSE, a, 1, &h);
+        int64_t perm[4] = {0, 2, 1, 3};
+        ir_node_set_ints(ht[j]->producer, "perm", 4, perm);
+    }
+    IrValue *at = op1(g, IR_OP_ATTENTION, "attn.core", 3, ht);
+    ir_node_set_int(at->producer, "causal", 1);
+    ir_node_set_float(at->producer, "scale", 1.0 / sqrt((double)d->Dh));
+    IrValue *atT = op1(g, IR_OP_TRANSPOSE, "attn.merge_t", 1, &at);
+    int64_t perm[4] = {0, 2, 1, 3};
+    ir_node_set_ints(atT->producer, "perm", 4, perm);
+    in[0] = atT, in[1] = shape_const(g, "attn.merge_shape", 3, x3);
+    IrValue *am = op1(g, IR_OP_RESHAPE, "attn.merge", 2, in);
+    int64_t wo[2] = {D, D};
+    in[0] = am, in[1] = param(g, "attn.wo", 2, wo, 0.3), in[2] = d->out_bias ? param(g, "attn.bo", 1, dD, 0.1) : NULL;
+    IrValue *o = op1(g, IR_OP_LINEAR, "attn.out", d->out_bias ? 3 : 2, in);
+    in[0] = x, in[1] = o;
+    IrValue *r1 = op1(g, IR_OP_ADD, "res1", 2, in);
+    in[0] = r1, in[1] = param(g, "ln2.g", 1, dD, 1.0), in[2] = param(g, "ln2.b", 1, dD, 0.1);
+    IrValue *ln2 = op1(g, IR_OP_LAYER_NORM, "ln2", 3, in);
+    ir_node_set_int(ln2->producer, "axis", -1);
+    ir_node_set_float(ln2->producer, "epsilon", 1e-5);
+    int64_t w1[2] = {D, d->F}, w2[2] = {d->F, D};
+    in[0] = ln2, in[1] = param(g, "mlp.w1", 2, w1, 0.3), in[2] = param(g, "mlp.b1", 1, dF, 0.1);
+    IrValue *f = op1(g, IR_OP_LINEAR, "mlp.fc", 3, in);
+    IrValue *ge = op1(g, IR_OP_GELU, "mlp.gelu", 1, &f);
+    ir_node_set_string(ge->producer, "approximate", "tanh");
+    in[0] = ge, in[1] = param(g, "mlp.w2", 2, w2, 0.3), in[2] = param(g, "mlp.b2", 1, dD, 0.1);
+    IrValue *m = op1(g, IR_OP_LINEAR, "mlp.proj", 3, in);
+    in[0] = r1, in[1] = m;
+    IrValue *y = op1(g, IR_OP_ADD, "y", 2, in);
+    ir_graph_add_output(g, y);
+    PassContext ctx;
+    IrError err = {{0}};
+    pass_context_default(&ctx);
+    if (pass_run_pipeline(g, "shape-infer", &ctx, &err)) {
+        fprintf(stderr, "FAIL block: %s\n", err.msg);
+        exit(1);
+    }
+    return g;
+}
+
+/* forward + seeded backward: outputs y, dx, grad/P */
+static int train(IrGraph *g, IrError *err) {
+    PassContext ctx;
+    pass_context_default(&ctx);
+    if (pass_run_pipeline(g, "shape-infer", &ctx, err)) return -1;
+    IrValue *y = ir_graph_find_value(g, "y"), *x = ir_graph_find_value(g, "x");
+    IrValue *dy = ir_value_new(g, "dy", IR_F32, &y->shape, IR_VK_INPUT);
+    dy->shape_known = 1;
+    ir_graph_add_input(g, dy);
+    AdSeed sd = {.value = y, .grad = dy};
+    IrValue *dx = NULL;
+    if (autodiff_seeded(g, &sd, 1, &x, 1, &dx, err)) return -1;
+    IrValue *o = ir_value_new(g, "dx", IR_F32, &x->shape, IR_VK_GRAD);
+    IrNode *n = ir_node_new(g, IR_OP_IDENTITY, "dx", 1, &dx, 1, &o);
+    n->phase = IR_PHASE_BWD;
+    ir_graph_add_output(g, o);
+    return pass_run_pipeline(g, "shape-infer", &ctx, err) || ir_verify(g, 1, err) ? -1 : 0;
+}
+
+/* the ranks' train graphs as one graph: values prefixed "r<k>/" except the
+ * shared inputs x, dy; the k-th TpAllReduce of all ranks is one sum */
+static IrGraph *merge_ranks(IrGraph **rg, int tp, IrError *err) {
+    IrGraph *m = ir_graph_new("merged");
+    int nn = rg[0]->nnodes;
+    for (int r = 1; r < tp; r++)
+        if (rg[r]->nnodes != nn) {
+            ir_errorf(err, "rank %d has %d nodes, rank 0 %d", r, rg[r]->nnodes, nn);
+            ir_graph_free(m);
+            return NULL;
+        }
+    IrValue ***map = calloc((size_t)tp, sizeof *map);
+    for (int r = 0; r < tp; r++) {
+        map[r] = calloc((size_t)rg[r]->nvalues + 1, sizeof **map);
+        for (int i = 0; i < rg[r]->nvalues; i++) {
+            IrValue *v = rg[r]->values[i];
+            int shared = v->kind == IR_VK_INPUT && !v->producer;
+            if (shared && r > 0) {
+                map[r][i] = ir_graph_find_value(m, v->name);
+                continue;
+            }
+            char nm[1200];
+            if (shared) snprintf(nm, sizeof nm, "%s", v->name);
+            else snprintf(nm, sizeof nm, "r%d/%s", r, v->name);
+            IrValue *c = map[r][i] = ir_value_new(m, nm, v->dtype, &v->shape, v->kind);
+            c->shape_known = v->shape_known;
+            if (shared) ir_graph_add_input(m, c);
+            if ((v->kind == IR_VK_PARAM || v->kind == IR_VK_CONST) && ir_value_has_data(v)) {
+                const void *d = ir_value_data(v, err);
+                void *cp = malloc(v->nbytes ? v->nbytes : 1);
+                memcpy(cp, d, v->nbytes);
+                ir_value_set_data(c, cp, v->nbytes);
+            }
+        }
+    }
+    for (int i = 0; i < nn; i++) {
+        if (rg[0]->nodes[i]->op == IR_OP_TP_ALL_REDUCE) {
+            IrValue *acc = map[0][rg[0]->nodes[i]->in[0]->id];
+            for (int r = 1; r < tp; r++) {
+                IrValue *in[2] = {acc, map[r][rg[r]->nodes[i]->in[0]->id]};
+                char nm[64];
+                snprintf(nm, sizeof nm, "allreduce%d/+%d", i, r);
+                IrValue *o = ir_value_new(m, nm, IR_F32, &acc->shape, IR_VK_ACT);
+                o->shape_known = 1;
+                ir_node_new(m, IR_OP_ADD, nm, 2, in, 1, &o);
+                acc = o;
+            }
+            for (int r = 0; r < tp; r++) {
+                IrValue *o = map[r][rg[r]->nodes[i]->out[0]->id];
+                ir_node_new(m, IR_OP_IDENTITY, o->name, 1, &acc, 1, &o);
+            }
+            continue;
+        }
+        for (int r = 0; r < tp; r++) {
+            IrNode *s = rg[r]->nodes[i];
+            IrValue *in[16] = {0}, *out[16] = {0};
+            for (int k = 0; k < s->nin; k++) in[k] = s->in[k] ? map[r][s->in[k]->id] : NULL;
+            for (int k = 0; k < s->nout; k++) out[k] = s->out[k] ? map[r][s->out[k]->id] : NULL;
+            IrNode *d = ir_node_new(m, s->op, s->name, s->nin, in, s->nout, out);
+            for (int a = 0; a < s->nattrs; a++) {
+                const IrAttr *at = &s->attrs[a];
+                if (at->type == IR_ATTR_INT) ir_node_set_int(d, at->name, at->i);
+                if (at->type == IR_ATTR_FLOAT) ir_node_set_float(d, at->name, at->f);
+                if (at->type == IR_ATTR_STRING) ir_node_set_string(d, at->name, at->s);
+                if (at->type == IR_ATTR_INTS) ir_node_set_ints(d, at->name, at->n, at->ints);
+                if (at->type == IR_ATTR_FLOATS) ir_node_set_floats(d, at->name, at->n, at->floats);
+            }
+        }
+    }
+    for (int r = 0; r < tp; r++) {
+        for (int i = 0; i < rg[r]->noutputs; i++) ir_graph_add_output(m, map[r][rg[r]->outputs[i]->id]);
+        free(map[r]);
+    }
+    free(map);
+    return m;
+}
+
+static IrTensor *find(IrTensor **t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i]->name, name)) return t[i];
+    return NULL;
+}
+
+/* L2 relative error.  A gradient that is zero in exact arithmetic (the key
+ * bias: softmax ignores a per-row shift of the scores) is rounding noise on
+ * both sides (rms ~1e-7 against O(1) gradients): there both must be below
+ * 1e-4 rms, and 0 is returned. */
+static double rel(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0, aa = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += (a[i] - b[i]) * (double)(a[i] - b[i]);
+        den += (double)b[i] * b[i], aa += (double)a[i] * a[i];
+    }
+    if (n && sqrt(den / (double)n) < 1e-5) return sqrt(aa / (double)n) < 1e-4 ? 0 : 1;
+    return sqrt(num / (den > 1e-30 ? den : 1e-30));
+}
+
+static IrTensor *tensor(const char *name, const IrShape *s, const float *d) {
+    IrTensor *t = ir_tensor_new(name, IR_F32, s);
+    memcpy(t->data, d, (size_t)ir_shape_numel(s) * sizeof(float));
+    return t;
+}
+
+/* every output of the unsharded run against each rank's (r<k>/NAME) in the
+ * merged run; gradients of sharded parameters against the rank's slice */
+static double compare(const char *what, IrTensor **ro, int nro, IrTensor **mo, int nmo, int tp,
+                      TpParamShard *const *shards, const int *nshards, int *checked) {
+    double worst = 0;
+    for (int r = 0; r < tp; r++) {
+        char nm[1200];
+        for (int i = 0; i < nro; i++) {
+            const char *name = ro[i]->name;
+            int64_t n = 1;
+            for (int k = 0; k < ro[i]->shape.rank; k++) n *= ro[i]->shape.dims[k];
+            if (ro[i]->dtype != IR_F32) continue;
+            const TpParamShard *sh = NULL;
+            for (int s = 0; s < nshards[r] && !strncmp(name, "grad/", 5); s++)
+                if (!strcmp(shards[r][s].name, name + 5)) sh = &shards[r][s];
+            snprintf(nm, sizeof nm, "r%d/%s", r, name);
+            IrTensor *got = find(mo, nmo, nm);
+            if (!got) {
+                CHECK(0, "%s: rank %d has no output '%s'", what, r, name);
+                continue;
+            }
+            const float *want = ro[i]->data;
+            float *slice = NULL;
+            if (sh) { /* the rank's slice of the unsharded gradient */
+                int64_t rows = ro[i]->shape.dims[0];
+                int64_t cols = ro[i]->shape.rank == 2 ? ro[i]->shape.dims[1] : 1, keep = 0;
+                for (int k = 0; k < sh->nranges; k++) keep += sh->len[k];
+                slice = malloc(sizeof *slice * (size_t)(sh->axis ? rows * keep : keep * cols) + 1);
+                float *w = slice;
+                if (sh->axis == 0)
+                    for (int k = 0; k < sh->nranges; k++)
+                        for (int64_t a = 0; a < sh->len[k] * cols; a++) *w++ = want[sh->start[k] * cols + a];
+                else
+                    for (int64_t a = 0; a < rows; a++)
+                        for (int k = 0; k < sh->nranges; k++)
+                            for (int64_t b = 0; b < sh->len[k]; b++) *w++ = want[a * cols + sh->start[k] + b];
+                n = w - slice;
+                want = slice;
+            }
+            int64_t gn = 1;
+            for (int k = 0; k < got->shape.rank; k++) gn *= got->shape.dims[k];
+            if (gn != n) {
+                CHECK(0, "%s: rank %d '%s': %lld elements, want %lld", what, r, name,
+                      (long long)gn, (long long)n);
+            } else {
+                double e = rel(got->data, want, n);
+                if (e > worst) worst = e;
+                CHECK(e <= 1e-5, "%s: rank %d '%s'%s: relative error %.3g", what, r, name,
+                      sh ? " (shard)" : "", e);
+                (*checked)++;
+            }
+            free(slice);
+        }
+    }
+    return worst;
+}
+
+static double worst_all;
+
+static void run_case(const Dims *d, int tp) {
+    IrError err = {{0}};
+    char what[160];
+    snprintf(what, sizeof what, "%s QKV%s B=%lld T=%lld H=%lld Dh=%lld F=%lld tp=%d",
+             d->fused ? "fused" : "separate", d->out_bias ? "" : " (no out bias)", (long long)d->B,
+             (long long)d->T, (long long)d->H, (long long)d->Dh, (long long)d->F, tp);
+    uint64_t seed = rs;
+    IrGraph *ref = block(d);
+    IrGraph **rg = calloc((size_t)tp, sizeof *rg);
+    TpShardResult *res = calloc((size_t)tp, sizeof *res);
+    IrGraph *m = NULL;
+    IrTensor **ro = NULL, **mo = NULL;
+    int nro = 0, nmo = 0;
+    for (int r = 0; r < tp; r++) {
+        if (tp_shard(ref, tp, r, &res[r], &err)) {
+            CHECK(0, "%s: tp_shard: %s", what, err.msg);
+            goto done;
+        }
+        CHECK(res[r].attention == 1 && res[r].mlp == 1 && res[r].skipped == 0 &&
+                  res[r].allreduce == 2 && res[r].copies == 2,
+              "%s: rank %d: %d attention %d mlp %d skipped %d all-reduces %d copies", what, r,
+              res[r].attention, res[r].mlp, res[r].skipped, res[r].allreduce, res[r].copies);
+        rg[r] = res[r].graph;
+        if (train(rg[r], &err)) {
+            CHECK(0, "%s: rank %d train graph: %s", what, r, err.msg);
+            goto done;
+        }
+    }
+    if (train(ref, &err) || !(m = merge_ranks(rg, tp, &err))) {
+        CHECK(0, "%s: %s", what, err.msg);
+        goto done;
+    }
+    {
+        PassContext ctx;
+        pass_context_default(&ctx);
+        if (pass_run_pipeline(m, "shape-infer", &ctx, &err)) {
+            CHECK(0, "%s: merged graph: %s", what, err.msg);
+            goto done;
+        }
+        IrValue *xv = ir_graph_find_value(ref, "x");
+        int64_t n = ir_shape_numel(&xv->shape);
+        float *x = malloc((size_t)n * sizeof *x), *dy = malloc((size_t)n * sizeof *dy);
+        for (int64_t i = 0; i < n; i++) x[i] = (float)(urand() * 2 - 1), dy[i] = (float)(urand() * 2 - 1);
+        IrTensor *in[2] = {tensor("x", &xv->shape, x), tensor("dy", &xv->shape, dy)};
+        int ok = !hexec_run(ref, in, 2, &ro, &nro, &err) && !hexec_run(m, in, 2, &mo, &nmo, &err);
+        ir_tensor_free(in[0]), ir_tensor_free(in[1]);
+        free(x), free(dy);
+        if (!ok) {
+            CHECK(0, "%s: run: %s", what, err.msg);
+            goto done;
+        }
+    }
+    int checked = 0;
+    TpParamShard *sh[4];
+    int nsh[4];
+    for (int r = 0; r < tp; r++) sh[r] = res[r].shards, nsh[r] = res[r].nshards;
+    double worst = compare(what, ro, nro, mo, nmo, tp, sh, nsh, &checked);
+    if (worst > worst_all) worst_all = worst;
+    printf("%s: %d tensors (y, dx, %d parameter gradients) x %d ranks, worst relative error %.2e "
+           "(seed %llx)\n", what, checked / tp, nro - 2, tp, worst, (unsigned long long)seed);
+done:
+    for (int i = 0; i < nro; i++) ir_tensor_free(ro[i]);
+    for (int i = 0; i < nmo; i++) ir_tensor_free(mo[i]);
+    free(ro), free(mo);
+    for (int r = 0; r < tp; r++) tp_shard_free(&res[r]);
+    free(res), free(rg);
+    if (m) ir_graph_free(m);
+    ir_graph_free(ref);
+}
+
+/* patterns tp does not divide stay replicated */
+static void check_skip(void) {
+    Dims d = {.B = 2, .T = 4, .H = 3, .Dh = 4, .F = 18, .fused = 1, .out_bias = 1};
+    IrGraph *g = block(&d);
+    TpShardResult r;
+    IrError err = {{0}};
+    CHECK(tp_shard(g, 4, 1, &r, &err) == 0, "skip case: %s", err.msg);
+    CHECK(r.attention == 0 && r.mlp == 0 && r.skipped == 2 && r.nshards == 0,
+          "H=3, F=18 under tp=4: %d attention %d mlp %d skipped %d shards", r.attention, r.mlp,
+          r.skipped, r.nshards);
+    tp_shard_free(&r);
+    CHECK(tp_shard(g, 2, 2, &r, &err) == -1 && strstr(err.msg, "rank 2 of tp 2"), "%s", err.msg);
+    ir_graph_free(g);
+}
+
+/* the example GPT (canonical IR from the ONNX importer): every block's
+ * attention and MLP are found and sharded, and the ranks' merged forward
+ * gives the unsharded logits */
+static void check_gpt(const char *path, int tp) {
+    IrError err = {{0}};
+    HetcImportOptions io;
+    hetc_import_options_default(&io);
+    io.batch = 2, io.seq = 8;
+    IrGraph *g = hetc_import_onnx(path, &io, &err), *m = NULL;
+    PassContext ctx;
+    pass_context_default(&ctx);
+    if (!g || pass_run_pipeline(g, pass_default_pipeline(), &ctx, &err)) {
+        CHECK(0, "%s: %s", path, err.msg);
+        if (g) ir_graph_free(g);
+        return;
+    }
+    int blocks = 0;
+    for (int i = 0; i < g->nnodes; i++) blocks += g->nodes[i]->op == IR_OP_ATTENTION;
+    TpShardResult *res = calloc((size_t)tp, sizeof *res);
+    IrGraph **rg = calloc((size_t)tp, sizeof *rg);
+    IrTensor **ro = NULL, **mo = NULL;
+    int nro = 0, nmo = 0, ok = 1;
+    for (int r = 0; r < tp && ok; r++) {
+        ok = !tp_shard(g, tp, r, &res[r], &err);
+        CHECK(ok, "gpt tp %d rank %d: %s", tp, r, err.msg);
+        if (!ok) break;
+        rg[r] = res[r].graph;
+        CHECK(res[r].attention == blocks && res[r].mlp == blocks && res[r].skipped == 0,
+              "gpt tp %d rank %d: %d attention, %d mlp, %d skipped of %d blocks", tp, r,
+              res[r].attention, res[r].mlp, res[r].skipped, blocks);
+    }
+    if (ok && !(m = merge_ranks(rg, tp, &err))) CHECK(ok = 0, "gpt merge: %s", err.msg);
+    if (ok && pass_run_pipeline(m, "shape-infer", &ctx, &err)) CHECK(ok = 0, "gpt merged: %s", err.msg);
+    if (ok) {
+        IrValue *iv = g->inputs[0];
+        int64_t n = ir_shape_numel(&iv->shape);
+        IrTensor *in = ir_tensor_new(iv->name, iv->dtype, &iv->shape);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t tok = irand(0, 200);
+            if (iv->dtype == IR_I64) ((int64_t *)in->data)[i] = tok;
+            else ((int32_t *)in->data)[i] = (int32_t)tok;
+        }
+        ok = !hexec_run(g, &in, 1, &ro, &nro, &err) && !hexec_run(m, &in, 1, &mo, &nmo, &err);
+        CHECK(ok, "gpt run: %s", err.msg);
+        ir_tensor_free(in);
+    }
+    double worst = 0;
+    for (int i = 0; ok && i < nro; i++)
+        for (int r = 0; r < tp; r++) {
+            char nm[1200];
+            snprintf(nm, sizeof nm, "r%d/%s", r, ro[i]->name);
+            IrTensor *t = find(mo, nmo, nm);
+            int64_t n = 1;
+            for (int k = 0; k < ro[i]->shape.rank; k++) n *= ro[i]->shape.dims[k];
+            if (!t || ro[i]->dtype != IR_F32) continue;
+            double e = rel(t->data, ro[i]->data, n);
+            if (e > worst) worst = e;
+            CHECK(e <= 1e-5, "gpt tp %d rank %d output '%s': %.3g", tp, r, ro[i]->name, e);
+        }
+    if (ok)
+        printf("gpt_tiny tp=%d: %d blocks, attention and MLP sharded in each (%d TpAllReduce, %d "
+               "TpCopy per rank), logits of every rank == unsharded to %.2e\n", tp, blocks,
+               res[0].allreduce, res[0].copies, worst);
+    for (int i = 0; i < nro; i++) ir_tensor_free(ro[i]);
+    for (int i = 0; i < nmo; i++) ir_tensor_free(mo[i]);
+    free(ro), free(mo);
+    for (int r = 0; r < tp; r++) tp_shard_free(&res[r]);
+    free(res), free(rg);
+    if (m) ir_graph_free(m);
+    ir_graph_free(g);
+}
+
+/* a pipeline of two stages whose second has tp = 2 (partition.h: spec tp):
+ * transfers pair with the unsharded first stage, and the TP ranks' train
+ * graphs, merged, give the unsharded stage's loss, boundary gradient and
+ * parameter gradients */
+static void check_tp_stage(const char *path) {
+    IrError err = {{0}};
+    HetcImportOptions io;
+    hetc_import_options_default(&io);
+    io.batch = 2, io.seq = 8;
+    IrGraph *g = hetc_import_onnx(path, &io, &err), *m = NULL;
+    PassContext ctx;
+    pass_context_default(&ctx);
+    ModuleOptions mo;
+    LayerOptions lo;
+    module_options_default(&mo);
+    layer_options_default(&lo);
+    PlanLayer *layers = NULL;
+    LayerSummary sum;
+    if (!g || pass_run_pipeline(g, pass_default_pipeline(), &ctx, &err) ||
+        modules_detect(g, &mo, NULL, &err) || layers_build(g, &lo, &layers, &sum, &err) ||
+        pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss(g, &ctx, &err)) {
+        CHECK(0, "%s: %s", path, err.msg);
+        if (g) ir_graph_free(g);
+        return;
+    }
+    free(layers);
+    enum { TP = 2 };
+    int L = sum.L, first[2] = {1, L / 2 + 1}, last[2] = {L / 2, L}, dp[2] = {1, 1};
+    int tp1[2] = {1, 1}, tp2[2] = {1, TP};
+    PartSpec sp = {.nstages = 2, .first_layer = first, .last_layer = last, .dp = dp, .rows = 2,
+                   .tp = tp1};
+    optim_opts_default(&sp.optim);
+    PartStage s0, ref, st[TP];
+    memset(st, 0, sizeof st);
+    int ok = !partition_stage(g, &sp, 0, &s0, &err) && !partition_stage(g, &sp, 1, &ref, &err);
+    CHECK(ok, "partition (tp 1): %s", err.msg);
+    sp.tp = tp2;
+    for (int r = 0; r < TP && ok; r++) {
+        sp.tp_rank = r;
+        ok = !partition_stage(g, &sp, 1, &st[r], &err);
+        CHECK(ok, "partition stage 1 tp %d rank %d: %s", TP, r, err.msg);
+    }
+    IrTensor **ro = NULL, **mo2 = NULL;
+    int nro = 0, nmo = 0;
+    if (ok) {
+        /* the TP stage's transfers: those of the unsharded stage, paired
+         * with stage 0's (same ids and row sizes) */
+        CHECK(st[0].nxfers == ref.nxfers, "xfers %d vs %d", st[0].nxfers, ref.nxfers);
+        for (int k = 0; k < st[0].nxfers && k < ref.nxfers; k++) {
+            const PartXfer *a = &st[0].xfers[k], *b = &ref.xfers[k];
+            int paired = 0;
+            for (int j = 0; j < s0.nxfers; j++)
+                paired |= s0.xfers[j].id == a->id && s0.xfers[j].send != a->send &&
+                          s0.xfers[j].row_bytes == a->row_bytes;
+            CHECK(!strcmp(a->value, b->value) && a->id == b->id && a->send == b->send &&
+                      a->row_bytes == b->row_bytes && paired,
+                  "xfer %d: '%s' id %d vs '%s' id %d (paired with stage 0: %d)", k, a->value,
+                  a->id, b->value, b->id, paired);
+        }
+        CHECK(st[0].ntp_shards > 0 && st[0].tp == TP, "stage 1 rank 0: %d shards",
+              st[0].ntp_shards);
+        IrGraph *rg[TP] = {st[0].train, st[1].train};
+        ok = (m = merge_ranks(rg, TP, &err)) != NULL &&
+             !pass_run_pipeline(m, "shape-infer", &ctx, &err);
+        CHECK(ok, "merge: %s", err.msg);
+    }
+    if (ok) {
+        IrTensor *in[16];
+        int nin = ref.train->ninputs;
+        for (int i = 0; i < nin; i++) {
+            IrValue *v = ref.train->inputs[i];
+            in[i] = ir_tensor_new(v->name, v->dtype, &v->shape);
+            int64_t n = ir_shape_numel(&v->shape);
+            for (int64_t k = 0; k < n; k++) {
+                if (v->dtype == IR_F32) ((float *)in[i]->data)[k] = (float)(urand() * 2 - 1);
+                else if (v->dtype == IR_I64) ((int64_t *)in[i]->data)[k] = irand(0, 60);
+                else if (v->dtype == IR_I32) ((int32_t *)in[i]->data)[k] = (int32_t)irand(0, 60);
+            }
+        }
+        ok = !hexec_run(ref.train, in, nin, &ro, &nro, &err) &&
+             !hexec_run(m, in, nin, &mo2, &nmo, &err);
+        CHECK(ok, "run: %s", err.msg);
+        for (int i = 0; i < nin; i++) ir_tensor_free(in[i]);
+    }
+    if (ok) {
+        TpParamShard *sh[TP] = {st[0].tp_shards, st[1].tp_shards};
+        int nsh[TP] = {st[0].ntp_shards, st[1].ntp_shards}, checked = 0;
+        double w = compare("gpt_tiny stage 1 of 2, tp 2", ro, nro, mo2, nmo, TP, sh, nsh, &checked);
+        if (w > worst_all) worst_all = w;
+        printf("gpt_tiny 2 stages, stage 1 (layers %d-%d) with tp 2: %d xfers paired with stage 0, "
+               "%d sharded parameters; loss, boundary and parameter gradients of both TP ranks "
+               "(%d tensors) == unsharded stage to %.2e\n", first[1], last[1], st[0].nxfers,
+               st[0].ntp_shards, checked, w);
+    }
+    if (ok) { /* lowering: TpAllReduce -> hetrt_tp_allreduce, tp / tpshard config records */
+        PartStage all[2] = {s0, st[0]};
+        static const LeSched sc[] = {{'F', 0}, {'B', 0}};
+        LowerOpts lo2 = {.nstages = 2, .dp = dp, .rows = 2, .seq = 8, .accum = 1, .nslots = 1,
+                         .sched = sc, .nsched = 2, .optimizer = "adamw", .lr = 1e-3,
+                         .lr_schedule = "constant", .steps = 1, .layers = L,
+                         .all_stages = all, .nall_stages = 2};
+        LeProgram p;
+        char *cfg = NULL;
+        MemPlan mp;
+        if (lower_stage(&st[0], &lo2, &p, &cfg, &mp, &err)) {
+            CHECK(0, "lower TP stage: %s", err.msg);
+        } else {
+            int nar = 0, calls = 0, nodes = 0;
+            for (int i = 0; i < st[0].train->nnodes; i++)
+                nar += st[0].train->nodes[i]->op == IR_OP_TP_ALL_REDUCE;
+            for (int f = 0; f < p.nfuncs; f++)
+                for (int c = 0; c < p.funcs[f].ncalls; c++) {
+                    const LeCall *k = &p.funcs[f].calls[c];
+                    calls += !strcmp(k->fn, "hetrt_tp_allreduce");
+                    if (!strcmp(k->fn, "hetrt_node") && k->args[0].i == HETC_GRAPH_TRAIN &&
+                        st[0].train->nodes[k->args[1].i]->op == IR_OP_TP_ALL_REDUCE)
+                        nodes++;
+                }
+            int shards = 0;
+            for (const char *q = cfg; (q = strstr(q, "\ntpshard ")); q++) shards++;
+            CHECK(nar > 0 && calls == nar && nodes == 0, "%d TpAllReduce nodes, %d "
+                  "hetrt_tp_allreduce calls, %d as hetrt_node", nar, calls, nodes);
+            CHECK(strstr(cfg, "\ntp 1 2\n") && shards == st[0].ntp_shards,
+                  "config: tp record / %d tpshard records of %d", shards, st[0].ntp_shards);
+            printf("lowered: %d TpAllReduce nodes -> hetrt_tp_allreduce calls, config 'tp 1 2' + "
+                   "%d tpshard records\n", nar, shards);
+            lower_stage_free(&p);
+            free(cfg);
+            memplan_free(&mp);
+        }
+    }
+    for (int i = 0; i < nro; i++) ir_tensor_free(ro[i]);
+    for (int i = 0; i < nmo; i++) ir_tensor_free(mo2[i]);
+    free(ro), free(mo2);
+    if (m) ir_graph_free(m);
+    partition_stage_free(&s0);
+    partition_stage_free(&ref);
+    for (int r = 0; r < TP; r++) partition_stage_free(&st[r]);
+    ir_graph_free(g);
+}
+
+int main(int argc, char **argv) {
+    for (int tpi = 0; tpi < 2; tpi++) {
+        int tp = tpi ? 4 : 2;
+        for (int c = 0; c < 3; c++) {
+            Dims d = {.B = irand(1, 3), .T = irand(2, 7), .H = tp * irand(1, 2), .Dh = irand(2, 5),
+                      .F = tp * irand(2, 6), .fused = c != 1, .out_bias = c != 2};
+            run_case(&d, tp);
+        }
+    }
+    check_skip();
+    if (argc > 1) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/examples/gpt_tiny.onnx", argv[1]);
+        check_gpt(p, 2);
+        check_gpt(p, 4);
+        check_tp_stage(p);
+    }
+    printf("worst relative error %.2e\n", worst_all);
+    if (fails) {
+        fprintf(stderr, "%d failures\n", fails);
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}

@@ -1,0 +1,110 @@
+"""`hetc plan` intra-op choices (issue 9): the plan.json keys tp / zero /
+recompute and plan.txt's intra-op column agree; --no-intra-op is the same
+plan as the explicit restrictions (--max-tp 1 --zero 0 --recompute none)
+and has none of them; bad option values are refused; on a cluster whose
+memory binds, the intra-op plan exists where --no-intra-op has none, every
+stage fits its device memory (mem_pred_bytes <= capacity, the oracle being
+the cluster file), and more device memory never gives a slower plan.
+usage: test_intra_cli.py HETC SOURCE_DIR"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HETC, SRC = sys.argv[1], sys.argv[2]
+TINY = os.path.join(SRC, "examples", "gpt_tiny.onnx")
+CL = os.path.join(SRC, "examples", "clusters")
+GIB = 1024 ** 3
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL", what)
+
+
+def plan(model, cluster, out, *args):
+    p = subprocess.run([HETC, "plan", model, cluster, "-o", out, "--threads", "2", *args],
+                       capture_output=True, text=True, timeout=300)
+    js = json.load(open(os.path.join(out, "plan.json"))) if p.returncode == 0 else None
+    return p, js
+
+
+def intra_cell(st):
+    s = f"DP{st['dp']}xTP{st['tp']}"
+    s += {0: "", 1: " Z1", 2: " Z2"}[st["zero"]]
+    s += {"none": "", "selective": " RC-sel", "full": " RC-full"}[st["recompute"]]
+    return s
+
+
+def keys_ok(js, out, tag):
+    txt = open(os.path.join(out, "plan.txt")).read()
+    for i, st in enumerate(js["stages"]):
+        check(st["tp"] >= 1 and st["tp"] & (st["tp"] - 1) == 0, f"{tag}: stage {i} tp power of two")
+        check(st["zero"] in (0, 1, 2), f"{tag}: stage {i} zero")
+        check(st["recompute"] in ("none", "selective", "full"), f"{tag}: stage {i} recompute")
+        check(st["dp"] * st["tp"] == st["submesh"][0] * st["submesh"][1], f"{tag}: dp x tp = devices")
+        check(st["tp"] <= st["submesh"][1], f"{tag}: TP inside a node")
+        row = [l for l in txt.splitlines() if re.match(rf"^\s+{i}\s", l)]
+        check(row and intra_cell(st) in row[0], f"{tag}: plan.txt shows '{intra_cell(st)}'")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    o = lambda n: os.path.join(tmp, n)
+    base = ["--seq", "64", "--microbatch", "4"]
+    p, full = plan(TINY, os.path.join(CL, "tiny_hetero.yaml"), o("a"), *base)
+    check(p.returncode == 0, "tiny: plans: " + p.stderr[-300:])
+    if full:
+        keys_ok(full, o("a"), "tiny")
+    p1, no = plan(TINY, os.path.join(CL, "tiny_hetero.yaml"), o("b"), *base, "--no-intra-op")
+    p2, rs = plan(TINY, os.path.join(CL, "tiny_hetero.yaml"), o("c"), *base, "--max-tp", "1", "--zero", "0",
+                  "--recompute", "none")
+    check(no and rs and no["stages"] == rs["stages"], "--no-intra-op == --max-tp 1 --zero 0 --recompute none")
+    if no:
+        keys_ok(no, o("b"), "tiny --no-intra-op")
+        check(all(s["tp"] == 1 and s["zero"] == 0 and s["recompute"] == "none" for s in no["stages"]),
+              "--no-intra-op: tp 1, zero 0, no recompute")
+    for bad in (["--max-tp", "3"], ["--zero", "3"], ["--recompute", "some"], ["--max-tp", "0"]):
+        p, _ = plan(TINY, os.path.join(CL, "tiny_hetero.yaml"), o("d"), *base, *bad)
+        check(p.returncode == 2 and bad[0] in p.stderr, f"{bad} refused: rc {p.returncode} {p.stderr[-200:]}")
+
+    # memory binds: an 8-block GPT (hidden 2048) on 4 devices of small memory
+    m = o("gpt8.onnx")
+    subprocess.run([sys.executable, os.path.join(SRC, "tools", "gen_model.py"), "--family", "gpt",
+                    "--layers", "8", "--hidden", "2048", "--heads", "16", "--vocab", "51200", "--seq", "1024",
+                    "-o", m], check=True, capture_output=True)
+    big = ["--seq", "1024", "--microbatch", "4", "--global-batch", "64"]
+    times = []
+    for mem in (5, 8, 16, 64):
+        y = o(f"mem{mem}.yaml")
+        open(y, "w").write(f"""name: small-mem
+dtype: fp16
+meshes:
+  - name: a
+    device: {{base: A100-40GB, memory_gb: {mem}}}
+    nodes: 1
+    devices_per_node: 4
+    intra_node: {{bandwidth_gbps: 2400, latency_us: 5}}
+""")
+        p, js = plan(m, y, o(f"m{mem}"), *big)
+        check(p.returncode == 0, f"mem {mem}: intra-op plan exists: {p.stderr[-300:]}")
+        if js:
+            keys_ok(js, o(f"m{mem}"), f"mem {mem}")
+            for i, st in enumerate(js["stages"]):
+                check(st["mem_pred_bytes"] <= mem * GIB, f"mem {mem}: stage {i} fits memory")
+            times.append((mem, js["iteration_time"], js["objective"]))
+            if mem == 5:
+                check(any(s["zero"] or s["tp"] > 1 or s["recompute"] != "none" for s in js["stages"]),
+                      "mem 5: an intra-op choice is used")
+        if mem == 5:
+            p, _ = plan(m, y, o("m5no"), *big, "--no-intra-op")
+            check(p.returncode != 0 and "no feasible plan" in p.stderr, "mem 5: no plan without intra-op")
+    for (m0, t0, e0), (m1, t1, e1) in zip(times, times[1:]):
+        check(e1 <= e0 * (1 + 1e-12), f"more memory ({m0} -> {m1} GiB) never slower: Eq. 13 {e0} -> {e1}")
+    print("times:", times)
+
+print("intra_cli:", "FAIL" if fails else "ok")
+sys.exit(1 if fails else 0)
