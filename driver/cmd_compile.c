@@ -235,10 +235,18 @@ int cmd_compile(int argc, char **argv) {
     co.model = model;
     const char *out = co.out_dir ? co.out_dir : "build";
     /* the stage binaries split a microbatch's rows evenly over a stage's DP ranks, and
-     * do not run tensor parallelism or ZeRO yet (recompute they do): plan within that */
+     * do not run ZeRO yet (recompute and TP they do): plan within that.  TP only when
+     * asked (--max-tp N): the planner costs TP on any stage, but tp_shard shards only
+     * attention / MLP patterns, and a TP stage with none (e.g. the head alone) does
+     * not compile. */
+    int user_tp = 0;
+    for (int k = 0; k < pargc; k++)
+        user_tp |= !strncmp(pargv[k], "--max-tp", 8);
     pargv[pargc++] = "--dp-divides-microbatch";
-    pargv[pargc++] = "--max-tp";
-    pargv[pargc++] = "1";
+    if (!user_tp) {
+        pargv[pargc++] = "--max-tp";
+        pargv[pargc++] = "1";
+    }
     pargv[pargc++] = "--zero";
     pargv[pargc++] = "0";
     if (!co.out_dir) {

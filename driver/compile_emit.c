@@ -54,6 +54,40 @@ static char *shared_lines(const CompPlan *p, const PartStage *ps) {
     return out;
 }
 
+/* `link PEER direct|cpu` for every stage this one exchanges boundary
+ * tensors with (docs/STAGE_ABI.md): the transport of the cluster link
+ * between the two stages' meshes (plan.json cluster.links); two stages on
+ * one mesh talk over its own interconnect, device-direct.  Nothing without
+ * link information (a plan without cluster.links): the runtime then uses
+ * the CPU-mediated path, which is always correct. */
+static char *link_lines(const CompPlan *p, const PartStage *ps, int s) {
+    size_t cap = 64 + (size_t)ps[s].nxfers * 32, n = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    if (!p->nlinks)
+        return out;
+    const char *me = p->stages[s].mesh;
+    for (int peer = 0; peer < p->nstages; peer++) {
+        int used = 0;
+        for (int k = 0; k < ps[s].nxfers && !used; k++)
+            used = ps[s].xfers[k].peer == peer;
+        if (!used || peer == s)
+            continue;
+        const char *other = p->stages[peer].mesh;
+        int direct = !strcmp(me, other), found = direct;
+        for (int l = 0; l < p->nlinks && !found; l++) {
+            const CpLink *k = &p->links[l];
+            if ((!strcmp(k->a, me) && !strcmp(k->b, other)) ||
+                (!strcmp(k->a, other) && !strcmp(k->b, me))) {
+                found = 1;
+                direct = !k->cpu_mediated;
+            }
+        }
+        n += (size_t)snprintf(out + n, cap - n, "link %d %s\n", peer, direct ? "direct" : "cpu");
+    }
+    return out;
+}
+
 /* config with `extra` inserted before its final "end" line (or appended). */
 static char *config_with(const char *config, const char *extra) {
     size_t a = strlen(config), b = strlen(extra);
@@ -124,7 +158,13 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
             ir_error_prefix(err, "stage %d", s);
             goto done;
         }
-        char *cfg = config_with(config, shared);
+        char *links = link_lines(p, ps, s);
+        char *extra = malloc(strlen(shared) + strlen(links) + 1);
+        strcpy(extra, shared);
+        strcat(extra, links);
+        char *cfg = config_with(config, extra);
+        free(links);
+        free(extra);
         prog.config = cfg;
         char obj[4200], ll[4200], exe[4200], tmp[4300];
         snprintf(obj, sizeof obj, "%s/stage_%d.o", cs->out_dir, s);

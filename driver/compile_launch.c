@@ -89,19 +89,23 @@ static const char LAUNCH_HEAD[] =
     "  esac\n"
     "done\n";
 
+static int stage_ranks(const CpStage *st) { return st->dp * (st->tp > 1 ? st->tp : 1); }
+
 int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err) {
     Buf b = {0};
+    /* A stage runs dp x tp ranks of its one binary (TP rank = local rank %
+     * tp: runtime/rt.h). */
     int world = 0;
     for (int s = 0; s < plan->nstages; s++)
-        world += plan->stages[s].dp;
+        world += stage_ranks(&plan->stages[s]);
     bprintf(&b, "%s", LAUNCH_HEAD);
     bprintf(&b, "# %d stages, %d ranks:", plan->nstages, world);
     for (int s = 0; s < plan->nstages; s++)
-        bprintf(&b, " stage_%d x%d (%s)", s, plan->stages[s].dp,
+        bprintf(&b, " stage_%d x%d (%s)", s, stage_ranks(&plan->stages[s]),
                 plan->stages[s].mesh[0] ? plan->stages[s].mesh : "?");
     bprintf(&b, "\nstages=(");
     for (int s = 0; s < plan->nstages; s++)
-        bprintf(&b, "%s%d", s ? " " : "", plan->stages[s].dp);
+        bprintf(&b, "%s%d", s ? " " : "", stage_ranks(&plan->stages[s]));
     bprintf(&b, ")\n");
     bprintf(&b,
             "for s in \"${!stages[@]}\"; do\n"
@@ -148,7 +152,7 @@ int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err)
     Buf c = {0};
     int r0 = 0;
     for (int s = 0; s < plan->nstages; s++) {
-        int d = plan->stages[s].dp;
+        int d = stage_ranks(&plan->stages[s]);
         char abs[4096];
         if (!realpath(dir, abs))
             snprintf(abs, sizeof abs, "%s", dir);
@@ -178,7 +182,7 @@ int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err)
         int slots = 0;
         for (int t = 0; t < plan->nstages; t++)
             if (!strcmp(plan->stages[t].mesh, plan->stages[s].mesh))
-                slots += plan->stages[t].dp;
+                slots += stage_ranks(&plan->stages[t]);
         bprintf(&h, "%s-host slots=%d   # %s\n", plan->stages[s].mesh[0] ? plan->stages[s].mesh : "mesh",
                 slots, plan->stages[s].device);
     }

@@ -134,11 +134,12 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         c->dp = (int)i64;
         c->tp = 1;
         const cJSON *tp = cJSON_GetObjectItemCaseSensitive(o, "tp");
-        if (cJSON_IsNumber(tp) && tp->valuedouble != 1) {
-            ir_errorf(err, "%s: %s\"tp\" is %g; stage binaries do not do tensor parallelism yet "
-                      "(tp must be 1)", path, where, tp->valuedouble);
+        if (tp && (!cJSON_IsNumber(tp) || whole(tp->valuedouble, 1, &i64) || i64 > 4096)) {
+            ir_errorf(err, "%s: %s\"tp\" must be a whole number >= 1", path, where);
             goto done;
         }
+        if (tp)
+            c->tp = (int)i64;
         const cJSON *zr = cJSON_GetObjectItemCaseSensitive(o, "zero");
         if (zr && (!cJSON_IsNumber(zr) || whole(zr->valuedouble, 0, &i64) || i64 > 2)) {
             ir_errorf(err, "%s: %s\"zero\" must be 0, 1 or 2", path, where);
@@ -183,6 +184,33 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
             goto done;
         }
     }
+    /* cluster.links: the transport of each stage boundary (optional: a
+     * hand-written plan without them gets CPU-mediated links) */
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(root, "cluster");
+    const cJSON *lk = cl ? cJSON_GetObjectItemCaseSensitive(cl, "links") : NULL;
+    int nl = cJSON_IsArray(lk) ? cJSON_GetArraySize(lk) : 0;
+    if (nl > 0 && !(p->links = calloc((size_t)nl, sizeof *p->links))) {
+        ir_errorf(err, "%s: out of memory", path);
+        goto done;
+    }
+    for (int l = 0; l < nl; l++) {
+        const cJSON *o = cJSON_GetArrayItem(lk, l);
+        const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "between");
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "transport");
+        if (!cJSON_IsArray(bt) || cJSON_GetArraySize(bt) != 2 ||
+            !cJSON_IsString(cJSON_GetArrayItem(bt, 0)) ||
+            !cJSON_IsString(cJSON_GetArrayItem(bt, 1)) ||
+            (tr && (!cJSON_IsString(tr) || (strcmp(tr->valuestring, "device-direct") &&
+                                            strcmp(tr->valuestring, "cpu-mediated"))))) {
+            ir_errorf(err, "%s: cluster.links[%d]: expected {\"between\": [MESH, MESH], "
+                      "\"transport\": \"device-direct\"|\"cpu-mediated\"}", path, l);
+            goto done;
+        }
+        CpLink *k = &p->links[p->nlinks++];
+        snprintf(k->a, sizeof k->a, "%s", cJSON_GetArrayItem(bt, 0)->valuestring);
+        snprintf(k->b, sizeof k->b, "%s", cJSON_GetArrayItem(bt, 1)->valuestring);
+        k->cpu_mediated = tr && !strcmp(tr->valuestring, "cpu-mediated");
+    }
     rc = 0;
 done:
     cJSON_Delete(root);
@@ -204,5 +232,6 @@ int comp_plan_set_recompute(CompPlan *p, const char *mode, IrError *err) {
 
 void comp_plan_free(CompPlan *p) {
     free(p->stages);
+    free(p->links);
     memset(p, 0, sizeof *p);
 }

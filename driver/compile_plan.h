@@ -19,9 +19,19 @@ typedef struct CpStage {
     double mem_pred;             /* predicted bytes per device (0: unknown) */
 } CpStage;
 
+/* A cluster link of plan.json's "cluster.links" (every mesh pair is there:
+ * the cluster loader expands default_link): how boundary tensors between
+ * the two meshes travel (docs/CLUSTER.md `transport`). */
+typedef struct CpLink {
+    char a[64], b[64];           /* mesh names */
+    int cpu_mediated;            /* 1: "cpu-mediated", 0: "device-direct" */
+} CpLink;
+
 typedef struct CompPlan {
     int nstages;
     CpStage *stages;
+    CpLink *links;               /* optional in the file: NULL when absent */
+    int nlinks;
     int microbatches;            /* B of the plan = microbatches per optimizer step */
     int64_t global_batch;        /* rows per step */
     int64_t seq;                 /* -1: not recorded */
@@ -29,7 +39,7 @@ typedef struct CompPlan {
 } CompPlan;
 
 /* Read and check: stages cover layers 1..L contiguously, dp >= 1,
- * tp == 1 (tensor parallelism is not compiled yet), zero == 0 (optimizer
+ * tp >= 1 (tensor parallelism: passes/tp_shard.h), zero == 0 (optimizer
  * sharding is not compiled yet), recompute one of none|full|selective,
  * global_batch divisible by microbatches, warm-ups non-increasing along the
  * pipe.  Errors name the file and the JSON key. */

@@ -67,7 +67,9 @@ static IrGraph *stage_graph(const CompileStages *cs, int64_t local, IrError *err
 /* DIR/init/step_00000000: every parameter's initial value in the file of
  * its layer (1..L; layer 0 holds the step, as the runtime's own
  * checkpoints do: runtime/stage/stage_ckpt.c), so a stage binary starts
- * exactly as --resume would from step 0. */
+ * exactly as --resume would from step 0.  Values come from the unsharded
+ * stage graphs gs[] (partition shards its own copy), so TP-sharded
+ * parameters are written whole, as checkpoints store them. */
 static int write_init(const CompileStages *cs, PartStage *ps, IrGraph **gs, IrError *err) {
     const CompPlan *p = cs->plan;
     int cap = 0;
@@ -124,12 +126,13 @@ int compile_stages(CompileStages *cs, IrError *err) {
     IrGraph **gs = calloc((size_t)S, sizeof *gs);   /* per stage; shared by equal dp */
     PartStage *ps = calloc((size_t)S, sizeof *ps);
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
-    int *dp = malloc((size_t)S * sizeof *dp);
+    int *dp = malloc((size_t)S * sizeof *dp), *tp = malloc((size_t)S * sizeof *tp);
     PartRecompute *recompute = malloc((size_t)S * sizeof *recompute);
     for (int s = 0; s < S; s++) {
         first[s] = p->stages[s].first_layer;
         last[s] = p->stages[s].last_layer;
         dp[s] = p->stages[s].dp;
+        tp[s] = p->stages[s].tp > 1 ? p->stages[s].tp : 1;
         recompute[s] = (PartRecompute)p->stages[s].recompute;
     }
     PartSpec spec;
@@ -140,6 +143,12 @@ int compile_stages(CompileStages *cs, IrError *err) {
     spec.dp = dp;
     spec.rows = rows;
     spec.recompute = recompute;
+    /* Tensor parallelism: TP rank 0's graphs.  Every TP rank's graphs have
+     * the same structure (only parameter slices differ, and the runtime
+     * slices those from the unsharded checkpoint by its tp_rank), so one
+     * binary per stage serves all its TP ranks (docs/STAGE_ABI.md). */
+    spec.tp = tp;
+    spec.tp_rank = 0;
     optim_opts_default(&spec.optim);
     spec.optim.sgd = !strcmp(cs->args->optimizer, "sgd");
     spec.optim.beta1 = cs->args->beta1;
@@ -185,6 +194,7 @@ done:
     free(first);
     free(last);
     free(dp);
+    free(tp);
     free(recompute);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "cmd_compile.h"
 #include "cmd_plan.h"
+#include "cmd_profile.h"
 #include "cmd_train.h"
 #include "pass.h"
 
@@ -24,6 +25,9 @@ static void usage(FILE *f) {
             "  train MODEL.onnx --data TOKENS.bin --steps N\n"
             "                      train on the host backend (loss, autodiff, AdamW/SGD),\n"
             "                      checkpoints, --export trained.onnx\n"
+            "  profile --device-type NAME MODEL.onnx -o profile.json\n"
+            "                      measure each distinct layer on the local GPU: the profile\n"
+            "                      database of hetc plan --profile-db (docs/PROFILE_DB.md)\n"
             "  [compile] MODEL.onnx CLUSTER.yaml -o DIR\n"
             "                      the default: plan, then one executable per pipeline stage\n"
             "                      (DIR/stage_K) and DIR/launch.sh to train across processes\n"
@@ -67,6 +71,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     /* default: hetc MODEL.onnx CLUSTER.yaml ... = compile */
     size_t cl = strlen(cmd);
     if (cl > 5 && !strcmp(cmd + cl - 5, ".onnx")) return cmd_compile(argc, argv);

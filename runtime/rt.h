@@ -57,17 +57,24 @@ void rt_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* World layout.  Stages occupy contiguous world ranks in stage order, which
  * is what one MPMD launch `mpirun -np a ./stage_0 : -np b ./stage_1` gives:
- * stage s owns world ranks [stage_first[s], stage_first[s] + stage_dp[s]),
- * and dp rank d of stage s is world rank stage_first[s] + d. */
+ * stage s owns world ranks [stage_first[s], stage_first[s] + stage_dp[s] x
+ * stage_tp[s]).  Local index i of a stage has tp_rank = i % tp and dp_rank
+ * = i / tp (a TP group is contiguous, so it lands on one node); without
+ * tensor parallelism (tp 1) dp rank d of stage s is world rank
+ * stage_first[s] + d. */
 typedef struct RtContext {
     int world_rank, world_size;
     int nstages;
     int stage_dp[RT_MAX_STAGES];
+    int stage_tp[RT_MAX_STAGES];    /* TP degree of every stage (1: none) */
     int stage_first[RT_MAX_STAGES];
     int stage;         /* this rank's stage */
     int dp_rank;       /* this rank's index inside its stage's DP group */
     int dp_size;       /* == stage_dp[stage] */
-    MPI_Comm dp_comm;  /* this stage's DP group (MPI_Comm_split by stage) */
+    int tp_rank;       /* this rank's index inside its TP group (0 without TP) */
+    int tp_size;       /* == stage_tp[stage] */
+    MPI_Comm dp_comm;  /* the ranks of this stage with this tp_rank (one DP group) */
+    MPI_Comm tp_comm;  /* the ranks of this stage with this dp_rank (one TP group) */
     double timeout_s;  /* deadline for every wait; env HETRT_TIMEOUT_S, default 300 */
     int owns_mpi;      /* 1 when rt_init called MPI_Init (rt_finalize then finalizes) */
 } RtContext;
@@ -75,12 +82,20 @@ typedef struct RtContext {
 /* Initialise MPI (if not yet), read HETRT_TIMEOUT_S, and describe the world:
  * nstages stages with DP degrees stage_dp[0..nstages-1], which must sum to
  * the world size.  Builds the DP-group communicators.  Collective over
- * MPI_COMM_WORLD. */
+ * MPI_COMM_WORLD.  No tensor parallelism (every stage_tp is 1). */
 int rt_init(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp);
+/* rt_init with tensor parallelism: this process runs stage `my_stage` with
+ * TP degree `my_tp`.  Each stage's TP degree is learnt from its own ranks
+ * (an all-gather of (stage, tp) over the world), so a stage binary needs
+ * to know only its own; the ranks must come in stage order and stage s
+ * must have stage_dp[s] x tp_s of them.  Builds the DP and TP
+ * communicators. */
+int rt_init_tp(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp,
+               int my_stage, int my_tp);
 /* Free communicators and finalize MPI if rt_init initialised it. */
 int rt_finalize(RtContext *ctx);
 
-/* World rank of dp rank `dp_rank` of stage `stage`. */
+/* World rank of dp rank `dp_rank` of stage `stage` (its TP rank 0). */
 int rt_stage_rank(const RtContext *ctx, int stage, int dp_rank);
 
 /* ---------------------------------------------------------------- row split */
@@ -156,12 +171,18 @@ int rt_dp_allreduce_f32(const RtContext *ctx, float *buf, size_t n, float scale,
 int rt_allreduce(const RtContext *ctx, MPI_Comm comm, void *buf, size_t count, MPI_Datatype type,
                  MPI_Op op, const char *what);
 
+/* Broadcast `bytes` bytes from rank `root` of comm, under the timeout.  A
+ * no-op on a one-rank communicator or MPI_COMM_NULL. */
+int rt_bcast(const RtContext *ctx, MPI_Comm comm, void *buf, size_t bytes, int root,
+             const char *what);
+
 /* Barrier over MPI_COMM_WORLD with the timeout. */
 int rt_barrier(const RtContext *ctx, const char *what);
 
 /* Many-to-many redistribution of a batch-sharded boundary tensor of B rows
  * (row_bytes bytes each) from stage src_stage to stage dst_stage, using the
- * row split rule on both sides.  Ranks of src_stage pass their rows in
+ * row split rule on both sides (between the TP-rank-0 ranks of the two
+ * stages: peers are rt_stage_rank's).  Ranks of src_stage pass their rows in
  * `src` (dst may be NULL); ranks of dst_stage receive theirs in `dst` (src
  * may be NULL); other ranks return at once.  Only overlapping row ranges
  * travel.  Used forward (activations, stage s -> s+1) and backward (their

@@ -1,4 +1,4 @@
-/* hetrt context: MPI bootstrap, world/stage layout, DP communicators, the
+/* hetrt context: MPI bootstrap, world/stage layout, DP and TP communicators, the
  * fatal-error path (rt_die / rtCheck) and the row split rule. */
 #include "rt.h"
 
@@ -59,9 +59,56 @@ static double timeout_from_env(void) {
     return v;
 }
 
-int rt_init(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp) {
+/* Each stage's TP degree, learnt from its own ranks: every rank tells its
+ * (stage, tp), so a stage binary needs to know only its own stage's TP
+ * degree.  The ranks must come in stage order (MPMD launch order). */
+static int gather_tp(RtContext *ctx, int nstages, int my_stage, int my_tp, int *stage_tp) {
+    int mine[2] = {my_stage, my_tp}, n = ctx->world_size;
+    int *all = malloc(sizeof(int) * 2 * (size_t)n);
+    if (!all) {
+        rt_log_error("rt_init: out of memory");
+        return 1;
+    }
+    if (MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        rt_log_error("rt_init: MPI_Allgather of the stages' TP degrees failed");
+        free(all);
+        return 1;
+    }
+    int rc = 0;
+    for (int s = 0; s < nstages; s++) stage_tp[s] = 0;
+    for (int r = 0; r < n && !rc; r++) {
+        int s = all[2 * r], t = all[2 * r + 1];
+        if (s < 0 || s >= nstages || t < 1) {
+            rt_log_error("rt_init: world rank %d runs stage %d with TP %d (want stage 0..%d, "
+                         "TP >= 1)", r, s, t, nstages - 1);
+            rc = 1;
+        } else if (r > 0 && s < all[2 * (r - 1)]) {
+            rt_log_error("rt_init: world rank %d runs stage %d after a rank of stage %d: launch "
+                         "the stages in order", r, s, all[2 * (r - 1)]);
+            rc = 1;
+        } else if (stage_tp[s] && stage_tp[s] != t) {
+            rt_log_error("rt_init: the ranks of stage %d disagree on its TP degree (%d, %d)", s,
+                         stage_tp[s], t);
+            rc = 1;
+        } else {
+            stage_tp[s] = t;
+        }
+    }
+    for (int s = 0; s < nstages && !rc; s++)
+        if (!stage_tp[s]) {
+            rt_log_error("rt_init: no rank runs stage %d (%d stages, %d ranks: launch every "
+                         "stage with -np dp x tp ranks)", s, nstages, n);
+            rc = 1;
+        }
+    free(all);
+    return rc;
+}
+
+int rt_init_tp(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp,
+               int my_stage, int my_tp) {
     memset(ctx, 0, sizeof *ctx);
     ctx->dp_comm = MPI_COMM_NULL;
+    ctx->tp_comm = MPI_COMM_NULL;
     int init = 0;
     MPI_Initialized(&init);
     if (!init) {
@@ -81,40 +128,70 @@ int rt_init(RtContext *ctx, int *argc, char ***argv, int nstages, const int *sta
         rt_log_error("rt_init: %d stages (want 1..%d)", nstages, RT_MAX_STAGES);
         return 1;
     }
-    int total = 0;
+    int stage_tp[RT_MAX_STAGES];
+    for (int s = 0; s < nstages; s++) stage_tp[s] = 1;
+    /* Collective whenever TP is asked for: every rank of the job calls
+     * rt_init_tp with a stage (stage binaries do). */
+    if (my_stage >= 0 && gather_tp(ctx, nstages, my_stage, my_tp, stage_tp)) return 1;
+    int total = 0, any_tp = 0;
     for (int s = 0; s < nstages; s++) {
         if (stage_dp[s] < 1) {
             rt_log_error("rt_init: stage %d has DP degree %d (want >= 1)", s, stage_dp[s]);
             return 1;
         }
         ctx->stage_dp[s] = stage_dp[s];
+        ctx->stage_tp[s] = stage_tp[s];
         ctx->stage_first[s] = total;
-        total += stage_dp[s];
+        total += stage_dp[s] * stage_tp[s];
+        any_tp |= stage_tp[s] > 1;
     }
     if (total != ctx->world_size) {
-        rt_log_error("rt_init: the stages' DP degrees sum to %d ranks but the job has %d "
+        rt_log_error("rt_init: the stages' DP%s degrees sum to %d ranks but the job has %d "
                      "(launch with one -np per stage matching the plan)",
-                     total, ctx->world_size);
+                     any_tp ? " x TP" : "", total, ctx->world_size);
         return 1;
     }
     ctx->nstages = nstages;
-    for (int s = 0; s < nstages; s++)
-        if (ctx->world_rank >= ctx->stage_first[s] &&
-            ctx->world_rank < ctx->stage_first[s] + stage_dp[s]) {
+    for (int s = 0; s < nstages; s++) {
+        int size = stage_dp[s] * stage_tp[s];
+        if (ctx->world_rank >= ctx->stage_first[s] && ctx->world_rank < ctx->stage_first[s] + size) {
+            int i = ctx->world_rank - ctx->stage_first[s];
             ctx->stage = s;
-            ctx->dp_rank = ctx->world_rank - ctx->stage_first[s];
+            ctx->tp_size = stage_tp[s];
+            ctx->tp_rank = i % stage_tp[s];
+            ctx->dp_rank = i / stage_tp[s];
             ctx->dp_size = stage_dp[s];
         }
-    if (MPI_Comm_split(MPI_COMM_WORLD, ctx->stage, ctx->dp_rank, &ctx->dp_comm) != MPI_SUCCESS) {
+    }
+    /* Colours: the world rank of the group's first member, unique per
+     * group.  DP group = same stage and tp_rank; TP group = same stage and
+     * dp_rank. */
+    int first = ctx->stage_first[ctx->stage];
+    if (MPI_Comm_split(MPI_COMM_WORLD, first + ctx->tp_rank, ctx->dp_rank, &ctx->dp_comm) !=
+        MPI_SUCCESS) {
         rt_log_error("rt_init: MPI_Comm_split for stage %d failed", ctx->stage);
         return 1;
     }
     MPI_Comm_set_errhandler(ctx->dp_comm, MPI_ERRORS_RETURN);
+    if (any_tp) {
+        if (MPI_Comm_split(MPI_COMM_WORLD, first + ctx->dp_rank * ctx->tp_size, ctx->tp_rank,
+                           &ctx->tp_comm) != MPI_SUCCESS) {
+            rt_log_error("rt_init: MPI_Comm_split of the TP groups of stage %d failed",
+                         ctx->stage);
+            return 1;
+        }
+        MPI_Comm_set_errhandler(ctx->tp_comm, MPI_ERRORS_RETURN);
+    }
     return 0;
+}
+
+int rt_init(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp) {
+    return rt_init_tp(ctx, argc, argv, nstages, stage_dp, -1, 1);
 }
 
 int rt_finalize(RtContext *ctx) {
     if (ctx->dp_comm != MPI_COMM_NULL) MPI_Comm_free(&ctx->dp_comm);
+    if (ctx->tp_comm != MPI_COMM_NULL) MPI_Comm_free(&ctx->tp_comm);
     if (ctx->owns_mpi) {
         ctx->owns_mpi = 0;
         if (MPI_Finalize() != MPI_SUCCESS) {
@@ -128,7 +205,7 @@ int rt_finalize(RtContext *ctx) {
 int rt_stage_rank(const RtContext *ctx, int stage, int dp_rank) {
     if (stage < 0 || stage >= ctx->nstages || dp_rank < 0 || dp_rank >= ctx->stage_dp[stage])
         return -1;
-    return ctx->stage_first[stage] + dp_rank;
+    return ctx->stage_first[stage] + dp_rank * ctx->stage_tp[stage];
 }
 
 void rt_row_split(int64_t B, int dp, int r, int64_t *start, int64_t *count) {

@@ -160,6 +160,21 @@ int rt_allreduce(const RtContext *ctx, MPI_Comm comm, void *buf, size_t count, M
     return rt_wait(ctx, &p, 1, what);
 }
 
+int rt_bcast(const RtContext *ctx, MPI_Comm comm, void *buf, size_t bytes, int root,
+             const char *what) {
+    if (comm == MPI_COMM_NULL || bytes == 0) return 0;
+    if (check_count(bytes, what)) return 1;
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    if (size <= 1) return 0;
+    RtPending p = {MPI_REQUEST_NULL, "broadcast over a group of", -1, 0, bytes};
+    if (MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, comm, &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Ibcast failed", what);
+        return 1;
+    }
+    return rt_wait(ctx, &p, 1, what);
+}
+
 int rt_barrier(const RtContext *ctx, const char *what) {
     RtPending p = {MPI_REQUEST_NULL, "barrier over all ranks", -1, 0, 0};
     if (MPI_Ibarrier(MPI_COMM_WORLD, &p.req) != MPI_SUCCESS) {

@@ -49,13 +49,9 @@ def hapt_needs(outdir):
     """What a hapt plan.json needs beyond today's stage binaries (docs/STAGES.md)."""
     with open(os.path.join(outdir, "plan.json")) as f:
         d = json.load(f)
-    need = []
-    if any(st.get("tp", 1) > 1 for st in d["stages"]):
-        need.append("tensor parallelism")
+    need = []   # TP and recompute compile since issue 9 (TP where a stage holds blocks)
     if any(st.get("zero", 0) for st in d["stages"]):
         need.append("ZeRO")
-    if any(st.get("recompute", "none") != "none" for st in d["stages"]):
-        need.append("activation recompute")
     return need
 
 
@@ -72,8 +68,9 @@ def run_one(hetc, model, seq, gbs, cluster, planner, outdir, timeout):
     wall = time.time() - t0
     r = {"wall": wall}
     if p.returncode != 0:
-        msg = [l for l in p.stderr.splitlines() if "no feasible plan" in l or "hetc plan:" in l]
-        r["status"] = (msg[-1] if msg else p.stderr.strip().splitlines()[-1])[:300]
+        lines = p.stderr.strip().splitlines()
+        msg = [l for l in lines if "no feasible plan" in l] or [l for l in lines if "hetc plan:" in l]
+        r["status"] = (msg[-1] if msg else lines[-1] if lines else "failed")[:300]
         return r
     if planner == "hapt":
         m = re.search(r"simulated iteration ([\d.]+) s \((\d+) stages", p.stderr)
@@ -211,7 +208,7 @@ def main():
                     json.dump({"\t".join(k): v for k, v in results.items()}, f, indent=1)
     # hapt results of earlier runs: what their plan.json needs
     for k, r in results.items():
-        if k[2] == "hapt" and r.get("status") == "ok" and "outdir" not in r:
+        if k[2] == "hapt" and r.get("status") == "ok":
             out = os.path.join(a.work, re.sub(r"[^A-Za-z0-9.]+", "_", k[0]), "plans",
                                re.sub(r"[^A-Za-z0-9]+", "_", k[1]), "hapt")
             if os.path.exists(os.path.join(out, "plan.json")):

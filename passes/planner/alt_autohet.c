@@ -128,11 +128,9 @@ int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
     memset(&bp, 0, sizeof bp);
     AhEnt *ent = calloc(AH_MAX_ENT, sizeof *ent);
     int *n = NULL, *cnt = calloc((size_t)x->L + 1, sizeof *cnt);
-    int *allcnt = calloc(AH_MAX_ENT, sizeof *allcnt);
-    if (!ent || !cnt || !allcnt) {
+    if (!ent || !cnt) {
         free(ent);
         free(cnt);
-        free(allcnt);
         return ir_errorf(err, "autohet: out of memory");
     }
     for (int tp = 1; tp <= min_node; tp *= 2) {
@@ -271,13 +269,16 @@ int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
     free(n);
     free(ent);
     free(cnt);
-    free(allcnt);
     if (!isfinite(best)) {
         if (!any_group)
             return ir_errorf(err, "autohet: no feasible plan: memory (3b): no grouping gives every DP "
                              "group the %.1f GiB one model replica needs", min_mem / 1073741824.0);
-        return ir_errorf(err, "autohet: no feasible plan: memory (4c): no layer balancing of any "
-                         "grouping fits (best peak %.0f%% of a device)", 100 * closest_mem);
+        if (closest_mem > 0)
+            return ir_errorf(err, "autohet: no feasible plan: memory (4c): no layer balancing of "
+                             "any grouping fits (best peak %.0f%% of a device)", 100 * closest_mem);
+        return ir_errorf(err, "autohet: no feasible plan: memory (4c): in every grouping some DP "
+                         "group's stages cannot hold its layers (Eq. 4 finds no split within "
+                         "memory)");
     }
     *out = bp;
     out->steps = steps;

@@ -534,13 +534,14 @@ int alt_plan_to_plan(const AltContext *x, const AltPlan *ap, Plan *out, IrError 
             return ir_errorf(err, "%s: stage %d is in a %s; plan.json holds one pipeline of stages "
                              "with their own devices", ap->planner, s,
                              st->pipe ? "multi-pipeline plan" : "group of ministages");
-        if (st->nparts != 1 || st->tp != 1 || st->recompute)
-            return ir_errorf(err, "%s: stage %d (%d parts, tp %d, recompute %d) has no plan.json form",
-                             ap->planner, s, st->nparts, st->tp, st->recompute);
+        if (st->nparts != 1)
+            return ir_errorf(err, "%s: stage %d spans %d meshes; a plan.json stage is one submesh",
+                             ap->planner, s, st->nparts);
         const MeshSpec *m = &x->c->meshes[st->parts[0].mesh];
-        if (st->dp > m->per_node && st->dp % m->per_node)
+        int dev = st->dp * st->tp;
+        if (dev > m->per_node && dev % m->per_node)
             return ir_errorf(err, "%s: stage %d: %d devices do not form whole %s nodes", ap->planner,
-                             s, st->dp, m->name);
+                             s, dev, m->name);
     }
     out->stages = calloc((size_t)S, sizeof *out->stages);
     out->mesh_order = calloc((size_t)x->c->nmeshes, sizeof *out->mesh_order);
@@ -556,10 +557,13 @@ int alt_plan_to_plan(const AltContext *x, const AltPlan *ap, Plan *out, IrError 
         ps->first_layer = st->first_layer;
         ps->last_layer = st->last_layer;
         ps->mesh = st->parts[0].mesh;
-        ps->sub.m = st->dp > m->per_node ? m->per_node : st->dp;
-        ps->sub.n = st->dp > m->per_node ? st->dp / m->per_node : 1;
+        int dev = st->dp * st->tp;
+        ps->sub.m = dev > m->per_node ? m->per_node : dev;
+        ps->sub.n = dev > m->per_node ? dev / m->per_node : 1;
         ps->dp = st->dp;
-        ps->tp = 1;
+        ps->tp = st->tp;
+        ps->zero = ap->zero_stage;
+        ps->recompute = st->recompute ? RECOMPUTE_FULL : RECOMPUTE_NONE;
         ps->t_f = st->t_f;
         ps->t_b = st->t_b;
         ps->c_next = st->c_next;
@@ -600,30 +604,48 @@ void alt_plan_print(FILE *f, const AltContext *x, const AltPlan *p)
     }
 }
 
-/* The runnable rule of docs/STAGES.md: PP + DP per stage, tp = 1, one
- * uniform microbatch whose rows each stage's dp divides, no recompute,
- * replicated optimizer, no offload. */
-static void mark_runnable(AltPlan *p)
+/* The runnable rule of docs/STAGES.md (after issue 9): one pipeline of
+ * single-mesh stages, PP + DP + Megatron TP per stage, full recompute, one
+ * uniform microbatch whose rows each stage's dp divides; no ZeRO (refused),
+ * no offload, no DP group spanning device types, no separate pipelines. */
+/* 1 when fine layers [a, b] hold a whole repeated block (what TP shards:
+ * the partition finds attention / MLP patterns only inside blocks). */
+static int holds_block(const AltContext *x, int a, int b)
+{
+    if (x->block_period <= 0)
+        return 0;
+    for (int k = 0; k < x->block_count; k++) {
+        int s = x->block_first + k * x->block_period, e = s + x->block_period - 1;
+        if (s >= a && e <= b)
+            return 1;
+    }
+    return 0;
+}
+
+static void mark_runnable(const AltContext *x, AltPlan *p)
 {
     char buf[256] = "";
     size_t n = 0;
-    int multi = 0, tp = 0, rec = 0, pipes = 0;
+    int multi = 0, tp = 0, rec = 0, pipes = 0, tp_noblock = 0;
     for (int s = 0; s < p->nstages; s++) {
         pipes |= p->stages[s].pipe > 1;
+        tp_noblock |= p->stages[s].tp > 1 &&
+                      !holds_block(x, p->stages[s].first_layer, p->stages[s].last_layer);
         multi |= p->stages[s].nparts > 1;
         tp |= p->stages[s].tp > 1;
         rec |= p->stages[s].recompute;
     }
-    if (tp)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "tensor parallelism; ");
+    (void)tp;   /* TP and full recompute compile since issue 9 */
+    (void)rec;
+    if (tp_noblock)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "TP on a stage without a whole block "
+                              "(embedding or head alone); ");
     if (pipes)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "layer-wise all-reduce across DP groups "
                               "whose stages do not line up; ");
     if (multi)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "DP groups across device types with "
                               "per-GPU microbatch sizes; ");
-    if (rec && n < sizeof buf)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "activation recompute; ");
     if (p->zero_stage && n < sizeof buf)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "ZeRO-2; ");
     if (p->offload && n < sizeof buf)
@@ -639,6 +661,7 @@ static void mark_runnable(AltPlan *p)
 }
 
 static int run_named(const char *name, const AltContext *x, AltPlan *out, IrError *err);
+static void finish_runnable(const AltContext *x, AltPlan *p);
 
 int alt_plan_run(const char *name, const AltContext *x, AltPlan *out, IrError *err)
 {
@@ -665,6 +688,7 @@ int alt_plan_run(const char *name, const AltContext *x, AltPlan *out, IrError *e
                 out->steps = (long)steps;
                 out->objective = obj;
                 out->seconds = alt_now() - t0;
+                finish_runnable(x, out);   /* on the fine layers */
                 if (!out->feasible) {
                     rc = ir_errorf(err, "%s: no feasible plan: its layout exceeds device memory on "
                                    "the fine layers (peak %.0f%%)", name, 100 * out->peak_ratio);
@@ -677,6 +701,22 @@ int alt_plan_run(const char *name, const AltContext *x, AltPlan *out, IrError *e
         return rc;
     }
     return run_named(name, x, out, err);
+}
+
+static void finish_runnable(const AltContext *x, AltPlan *p)
+{
+    mark_runnable(x, p);
+    if (p->runnable) {
+        /* plan.json must hold it too: stages beyond one node take whole nodes */
+        Plan hp;
+        IrError e2 = {{0}};
+        if (alt_plan_to_plan(x, p, &hp, &e2)) {
+            p->runnable = 0;
+            snprintf(p->needs, sizeof p->needs, "needs runtime work: a stage on part of several "
+                     "nodes (submeshes beyond one node are whole nodes)");
+        } else
+            plan_free(&hp);
+    }
 }
 
 static int run_named(const char *name, const AltContext *x, AltPlan *out, IrError *err)
@@ -724,17 +764,6 @@ static int run_named(const char *name, const AltContext *x, AltPlan *out, IrErro
         alt_plan_free(out);
         return rc;
     }
-    mark_runnable(out);
-    if (out->runnable) {
-        /* plan.json must hold it too: stages beyond one node take whole nodes */
-        Plan hp;
-        IrError e2 = {{0}};
-        if (alt_plan_to_plan(x, out, &hp, &e2)) {
-            out->runnable = 0;
-            snprintf(out->needs, sizeof out->needs, "needs runtime work: a stage on part of several "
-                     "nodes (submeshes beyond one node are whole nodes)");
-        } else
-            plan_free(&hp);
-    }
+    finish_runnable(x, out);
     return 0;
 }

@@ -137,7 +137,6 @@ int alt_stage_cost(const AltContext *x, int k, int i, int mesh, int dp, int tp, 
 /* Boundary after layer i between meshes a and b for `mb` PlanLayer
  * microbatches (cost_model_comm x mb, without a profile database). */
 double alt_comm(const AltContext *x, int i, int a, int b, double mb);
-/* Eq. 13 style pipeline estimate: sum_i (t_f + t_b + 2 c_i) + (B - 1) t_max. */
 
 /* Fill every derived field of a layout (see AltStage / AltPlan) and simulate.
  * Returns 0 (p->feasible says whether memory holds), or -1 with err set on

@@ -3,7 +3,9 @@
  * gradients are summed with NCCL where every rank of the group has its own
  * GPU, otherwise through host memory and MPI (the CPU-mediated transport:
  * NCCL does not allow two ranks of one communicator on one GPU).  Boundary
- * transfers are CPU-mediated (stage_exec.c stages them through the host).
+ * transfers of `link PEER direct` records use NCCL point-to-point under the
+ * same condition (stage_p2p_cuda.c); the others are CPU-mediated
+ * (stage_exec.c stages them through the host).
  * The shared runtime (stage_main.c, stage_sync.c, stage_ckpt.c,
  * stage_exec.c) calls these through stage_internal.h. */
 #include <stdio.h>
@@ -15,29 +17,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "cudaexec.h"
-#include "stage_internal.h"
-
-/* A reduction group: the DP group (index 0) or shared parameter s (1 + s). */
-typedef struct CudaGroup {
-    int decided;  /* transport chosen */
-    int nccl;     /* 1: NCCL, 0: CPU-mediated (MPI on host copies) */
-    ncclComm_t comm;
-} CudaGroup;
-
-typedef struct CudaBe {
-    int device, ndev, local_rank, local_size;
-    int force_cpu;      /* HETRT_TRANSPORT=cpu */
-    CudaExec x;
-    int x_up;
-    CudaGroup *groups;  /* [1 + nshared] */
-    double *dsum;       /* device double for sums of squares */
-} CudaBe;
+#include "stage_cuda_internal.h"
 
 static CudaBe *be_of(StageRt *rt) { return (CudaBe *)rt->be; }
 static cudaStream_t stream(StageRt *rt) { return be_of(rt)->x.k.stream; }
 
-static int cuda_err(const char *what, cudaError_t e) {
+int cuda_err(const char *what, cudaError_t e) {
     rt_log_error("%s: %s", what, cudaGetErrorString(e));
     return 1;
 }
@@ -89,12 +74,14 @@ int stage_be_setup(StageRt *rt) {
     if ((e = cudaMalloc((void **)&b->dsum, sizeof(double))) != cudaSuccess)
         return cuda_err("cudaMalloc", e);
     b->groups = calloc((size_t)rt->cfg.nshared + 1, sizeof *b->groups);
-    return 0;
+    if (!b->groups) return 1;
+    return stage_cuda_links_setup(rt);
 }
 
 void stage_be_teardown(StageRt *rt) {
     CudaBe *b = be_of(rt);
     if (!b) return;
+    stage_cuda_links_teardown(rt);
     for (int i = 0; b->groups && i <= rt->cfg.nshared; i++)
         if (b->groups[i].nccl && b->groups[i].comm) ncclCommDestroy(b->groups[i].comm);
     free(b->groups);
@@ -179,12 +166,12 @@ int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {
 
 /* Wait for the stream with the runtime's deadline (NCCL has none of its own):
  * a peer that died leaves the collective pending, and the job must end. */
-static int wait_stream(StageRt *rt, ncclComm_t comm, const char *what) {
+int cuda_wait_stream(StageRt *rt, cudaStream_t st, ncclComm_t comm, const char *what) {
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     long sleep_us = 1;
     for (;;) {
-        cudaError_t e = cudaStreamQuery(stream(rt));
+        cudaError_t e = cudaStreamQuery(st);
         if (e == cudaSuccess) return 0;
         if (e != cudaErrorNotReady) return cuda_err(what, e);
         ncclResult_t ae = ncclSuccess;
@@ -208,7 +195,7 @@ static int wait_stream(StageRt *rt, ncclComm_t comm, const char *what) {
 
 /* NCCL when every member has its own GPU (and HETRT_TRANSPORT is not cpu):
  * decided collectively, so all members agree. */
-static int decide(StageRt *rt, CudaGroup *g, MPI_Comm comm, const char *what) {
+int cuda_group_decide(StageRt *rt, CudaGroup *g, MPI_Comm comm, const char *what) {
     CudaBe *b = be_of(rt);
     g->decided = 1;
     int size = 1, rank = 0;
@@ -259,7 +246,7 @@ int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const cha
     MPI_Comm_size(comm, &size);
     if (size <= 1) return 0;
     CudaGroup *g = &b->groups[shared < 0 ? 0 : 1 + shared];
-    if (!g->decided && decide(rt, g, comm, what)) return 1;
+    if (!g->decided && cuda_group_decide(rt, g, comm, what)) return 1;
     if (g->nccl) {
         ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, g->comm,
                                        stream(rt));
@@ -267,7 +254,7 @@ int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const cha
             rt_log_error("%s: ncclAllReduce: %s", what, ncclGetErrorString(r));
             return 1;
         }
-        return wait_stream(rt, g->comm, what);
+        return cuda_wait_stream(rt, stream(rt), g->comm, what);
     }
     /* CPU-mediated: device -> host -> MPI -> host -> device */
     size_t nb = (size_t)n * sizeof(float);

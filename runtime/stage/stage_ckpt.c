@@ -3,7 +3,8 @@
  * and their optimizer states ("opt/m/P", "opt/v/P" or "opt/buf/P"); layer
  * file 0 holds the runtime's own state ("step", i64).  A shared parameter
  * is written by the lowest stage holding it, and only dp rank 0 of a stage
- * writes (its DP replicas are identical).  Every layer gets a file, even
+ * writes (its DP replicas are identical) -- its TP rank 0, after gathering
+ * TP-sharded tensors, which are stored unsharded.  Every layer gets a file, even
  * one without parameters, so the manifest always lists 0..layers. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,34 +26,137 @@ static int param_shape(const StageRt *rt, const StageParam *p, int64_t *shape) {
     return 1;
 }
 
+/* ------------------------------------------------------------ TP slicing
+ * A TP-sharded parameter (a `tpshard` record) is stored unsharded: loading
+ * slices this rank's part out of the full tensor, saving gathers the TP
+ * ranks' parts back (rank order, the same ranges), so a checkpoint written
+ * under one TP degree resumes under any other. */
+
+int stage_tp_geometry(const StageTpShard *t, const int64_t *local_shape, int ndim,
+                      int64_t *outer, int64_t *inner, int64_t *local_dim) {
+    int64_t want = 0;
+    for (int k = 0; k < t->nranges; k++) want += t->len[k];
+    if (t->axis >= ndim || local_shape[t->axis] != want) return -1;
+    *outer = *inner = 1;
+    for (int d = 0; d < t->axis; d++) *outer *= local_shape[d];
+    for (int d = t->axis + 1; d < ndim; d++) *inner *= local_shape[d];
+    *local_dim = want;
+    return 0;
+}
+
+/* Walk the rank's ranges: local [lo, lo + len) <-> full [start + rank len,
+ * + len) along the axis, for every outer index.  Bytes, not floats: a
+ * loaded checkpoint tensor need not be 4-byte aligned. */
+static void tp_copy(const StageTpShard *t, int rank, unsigned char *full, unsigned char *local,
+                    int64_t outer, int64_t inner, int to_full) {
+    int64_t ldim = 0, es = (int64_t)sizeof(float);
+    for (int k = 0; k < t->nranges; k++) ldim += t->len[k];
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t lo = 0;
+        for (int k = 0; k < t->nranges; k++) {
+            unsigned char *l = local + (o * ldim + lo) * inner * es;
+            unsigned char *f = full + (o * t->full + t->start[k] + (int64_t)rank * t->len[k]) * inner * es;
+            size_t nb = (size_t)(t->len[k] * inner * es);
+            if (to_full) memcpy(f, l, nb);
+            else memcpy(l, f, nb);
+            lo += t->len[k];
+        }
+    }
+}
+
+void stage_tp_slice(const StageTpShard *t, int rank, const float *full, float *local,
+                    int64_t outer, int64_t inner) {
+    tp_copy(t, rank, (unsigned char *)full, (unsigned char *)local, outer, inner, 0);
+}
+
+void stage_tp_place(const StageTpShard *t, int rank, const float *local, float *full,
+                    int64_t outer, int64_t inner) {
+    tp_copy(t, rank, (unsigned char *)full, (unsigned char *)local, outer, inner, 1);
+}
+
 static const char *state_kind(const StageRt *rt, int k) {
     return k == 0 ? (rt->cfg.sgd ? "buf" : "m") : "v";
 }
 
 /* Copy one tensor out of a loaded layer, checking dtype and size against
- * the parameter (errors name tensor and file). */
+ * the parameter (errors name tensor and file).  A TP-sharded parameter's
+ * tensor is the unsharded one: this rank's slice goes into the arena. */
 static int load_one(StageRt *rt, const RtCkptLayer *l, const char *path, const char *name,
                     const StageParam *p, float *dst) {
     const RtCkptLoaded *t = rt_ckpt_find(l, name);
     int64_t shape[RT_CKPT_MAX_DIMS];
     int nd = param_shape(rt, p, shape);
+    int64_t want = p->numel, outer = 1, inner = 1, ldim = 1;
+    const StageTpShard *ts = p->tpshard >= 0 ? &rt->cfg.tpshards[p->tpshard] : NULL;
     if (!t) {
         rt_log_error("checkpoint %s/layer_%05d.bin: no tensor '%s' (stage %d needs it)", path,
                      l->layer, name, rt->cfg.stage);
         return 1;
     }
+    if (ts) {
+        if (stage_tp_geometry(ts, shape, nd, &outer, &inner, &ldim)) {
+            rt_log_error("param '%s': its shape does not match its tpshard record (axis %d)",
+                         p->name, ts->axis);
+            return 1;
+        }
+        shape[ts->axis] = ts->full;
+        want = outer * ts->full * inner;
+    }
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
     int same = t->ndim == nd;
     for (int d = 0; same && d < nd; d++) same = t->shape[d] == shape[d];
-    if (t->dtype != RT_F32 || n != p->numel || (nd > 1 && !same)) {
+    if (t->dtype != RT_F32 || n != want || ((nd > 1 || ts) && !same)) {
         rt_log_error("checkpoint %s/layer_%05d.bin: tensor '%s' is %s with %lld elements (rank %d); "
-                     "stage %d expects f32 with %lld elements (rank %d)",
+                     "stage %d expects f32 with %lld elements (rank %d%s)",
                      path, l->layer, name, rt_dtype_name(t->dtype), (long long)n, t->ndim,
-                     rt->cfg.stage, (long long)p->numel, nd);
+                     rt->cfg.stage, (long long)want, nd, ts ? ", unsharded" : "");
         return 1;
     }
-    return t->nbytes ? stage_be_put(rt, dst, t->data, t->nbytes) : 0;
+    if (!ts) return t->nbytes ? stage_be_put(rt, dst, t->data, t->nbytes) : 0;
+    size_t nb = (size_t)p->numel * sizeof(float);
+    float *loc = malloc(nb ? nb : 1);
+    if (!loc) {
+        rt_log_error("param '%s': out of memory slicing its checkpoint tensor", p->name);
+        return 1;
+    }
+    stage_tp_slice(ts, rt->ctx.tp_rank, t->data, loc, outer, inner);
+    int rc = stage_be_put(rt, dst, loc, nb);
+    free(loc);
+    return rc;
+}
+
+/* The unsharded tensor of a TP-sharded parameter (param or state at
+ * arena_src), gathered over the TP group: each rank places its slice in
+ * a zeroed full buffer and the group sums them (exact: each element has
+ * one nonzero contribution).  Collective over ctx.tp_comm.  Sets
+ * shape[axis] to the full extent.  NULL after rt_log_error. */
+static void *tp_gather(StageRt *rt, const StageParam *p, const void *arena_src,
+                       int64_t *shape, int nd, const char *name) {
+    const StageTpShard *ts = &rt->cfg.tpshards[p->tpshard];
+    int64_t outer, inner, ldim;
+    if (stage_tp_geometry(ts, shape, nd, &outer, &inner, &ldim)) {
+        rt_log_error("checkpoint: '%s': its shape does not match its tpshard record", name);
+        return NULL;
+    }
+    size_t nfull = (size_t)(outer * ts->full * inner), nb = (size_t)p->numel * sizeof(float);
+    float *full = calloc(nfull ? nfull : 1, sizeof(float)), *loc = malloc(nb ? nb : 1);
+    char what[RT_CKPT_MAX_NAME + 64];
+    snprintf(what, sizeof what, "checkpoint: TP gather of '%s'", name);
+    if (!full || !loc || stage_be_get(rt, loc, arena_src, nb)) {
+        rt_log_error("%s: out of memory or device copy failed", what);
+        free(full);
+        free(loc);
+        return NULL;
+    }
+    stage_tp_place(ts, rt->ctx.tp_rank, loc, full, outer, inner);
+    free(loc);
+    if (rt_allreduce(&rt->ctx, rt->ctx.tp_comm, full, nfull, MPI_FLOAT, MPI_SUM, what)) {
+        free(full);
+        return NULL;
+    }
+    shape[ts->axis] = ts->full;
+    return full;
 }
 
 int stage_ckpt_load(StageRt *rt, const char *path, int with_opt) {
@@ -101,6 +205,9 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
     int *written = calloc((size_t)nl, sizeof *written);
     void **hostcopy = calloc((size_t)c->nparams * 3 + 2, sizeof *hostcopy);
     int n = 0;
+    /* dp rank 0 of the owning stage writes; with TP its TP group gathers
+     * the sharded tensors (all of them take part) and TP rank 0 writes. */
+    int writer = rt->ctx.tp_rank == 0;
     if (rt->ctx.dp_rank == 0)
         for (int i = 0; i < c->nparams; i++) {
             StageParam *p = &c->params[i];
@@ -114,32 +221,45 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
             for (int k = -1; k < 2; k++) {
                 int64_t off = k < 0 ? p->off_param : k ? p->off_v : p->off_m;
                 if (k >= 0 && (off < 0 || (k == 1 && c->sgd))) continue; /* no such state */
-                RtCkptTensor *x = &t[n++];
-                x->layer = p->layer;
-                x->dtype = RT_F32;
-                x->ndim = param_shape(rt, p, x->shape);
+                const char *nm = p->name;
+                if (k >= 0) {
+                    char *b = names[2 * i + k];
+                    snprintf(b, RT_CKPT_MAX_NAME + 16, "opt/%s/%s", state_kind(rt, k), p->name);
+                    nm = b;
+                }
+                int64_t shape[RT_CKPT_MAX_DIMS];
+                int nd = param_shape(rt, p, shape);
                 size_t nb = (size_t)p->numel * sizeof(float);
-                x->data = STAGE_AT(&rt->arena, (size_t)off, nb);
-                if (!stage_be_is_host()) { /* a device arena: write from a host copy */
-                    void *h = malloc(nb ? nb : 1);
-                    if (!h || stage_be_get(rt, h, x->data, nb)) {
-                        free(h);
-                        rt_log_error("checkpoint: cannot copy '%s' to the host", p->name);
-                        x->data = NULL;
+                const void *src = STAGE_AT(&rt->arena, (size_t)off, nb);
+                void *h = NULL;
+                if (p->tpshard >= 0) {
+                    if (!(h = tp_gather(rt, p, src, shape, nd, nm))) {
                         rc = 1;
                         break;
                     }
-                    x->data = hostcopy[n - 1] = h;
+                } else if (writer && !stage_be_is_host()) { /* a device arena: a host copy */
+                    h = malloc(nb ? nb : 1);
+                    if (!h || stage_be_get(rt, h, src, nb)) {
+                        free(h);
+                        rt_log_error("checkpoint: cannot copy '%s' to the host", p->name);
+                        rc = 1;
+                        break;
+                    }
                 }
-                if (k < 0) {
-                    x->name = p->name;
-                } else {
-                    char *nm = names[2 * i + k];
-                    snprintf(nm, RT_CKPT_MAX_NAME + 16, "opt/%s/%s", state_kind(rt, k), p->name);
-                    x->name = nm;
+                if (!writer) {
+                    free(h);
+                    continue;
                 }
+                RtCkptTensor *x = &t[n++];
+                x->layer = p->layer;
+                x->dtype = RT_F32;
+                x->ndim = nd;
+                memcpy(x->shape, shape, sizeof shape);
+                x->data = h ? h : src;
+                hostcopy[n - 1] = h;
+                x->name = nm;
             }
-            written[p->layer] = 1;
+            if (writer) written[p->layer] = 1;
         }
     int64_t step_v = step;
     if (rt->ctx.world_rank == 0) {

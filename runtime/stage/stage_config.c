@@ -131,6 +131,109 @@ static int parse_shared(StageConfig *c, char **f, int nf, int ln, char *err, siz
     return 0;
 }
 
+/* `tp t_0 .. t_{N-1}` and `tpshard NAME axis A full F ranges S0 L0 ...`
+ * (issue 9, docs/STAGE_ABI.md); 1 when the record is neither. */
+int stage_tp_parse_line(StageConfig *c, char **f, int nf, int ln, char *err, size_t errlen) {
+    if (!strcmp(f[0], "tp")) {
+        free(c->tp);
+        c->tp = calloc((size_t)nf, sizeof *c->tp);
+        if (!c->tp) return fail(err, errlen, ln, "out of memory");
+        for (int i = 1; i < nf; i++) {
+            int64_t v;
+            if (get_i64(f[i], &v) || v < 1 || v > 4096)
+                return fail(err, errlen, ln, "bad TP degree '%s'", f[i]);
+            c->tp[i - 1] = (int)v;
+        }
+        if (nf - 1 != c->nstages)
+            return fail(err, errlen, ln, "%d TP degrees for %d stages (put 'stages' first)",
+                           nf - 1, c->nstages);
+        return 0;
+    }
+    if (strcmp(f[0], "tpshard")) return 1;
+    /* tpshard NAME axis A full F ranges S0 L0 [S1 L1 ...] */
+    StageTpShard t;
+    memset(&t, 0, sizeof t);
+    int64_t axis, full;
+    if (nf < 9 || strcmp(f[2], "axis") || get_i64(f[3], &axis) || strcmp(f[4], "full") ||
+        get_i64(f[5], &full) || strcmp(f[6], "ranges") || (nf - 7) % 2 || axis < 0 || axis > 7 ||
+        full < 1)
+        return fail(err, errlen, ln, "expected 'tpshard NAME axis A full F ranges S0 L0 ...'");
+    t.axis = (int)axis;
+    t.full = full;
+    t.nranges = (nf - 7) / 2;
+    if (t.nranges > STAGE_TP_MAX_RANGES)
+        return fail(err, errlen, ln, "tpshard '%s': %d ranges (at most %d)", f[1], t.nranges,
+                       STAGE_TP_MAX_RANGES);
+    for (int k = 0; k < t.nranges; k++)
+        if (get_i64(f[7 + 2 * k], &t.start[k]) || get_i64(f[8 + 2 * k], &t.len[k]) ||
+            t.start[k] < 0 || t.len[k] < 1)
+            return fail(err, errlen, ln, "tpshard '%s': bad range '%s %s'", f[1], f[7 + 2 * k],
+                           f[8 + 2 * k]);
+    if (!(t.name = decode_name(f[1]))) return fail(err, errlen, ln, "out of memory");
+    StageTpShard *n = realloc(c->tpshards, ((size_t)c->ntpshards + 1) * sizeof *n);
+    if (!n) {
+        free(t.name);
+        return fail(err, errlen, ln, "out of memory");
+    }
+    c->tpshards = n;
+    t.param = -1;
+    c->tpshards[c->ntpshards++] = t;
+    return 0;
+}
+
+int stage_tp_degree(const StageConfig *c) {
+    return c->tp && c->stage >= 0 && c->stage < c->nstages ? c->tp[c->stage] : 1;
+}
+
+int stage_tp_check(StageConfig *c, char *err, size_t errlen) {
+    int tp = stage_tp_degree(c);
+    for (int i = 0; i < c->nparams; i++) c->params[i].tpshard = -1;
+    if (c->ntpshards && tp < 2) {
+        snprintf(err, errlen, "stage config: %d 'tpshard' records but stage %d has TP degree %d",
+                 c->ntpshards, c->stage, tp);
+        return -1;
+    }
+    for (int k = 0; k < c->ntpshards; k++) {
+        StageTpShard *t = &c->tpshards[k];
+        for (int i = 0; i < c->nparams; i++)
+            if (!strcmp(c->params[i].name, t->name)) t->param = i;
+        if (t->param < 0) {
+            snprintf(err, errlen, "stage config: tpshard '%s' names no param of stage %d",
+                     t->name, c->stage);
+            return -1;
+        }
+        StageParam *p = &c->params[t->param];
+        /* The last rank's ranges must stay inside the unsharded extent. */
+        for (int r = 0; r < t->nranges; r++)
+            if (t->start[r] + (int64_t)tp * t->len[r] > t->full) {
+                snprintf(err, errlen, "stage config: tpshard '%s': range %lld+%d x %lld passes "
+                         "the full extent %lld", t->name, (long long)t->start[r], tp,
+                         (long long)t->len[r], (long long)t->full);
+                return -1;
+            }
+        /* Shared parameters are summed across stages whole: a TP-sharded
+         * one would need the holders' slices to agree, which nothing
+         * guarantees (tp_shard never shards a tied weight today). */
+        if (p->shared) {
+            snprintf(err, errlen, "stage config: param '%s' is both TP-sharded and shared with "
+                     "other stages (not supported)", t->name);
+            return -1;
+        }
+        p->tpshard = k;
+    }
+    return 0;
+}
+
+void stage_tp_config_free(StageConfig *c) {
+    for (int k = 0; k < c->ntpshards; k++) free(c->tpshards[k].name);
+    free(c->tpshards);
+    free(c->tp);
+    c->tpshards = NULL;
+    c->tp = NULL;
+    c->ntpshards = 0;
+}
+
+
 static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, char *err,
                       size_t errlen) {
     const char *k = f[0];
@@ -206,6 +309,8 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
         *seen_end = 1;
         return 0;
     }
+    if (!strcmp(k, "tp") || !strcmp(k, "tpshard"))
+        return stage_tp_parse_line(c, f, nf, ln, err, errlen);
     return 0; /* unknown record: tolerated */
 }
 
@@ -242,7 +347,7 @@ static int check(StageConfig *c, char *err, size_t errlen) {
             p->name);
     }
 #undef REQ
-    return 0;
+    return stage_tp_check(c, err, errlen);
 }
 
 int stage_config_parse(const char *text, StageConfig *c, char *err, size_t errlen) {
@@ -290,5 +395,6 @@ void stage_config_free(StageConfig *c) {
     free(c->xfers);
     free(c->shared);
     free(c->dp);
+    stage_tp_config_free(c);
     memset(c, 0, sizeof *c);
 }

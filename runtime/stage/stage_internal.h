@@ -21,7 +21,21 @@ typedef struct StageParam {
     int64_t numel;
     int64_t off_param, off_acc, off_m, off_v; /* off_v -1 for SGD */
     int shared_index; /* index into StageConfig.shared, -1 if not shared */
+    int tpshard;      /* index into StageConfig.tpshards, -1 if replicated over TP */
 } StageParam;
+
+/* A `tpshard` record (docs/STAGE_ABI.md): the param's arena tensor is TP
+ * rank r's slice along `axis` of the unsharded tensor (extent `full`): the
+ * concatenation of [start[k] + r len[k], start[k] + (r+1) len[k]). */
+#define STAGE_TP_MAX_RANGES 8
+typedef struct StageTpShard {
+    char *name;
+    int param;   /* index into StageConfig.params */
+    int axis;
+    int64_t full;
+    int nranges;
+    int64_t start[STAGE_TP_MAX_RANGES], len[STAGE_TP_MAX_RANGES];
+} StageTpShard;
 
 typedef struct StageXfer {
     int id;        /* plan-wide id (tags) */
@@ -53,6 +67,9 @@ typedef struct StageConfig {
     int nxfers;
     StageShared *shared;
     int nshared;
+    int *tp;                 /* [nstages] TP degrees (`tp` record), NULL: 1 everywhere */
+    StageTpShard *tpshards;
+    int ntpshards;
 } StageConfig;
 
 /* Parse the "hetc-stage 1" text (docs/STAGE_ABI.md).  Unknown record kinds
@@ -60,6 +77,14 @@ typedef struct StageConfig {
  * errors naming the line.  0 or -1 with err. */
 int stage_config_parse(const char *text, StageConfig *c, char *err, size_t errlen);
 void stage_config_free(StageConfig *c);
+
+/* stage_tp.c: the `tp` / `tpshard` records.  stage_tp_parse_line returns 1
+ * when the record is not one of them, 0 when parsed, -1 with err. */
+int stage_tp_parse_line(StageConfig *c, char **f, int nf, int ln, char *err, size_t errlen);
+int stage_tp_check(StageConfig *c, char *err, size_t errlen); /* after the last record */
+void stage_tp_config_free(StageConfig *c);
+/* This stage's TP degree (1 without a `tp` record). */
+int stage_tp_degree(const StageConfig *c);
 
 /* ------------------------------------------------------------ runtime state */
 typedef struct StageRt {
@@ -136,6 +161,16 @@ int stage_sync_grads(StageRt *rt, double *norm);
 int stage_sync_loss(StageRt *rt, double *loss);
 /* Lowest stage holding parameter p (this stage unless shared). */
 int stage_param_owner(const StageRt *rt, const StageParam *p);
+
+/* stage_tp.c: checkpoint slicing.  A sharded tensor viewed as
+ * [outer][dim][inner] with dim the sharded axis: `local` (this rank's
+ * slice, dim = sum of len) <-> `full` (dim = t->full). */
+int stage_tp_geometry(const StageTpShard *t, const int64_t *local_shape, int ndim,
+                      int64_t *outer, int64_t *inner, int64_t *local_dim);
+void stage_tp_slice(const StageTpShard *t, int rank, const float *full, float *local,
+                    int64_t outer, int64_t inner);
+void stage_tp_place(const StageTpShard *t, int rank, const float *local, float *full,
+                    int64_t outer, int64_t inner);
 
 /* stage_ckpt.c */
 int stage_ckpt_load(StageRt *rt, const char *ckpt_path, int with_opt);

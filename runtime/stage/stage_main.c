@@ -310,9 +310,11 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
 
     int expect = 0;
     for (int s = 0; s < c->nstages; s++) expect += c->dp[s];
-    if (rt_init(&rt.ctx, &argc, &argv, c->nstages, c->dp))
-        STAGE_DIE("the plan needs %d ranks (%d stages, DP degrees as in the config) -- "
-                  "launch it with build/launch.sh", expect, c->nstages);
+    /* Always the TP-aware init: it learns every stage's TP degree from the
+     * stage's own ranks, so a config needs only its own stage's right. */
+    if (rt_init_tp(&rt.ctx, &argc, &argv, c->nstages, c->dp, c->stage, stage_tp_degree(c)))
+        STAGE_DIE("the plan needs %d ranks or more (%d stages, DP x TP degrees as in the "
+                  "configs) -- launch it with build/launch.sh", expect, c->nstages);
     rt.ctx_up = 1;
     if (rt.ctx.stage != c->stage)
         STAGE_DIE("the binary of stage %d runs on world rank %d, which the plan gives to stage "
@@ -348,7 +350,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     const HetcStageFn *init = find_fn(desc, "init");
     if (init) run_fn(&rt, init, NULL, "during init");
 
-    int printer = c->stage == c->nstages - 1 && rt.ctx.dp_rank == 0;
+    int printer = c->stage == c->nstages - 1 && rt.ctx.dp_rank == 0 && rt.ctx.tp_rank == 0;
     int64_t start = load_state(&rt, &o, printer);
     if (printer && !o.quiet) {
         printf("hetrt stage %d of %d: %d ranks, %d parameters, %lld tokens/step, %s, data %s "

@@ -1,5 +1,5 @@
 /* Gradient synchronisation after a step's microbatches: the DP sum inside
- * each stage, the sum of shared parameters' gradients over the stages that
+ * each stage (over the ranks of equal TP rank: ctx.dp_comm), the sum of shared parameters' gradients over the stages that
  * hold them, and the global gradient norm over the whole model.
  *
  * The last stage scales its loss by local_rows / rows, so plain sums give
@@ -66,7 +66,9 @@ int stage_sync_grads(StageRt *rt, double *norm) {
     /* Shared parameters: after the DP sum every rank of a stage holds its
      * stage's gradient; dp rank 0 alone contributes it (the others send
      * zeros), so the sum over the holders is exactly the sum of the
-     * stages' gradients, with no 1/dp rescaling to round. */
+     * stages' gradients, with no 1/dp rescaling to round.  With TP the
+     * TP ranks hold identical copies (a shared parameter is never
+     * sharded: stage_config.c), so TP rank 0 alone contributes too. */
     for (int s = 0; s < c->nshared; s++) {
         if (rt->shared_comm[s] == MPI_COMM_NULL) continue;
         StageParam *p = NULL;
@@ -78,7 +80,8 @@ int stage_sync_grads(StageRt *rt, double *norm) {
             return 1;
         }
         float *acc = arena_f32(rt, p->off_acc, p->numel);
-        if (rt->ctx.dp_rank != 0 && stage_be_zero(rt, acc, (size_t)p->numel * sizeof(float)))
+        if ((rt->ctx.dp_rank != 0 || rt->ctx.tp_rank != 0) &&
+            stage_be_zero(rt, acc, (size_t)p->numel * sizeof(float)))
             return 1;
         snprintf(what, sizeof what, "shared-gradient all-reduce of '%s' (stage %d)", p->name,
                  c->stage);
@@ -86,12 +89,19 @@ int stage_sync_grads(StageRt *rt, double *norm) {
             return 1;
     }
     /* Global norm: every parameter once (a shared one on its lowest
-     * holding stage), dp rank 0 of each stage only. */
+     * holding stage), dp rank 0 of each stage only; a TP-sharded one on
+     * every TP rank (each holds a disjoint slice), a replicated one on TP
+     * rank 0 only.  Replicated parameters' gradients are equal on all TP
+     * ranks: they are computed from replicated values only (TpCopy's
+     * gradient and TpAllReduce's output are summed over the group before
+     * any replicated node reads them, and MPI's sum is the same on every
+     * rank), so counting rank 0's is counting each once. */
     double sq = 0;
     if (rt->ctx.dp_rank == 0)
         for (int i = 0; i < c->nparams; i++) {
             StageParam *p = &c->params[i];
             if (stage_param_owner(rt, p) != c->stage) continue;
+            if (p->tpshard < 0 && rt->ctx.tp_rank != 0) continue;
             double ps = 0; /* in double: millions of squares */
             if (stage_be_sumsq(rt, arena_f32(rt, p->off_acc, p->numel), p->numel, &ps)) return 1;
             sq += ps;

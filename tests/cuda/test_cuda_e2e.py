@@ -1,8 +1,11 @@
 """The example GPT trains on one GPU with the CUDA backend (issue 7, "done when").
 
 Compiled with --backend=cuda for a one-device cluster (one stage) and for
-examples/clusters/tiny_pair.yaml (two stages; both ranks share the one GPU,
-so their link is CPU-mediated), then run with launch.sh.  Oracle: `hetc
+examples/clusters/tiny_pair.yaml (two stages over a `device-direct` link:
+with two or more GPUs the ranks take one each and the link runs NCCL
+point-to-point; with one GPU both ranks share it and the link falls back to
+the CPU-mediated path -- HETRT_VERBOSE's line says which, and the test checks
+it against the GPU count), then run with launch.sh.  Oracle: `hetc
 train` on the host, same data order and microbatching.  The device keeps
 fp32 storage and accumulates in fp32 with other summation orders (cuBLASLt,
 atomics in EmbeddingGrad), so losses agree to 1e-3 relative per step, and
@@ -62,7 +65,15 @@ one = os.path.join(WORK, "one_gpu.yaml")
 open(one, "w").write(ONE_GPU)
 pair = os.path.join(SRC, "examples", "clusters", "tiny_pair.yaml")
 
-for name, cluster in (("one stage", one), ("two stages, CPU-mediated", pair)):
+def gpu_count():
+    try:
+        p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return len([l for l in p.stdout.splitlines() if l.startswith("GPU ")]) or None
+
+
+for name, cluster in (("one stage", one), ("two stages, direct link", pair)):
     out = os.path.join(WORK, name.split()[0])
     p = run([HETC, MODEL, cluster, "--backend=cuda", "--seq", str(SEQ), "--microbatch", str(MB),
              "--global-batch", str(GB), "--threads", "2", "--steps", str(STEPS), *OPT, "-o", out])
@@ -82,8 +93,17 @@ for name, cluster in (("one stage", one), ("two stages, CPU-mediated", pair)):
     check(ref.returncode == 0, "hetc train failed")
     ref_l = losses(ref.stdout)
     p = run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", str(STEPS),
-             "--checkpoint-dir", os.path.join(out, "ckpt")])
+             "--checkpoint-dir", os.path.join(out, "ckpt")],
+            env=dict(os.environ, HETRT_VERBOSE="1"))
     check(p.returncode == 0, f"{name}: launch.sh exit {p.returncode}")
+    if cluster == pair:
+        n = gpu_count()
+        nccl = "link to stage 1: NCCL point-to-point" in p.stderr
+        shared = "CPU-mediated here" in p.stderr
+        if n is not None:
+            check(nccl if n >= 2 else shared, f"{name}: {n} GPU(s) but the link reports "
+                  f"{'NCCL' if nccl else 'CPU-mediated' if shared else 'nothing'}")
+        print(f"{name}: {n} GPU(s), link {'NCCL' if nccl else 'CPU-mediated'}", flush=True)
     got = losses(p.stdout)
     check(len(got) == STEPS, f"{name}: {len(got)} loss lines of {STEPS}")
     rels = [abs(got[k] - ref_l[k]) / max(abs(ref_l[k]), 1e-30) for k in got if k in ref_l]

@@ -1,6 +1,7 @@
 /* The stage config parser (runtime/stage/stage_config.c): fields of a full
- * config, %XX-escaped names, tolerated unknown records, and errors that
- * name the line for malformed known ones. */
+ * config, %XX-escaped names, tolerated unknown records, errors that name
+ * the line for malformed known ones; the `tp` / `tpshard` records and the
+ * checkpoint slicing of a sharded tensor against index arithmetic. */
 #include <stdio.h>
 #include <string.h>
 
@@ -63,6 +64,54 @@ int main(void) {
     CHECK(c.xfers[1].send && c.xfers[1].grad && c.xfers[1].row_bytes == 256);
     CHECK(c.nshared == 1 && c.shared[0].nstages == 3 && c.shared[0].stages[2] == 2);
     stage_config_free(&c);
+
+    /* tensor parallelism: `tp` and `tpshard` (ranges for rank 0) */
+    static const char *TP =
+        "hetc-stage 1\nstage 1\nstages 2\ndp 1 2\nrows 4\nlocal_rows 2\nseq 2\naccum 1\n"
+        "param w layer 1 shared 0 numel 24 param 0 acc 128 m 256 v 384\n"
+        "param b layer 1 shared 0 numel 6 param 512 acc 576 m 640 v 704\n"
+        "param ln layer 1 shared 0 numel 4 param 768 acc 832 m 896 v 960\n"
+        "tp 1 2\n"
+        "tpshard w axis 1 full 12 ranges 0 2 4 2 8 2\n"
+        "tpshard b axis 0 full 12 ranges 0 2 4 2 8 2\nend\n";
+    CHECK(stage_config_parse(TP, &c, err, sizeof err) == 0);
+    if (err[0]) fprintf(stderr, "%s\n", err);
+    CHECK(c.tp && c.tp[0] == 1 && c.tp[1] == 2 && stage_tp_degree(&c) == 2);
+    CHECK(c.ntpshards == 2 && c.params[0].tpshard == 0 && c.params[1].tpshard == 1 &&
+          c.params[2].tpshard == -1);
+    if (c.ntpshards == 2) {
+        const StageTpShard *t = &c.tpshards[0];
+        CHECK(t->axis == 1 && t->full == 12 && t->nranges == 3 && t->start[2] == 8 &&
+              t->len[2] == 2);
+        /* [4, 12] full, rank 1 of 2 keeps columns 2-3, 6-7, 10-11: [4, 6] */
+        float full[48], loc[24], back[48];
+        for (int i = 0; i < 48; i++) full[i] = (float)i, back[i] = -1.0f;
+        int64_t shape[2] = {4, 6}, outer, inner, ldim;
+        CHECK(stage_tp_geometry(t, shape, 2, &outer, &inner, &ldim) == 0 && outer == 4 &&
+              inner == 1 && ldim == 6);
+        stage_tp_slice(t, 1, full, loc, outer, inner);
+        int ok = 1;
+        for (int r = 0; r < 4; r++)
+            for (int j = 0; j < 6; j++) {
+                int col = (j / 2) * 4 + 2 + j % 2;
+                ok &= loc[r * 6 + j] == full[r * 12 + col];
+            }
+        CHECK(ok);
+        stage_tp_place(t, 1, loc, back, outer, inner);
+        for (int i = 0; i < 48; i++) ok &= back[i] == ((i % 4) >= 2 ? full[i] : -1.0f);
+        CHECK(ok);
+    }
+    stage_config_free(&c);
+    CHECK(parse_err("hetc-stage 1\nstages 2\ndp 1 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "tp 2\n", "line 8"));
+    CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "tp 2\ntpshard nope axis 0 full 4 ranges 0 2\n", "names no param"));
+    CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "param w layer 1 shared 0 numel 2 param 0 acc 64 m 128 v 192\n"
+                    "tpshard w axis 0 full 4 ranges 0 2\n", "TP degree 1"));
+    CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "param w layer 1 shared 0 numel 2 param 0 acc 64 m 128 v 192\n"
+                    "tp 2\ntpshard w axis 0 full 3 ranges 0 2\n", "full extent"));
 
     CHECK(parse_err("", "hetc-stage 1"));
     CHECK(parse_err("hetc-stage 2\n", "line 1"));

@@ -82,8 +82,8 @@ def gap(q):
     q["stages"][1]["layers"][0] += 1
 
 
-def tp2(q):
-    q["stages"][0]["tp"] = 2
+def tp0(q):
+    q["stages"][0]["tp"] = 0
 
 
 def dp3(q):
@@ -91,7 +91,7 @@ def dp3(q):
 
 
 bad_plan("gap", gap, r"stages\[1\]\.\"layers\"")
-bad_plan("tp2", tp2, r"stages\[0\]\.\"tp\"")
+bad_plan("tp0", tp0, r"stages\[0\]\.\"tp\"")
 bad_plan("dp3", dp3, r"stages\[0\]\.\"dp\"")
 
 # 3. a missing stage binary

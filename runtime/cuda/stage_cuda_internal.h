@@ -1,0 +1,67 @@
+/* What the CUDA stage backend's files share (stage_backend_cuda.c: arena,
+ * nodes, gradient all-reduce; stage_p2p_cuda.c: NCCL point-to-point stage
+ * links).  Not an interface beyond runtime/cuda. */
+#ifndef HETRT_STAGE_CUDA_INTERNAL_H
+#define HETRT_STAGE_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "cudaexec.h"
+#include "stage_internal.h"
+
+/* A reduction group: the DP group (index 0) or shared parameter s (1 + s);
+ * also one direction of a stage link. */
+typedef struct CudaGroup {
+    int decided;  /* transport chosen */
+    int nccl;     /* 1: NCCL, 0: CPU-mediated (MPI on host copies) */
+    ncclComm_t comm;
+} CudaGroup;
+
+/* A device staging copy of one NCCL send (the arena region may be reused
+ * before the send completes, exactly like the MPI path's deferred sends). */
+typedef struct CudaStaging {
+    void *buf;
+    size_t cap;
+    cudaEvent_t done; /* recorded on the send stream after the send */
+    int busy;
+} CudaStaging;
+
+/* One `link PEER direct` boundary run over NCCL point-to-point. */
+typedef struct CudaLink {
+    int peer;
+    int lo, hi;          /* the two stages, lo < hi */
+    MPI_Comm comm;       /* lo's ranks then hi's ranks */
+    CudaGroup dir[2];    /* [0]: lo -> hi (activations), [1]: hi -> lo (gradients) */
+} CudaLink;
+
+typedef struct CudaBe {
+    int device, ndev, local_rank, local_size;
+    int force_cpu;      /* HETRT_TRANSPORT=cpu */
+    CudaExec x;
+    int x_up;
+    CudaGroup *groups;  /* [1 + nshared] */
+    double *dsum;       /* device double for sums of squares */
+    /* NCCL stage links (stage_p2p_cuda.c) */
+    CudaLink *links;    /* only the links that use NCCL */
+    int nlinks;
+    cudaStream_t send_stream, recv_stream;
+    cudaEvent_t compute_mark; /* "the compute stream got this far" */
+    CudaStaging *staging;
+    int nstaging;
+} CudaBe;
+
+int cuda_err(const char *what, cudaError_t e); /* rt_log_error, returns 1 */
+/* Wait for stream st with the runtime's deadline; comm (or NULL) is polled
+ * for NCCL errors and aborted on timeout. */
+int cuda_wait_stream(StageRt *rt, cudaStream_t st, ncclComm_t comm, const char *what);
+/* NCCL for g over comm when every member has its own GPU (and
+ * HETRT_TRANSPORT is not cpu); collective over comm. */
+int cuda_group_decide(StageRt *rt, CudaGroup *g, MPI_Comm comm, const char *what);
+
+/* The `link` records: communicators of the direct links, collectively with
+ * the peers (stage_be_setup); and their release (stage_be_teardown). */
+int stage_cuda_links_setup(StageRt *rt);
+void stage_cuda_links_teardown(StageRt *rt);
+
+#endif
