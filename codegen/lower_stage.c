@@ -228,6 +228,17 @@ static char *config_text(const PartStage *st, const LowerOpts *o, const MemPlan 
                   (long long)p->v_off);
         free(nm);
     }
+    /* ZeRO: a record only when in effect (configs without it are unchanged);
+     * each param's update slice buffer (docs/STAGE_ABI.md) */
+    if (st->zero) {
+        sb_printf(&b, "zero %d\n", st->zero);
+        for (int i = 0; i < mp->nparams; i++) {
+            char *nm = lower_config_name(mp->params[i].name);
+            sb_printf(&b, "zslice %s len %lld off %lld\n", nm, (long long)mp->params[i].zlen,
+                      (long long)mp->params[i].zp_off);
+            free(nm);
+        }
+    }
     /* shared parameters of the whole plan (every config lists all of them:
      * the runtimes create their gradient groups collectively) */
     for (int s = 0; o->all_stages && s < o->nstages; s++)
@@ -365,13 +376,13 @@ static int action_call(const MemPlan *mp, const PartStage *st, int fn, const MpA
         c->args[2] = i64_arg(p->numel);
         return ptr_loc(mp, st, 0, p->grad, "gradient", &c->args[1], err);
     case MP_COPY: {
-        int64_t dst = a->sub == 0 ? p->param_off : a->sub == 1 ? p->m_off : p->v_off;
+        int64_t dst = a->sub == 0 ? p->zp_off : a->sub == 1 ? p->m_off : p->v_off;
         if (dst < 0)
             return ir_errorf(err, "stage %d: update output '%s' has no state buffer to carry into",
                              st->stage, p->upd[a->sub]->name);
         c->fn = "hetrt_copy", c->nargs = 3;
         c->args[0] = arena_arg(dst);
-        c->args[2] = i64_arg(p->bytes);
+        c->args[2] = i64_arg(p->zlen * 4); /* the whole tensor, or the ZeRO slice */
         return ptr_loc(mp, st, 1, p->upd[a->sub], "update output", &c->args[1], err);
     }
     case MP_ZERO:

@@ -77,6 +77,7 @@ static int plan_params(const PartStage *st, MemPlan *mp, IrError *err) {
                              st->stage, pn, ir_dtype_name(pv->dtype));
         if (value_bytes(pv, st->stage, "train", &p->bytes, err)) return -1;
         p->numel = p->bytes / 4;
+        p->zlen = st->zero ? part_zero_len(p->numel, st->dp) : p->numel;
         char nm[1200];
         snprintf(nm, sizeof nm, "grad/%s", pn);
         p->grad = ir_graph_find_value(t, nm);
@@ -98,9 +99,9 @@ static int plan_params(const PartStage *st, MemPlan *mp, IrError *err) {
             return ir_errorf(err, "stage %d: update graph has no output 'upd/%s'", st->stage, pn);
         for (int k = 0; k < 3; k++)
             if (p->upd[k] && (p->upd[k]->dtype != IR_F32 || !p->upd[k]->shape_known ||
-                              ir_shape_numel(&p->upd[k]->shape) != p->numel))
+                              ir_shape_numel(&p->upd[k]->shape) != p->zlen))
                 return ir_errorf(err, "stage %d: update output '%s' is not f32 of %lld elements",
-                                 st->stage, p->upd[k]->name, (long long)p->numel);
+                                 st->stage, p->upd[k]->name, (long long)p->zlen);
     }
     /* arena: all params, then all accumulators, then all state */
     int64_t off = 0;
@@ -125,12 +126,20 @@ static int plan_params(const PartStage *st, MemPlan *mp, IrError *err) {
         int has_v = ir_graph_find_value(u, nm) != NULL;
         if (has_m || p->upd[1]) {
             p->m_off = off;
-            off += align_up(p->bytes);
+            off += align_up(p->zlen * 4);
         }
         if (has_v || p->upd[2]) {
             p->v_off = off;
-            off += align_up(p->bytes);
+            off += align_up(p->zlen * 4);
         }
+    }
+    mp->zero = st->zero;
+    for (int i = 0; i < mp->nparams; i++) {
+        MpParam *p = &mp->params[i];
+        p->zp_off = p->param_off;
+        if (!st->zero) continue;
+        p->zp_off = off;
+        off += align_up(p->zlen * 4);
     }
     mp->opt_bytes = off - mp->param_bytes - mp->grad_bytes;
     mp->lr_off = off;
@@ -307,7 +316,10 @@ static int place_update_values(const PartStage *st, MemPlan *mp, const int *uses
             if ((p = find_param(mp, n)) < 0)
                 return ir_errorf(err, "stage %d: update graph parameter '%s' is not the stage's",
                                  st->stage, n);
-            l->off = mp->params[p].param_off;
+            l->off = mp->params[p].zp_off;
+            if (l->bytes != mp->params[p].zlen * 4)
+                return ir_errorf(err, "stage %d: update graph parameter '%s' is not %lld f32",
+                                 st->stage, n, (long long)mp->params[p].zlen);
         } else if (v->kind == IR_VK_OPTSTATE) {
             int sub = !strncmp(n, "opt/m/", 6) ? 1 : !strncmp(n, "opt/buf/", 8) ? 1
                       : !strncmp(n, "opt/v/", 6) ? 2 : 0;
@@ -316,12 +328,12 @@ static int place_update_values(const PartStage *st, MemPlan *mp, const int *uses
                 return ir_errorf(err, "stage %d: optimizer state '%s' belongs to no parameter",
                                  st->stage, n);
             l->off = sub == 1 ? mp->params[p].m_off : mp->params[p].v_off;
-            if (l->bytes != mp->params[p].bytes || l->off < 0)
+            if (l->bytes != mp->params[p].zlen * 4 || l->off < 0)
                 return ir_errorf(err, "stage %d: optimizer state '%s' does not match '%s'",
                                  st->stage, n, mp->params[p].name);
         } else if (v->kind == IR_VK_INPUT && !strncmp(n, "grad/", 5) &&
                    (p = find_param(mp, n + 5)) >= 0) {
-            if (v->dtype != IR_F32 || l->bytes != mp->params[p].bytes)
+            if (v->dtype != IR_F32 || l->bytes != mp->params[p].zlen * 4)
                 return ir_errorf(err, "stage %d: update input '%s' is not f32 like its parameter",
                                  st->stage, n);
             l->off = mp->params[p].acc_off;

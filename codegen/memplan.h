@@ -10,7 +10,12 @@
  *  - accumulators: one f32 buffer per param (hetrt_accum target);
  *  - optimizer state: m and v (AdamW) or buf (SGD momentum, stored as m)
  *    per param, as the update graph declares them (opt/m/P, opt/v/P,
- *    opt/buf/P);
+ *    opt/buf/P); with ZeRO (st->zero > 0) each of zlen elements (this DP
+ *    rank's slice), followed by one zlen parameter slice per param (the
+ *    update graph's P; the runtime copies P's slice in and all-gathers it
+ *    back), all counted as optimizer state; the update's grad/P is the
+ *    first zlen elements of the accumulator (the runtime reduce-scatters
+ *    into it);
  *  - scalars: lr (f32), step (i64), grad_norm (f32);
  *  - scratch: reused by every function call.  forward puts there the
  *    forward values no backward node reads (temporaries; with recompute,
@@ -78,6 +83,10 @@ typedef struct MpParam {
     int64_t numel, bytes;
     int64_t param_off, acc_off;
     int64_t m_off, v_off; /* -1: no such state */
+    int64_t zlen;         /* elements the update runs on: numel, or with ZeRO this DP rank's
+                           * padded slice part_zero_len(numel, dp) */
+    int64_t zp_off;       /* the update graph's parameter: param_off, or with ZeRO the slice
+                           * buffer (zlen f32) the runtime fills from / gathers into P */
     IrValue *grad;        /* the train graph's "grad/P" output */
     IrValue *upd[3];      /* update outputs upd/P, upd/{m,buf}/P, upd/v/P (NULL: none) */
 } MpParam;
@@ -93,6 +102,7 @@ typedef struct MemPlan {
     int64_t arena_bytes;
     /* report: bytes of each region (aligned sizes) */
     int64_t param_bytes, grad_bytes, opt_bytes, scalar_bytes;
+    int zero;             /* the stage's ZeRO level in effect (PartStage.zero) */
     /* per value, indexed by IrValue.id of the train / update graph */
     MpLoc *train_loc, *upd_loc;
     int ntrain_loc, nupd_loc;

@@ -234,21 +234,15 @@ int cmd_compile(int argc, char **argv) {
     }
     co.model = model;
     const char *out = co.out_dir ? co.out_dir : "build";
-    /* the stage binaries split a microbatch's rows evenly over a stage's DP ranks, and
-     * do not run ZeRO yet (recompute and TP they do): plan within that.  TP only when
-     * asked (--max-tp N): the planner costs TP on any stage, but tp_shard shards only
-     * attention / MLP patterns, and a TP stage with none (e.g. the head alone) does
-     * not compile. */
-    int user_tp = 0;
-    for (int k = 0; k < pargc; k++)
-        user_tp |= !strncmp(pargv[k], "--max-tp", 8);
+    /* the stage binaries split a microbatch's rows evenly over a stage's DP ranks (ZeRO,
+     * recompute and TP they run): plan within that.  TP needs no
+     * restriction: the planner offers tp > 1 only to stages holding whole attention /
+     * MLP patterns that tp_shard shards at that tp (passes/planner/intra_ir.c). */
     pargv[pargc++] = "--dp-divides-microbatch";
-    if (!user_tp) {
-        pargv[pargc++] = "--max-tp";
-        pargv[pargc++] = "1";
+    if (ca.backend_cuda) { /* the CUDA stage runtime has no ZeRO yet (docs/CUDA.md) */
+        pargv[pargc++] = "--zero";
+        pargv[pargc++] = "0";
     }
-    pargv[pargc++] = "--zero";
-    pargv[pargc++] = "0";
     if (!co.out_dir) {
         pargv[pargc++] = "-o";
         pargv[pargc++] = (char *)out;

@@ -145,12 +145,7 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
             ir_errorf(err, "%s: %s\"zero\" must be 0, 1 or 2", path, where);
             goto done;
         }
-        c->zero = zr ? (int)i64 : 0;
-        if (c->zero) {
-            ir_errorf(err, "%s: %s\"zero\" is %d; stage binaries do not shard optimizer state "
-                      "yet (zero must be 0)", path, where, c->zero);
-            goto done;
-        }
+        c->zero = zr ? (int)i64 : 0; /* ZeRO 1/2: passes/partition.h, runtime stage_sync.c */
         const cJSON *rcm = cJSON_GetObjectItemCaseSensitive(o, "recompute");
         PartRecompute rm = PART_RC_NONE;
         if (rcm && (!cJSON_IsString(rcm) || part_recompute_parse(rcm->valuestring, &rm))) {

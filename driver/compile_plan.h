@@ -39,8 +39,8 @@ typedef struct CompPlan {
 } CompPlan;
 
 /* Read and check: stages cover layers 1..L contiguously, dp >= 1,
- * tp >= 1 (tensor parallelism: passes/tp_shard.h), zero == 0 (optimizer
- * sharding is not compiled yet), recompute one of none|full|selective,
+ * tp >= 1 (tensor parallelism: passes/tp_shard.h), zero 0, 1 or 2
+ * (optimizer-state sharding in the DP group), recompute one of none|full|selective,
  * global_batch divisible by microbatches, warm-ups non-increasing along the
  * pipe.  Errors name the file and the JSON key. */
 int comp_plan_read(const char *path, CompPlan *p, IrError *err);

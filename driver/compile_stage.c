@@ -128,7 +128,9 @@ int compile_stages(CompileStages *cs, IrError *err) {
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
     int *dp = malloc((size_t)S * sizeof *dp), *tp = malloc((size_t)S * sizeof *tp);
     PartRecompute *recompute = malloc((size_t)S * sizeof *recompute);
+    int *zero = malloc((size_t)S * sizeof *zero);
     for (int s = 0; s < S; s++) {
+        zero[s] = p->stages[s].zero;
         first[s] = p->stages[s].first_layer;
         last[s] = p->stages[s].last_layer;
         dp[s] = p->stages[s].dp;
@@ -143,6 +145,7 @@ int compile_stages(CompileStages *cs, IrError *err) {
     spec.dp = dp;
     spec.rows = rows;
     spec.recompute = recompute;
+    spec.zero = zero; /* optimizer-state sharding in the DP group (passes/partition.h) */
     /* Tensor parallelism: TP rank 0's graphs.  Every TP rank's graphs have
      * the same structure (only parameter slices differ, and the runtime
      * slices those from the unsharded checkpoint by its tp_rank), so one
@@ -196,6 +199,7 @@ done:
     free(dp);
     free(tp);
     free(recompute);
+    free(zero);
     return rc;
 }
 

@@ -297,7 +297,13 @@ static int build_update(const PartAna *A, int s, PartStage *st, IrError *err) {
         const IrValue *src = ir_graph_find_value(A->g, st->params[i].name);
         if (src->dtype != IR_F32)
             return ir_errorf(err, "stage %d: parameter '%s' is not f32", s, src->name);
-        IrValue *p = ir_value_new(u, src->name, IR_F32, &src->shape, IR_VK_PARAM);
+        IrShape sh = src->shape;
+        if (st->zero) { /* one DP rank's flat slice; [1, L] keeps the decay rule's rank */
+            int64_t len = part_zero_len(ir_shape_numel(&src->shape), st->dp);
+            int64_t d2[2] = {1, len};
+            sh = src->shape.rank >= 2 ? ir_shape_make(2, d2) : ir_shape_make(1, &len);
+        }
+        IrValue *p = ir_value_new(u, src->name, IR_F32, &sh, IR_VK_PARAM);
         snprintf(name, sizeof name, "grad/%s", p->name);
         ir_graph_add_input(u, ir_value_new(u, name, IR_F32, &p->shape, IR_VK_INPUT));
         n++;
@@ -343,6 +349,12 @@ int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *
     out->recompute = spec->recompute ? spec->recompute[s] : PART_RC_NONE;
     out->tp = tp;
     out->tp_rank = spec->tp_rank;
+    out->zero = spec->zero && out->dp > 1 ? spec->zero[s] : 0;
+    if (out->zero < 0 || out->zero > 2) {
+        part_ana_free(&A);
+        tp_shard_free(&tr);
+        return ir_errorf(err, "partition stage %d: zero %d (0, 1 or 2)", s, out->zero);
+    }
     /* the stage's share of the shards: parameters it holds */
     for (int i = 0; i < tr.nshards; i++) {
         if (!ir_graph_find_value(fwd, tr.shards[i].name)) continue;

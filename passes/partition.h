@@ -35,6 +35,12 @@
  *      global norm over all stages).  inputs: "grad/<P>", "lr", "step",
  *      "grad_norm"; PARAM values P and optstate values opt/m/P, opt/v/P
  *      (or opt/buf/P); outputs upd/P, upd/m/P, ... (state carry by name).
+ *      With ZeRO (spec->zero[s] > 0 and dp > 1) every parameter, gradient
+ *      and state of the update graph is one DP rank's flat slice of
+ *      part_zero_len(numel, dp) elements: shape [L] for parameters of rank
+ *      < 2 and [1, L] for the others, so the optimizer pass's rule "weight
+ *      decay on rank >= 2" still sees the original shape's rank (every
+ *      update op is elementwise, so a slice is as valid as the whole).
  */
 #ifndef HETC_PARTITION_H
 #define HETC_PARTITION_H
@@ -94,6 +100,9 @@ typedef struct PartStage {
     TpParamShard *tp_shards; /* the sharded parameters' slices for tp_rank (rank r's ranges
                               * are rank 0's shifted by r x len); the others are replicated */
     int ntp_shards;
+    int zero;          /* ZeRO level (0, 1, 2) in effect: 0 when dp == 1.  > 0: the update
+                        * graph is one DP rank's flat slice (part_zero_len elements) of
+                        * every parameter (see build_update) */
     char *data_input;  /* the model input of token ids this stage reads, or NULL */
     int reads_targets; /* 1: graph input "targets" */
 } PartStage;
@@ -107,7 +116,16 @@ typedef struct PartSpec {
     const PartRecompute *recompute;      /* [nstages], or NULL: none everywhere */
     const int *tp;                       /* [nstages] TP degree, or NULL: 1 everywhere */
     int tp_rank;                         /* which TP rank's graphs to build (0 .. tp[s]-1) */
+    const int *zero;                     /* [nstages] ZeRO level 0..2, or NULL: 0 everywhere */
 } PartSpec;
+
+/* ZeRO slice length of a parameter of numel elements over dp ranks: the
+ * largest rt_row_split share, ceil(numel / dp).  Every DP rank runs the same
+ * update graph, so shorter shares are padded with zeros (which AdamW / SGD
+ * keep at zero: zero gradient, zero state, zero parameter). */
+static inline int64_t part_zero_len(int64_t numel, int dp) {
+    return dp > 1 ? (numel + dp - 1) / dp : numel;
+}
 
 /* Naming of gradient inputs: a sent activation read by ONE later stage
  * gets one input "bgrad/<value>"; one read by several stages gets one input

@@ -16,7 +16,28 @@ typedef struct Ts {
     IrValue **copy_of, **copy_val; /* TpCopy memo: one per Linear input value */
     int ncopy;
     int first, last;               /* layer range of the patterns to shard (0, 0: all) */
+    /* tp_shard_find: match only, on the caller's graph; the matches go here */
+    int dry;
+    TpPattern *found;
+    int nfound, capfound;
 } Ts;
+
+/* a match in dry mode: append it (the graph is left as it is) */
+static TpPattern *add_found(Ts *t, int kind, const IrNode *row) {
+    if (t->nfound == t->capfound) {
+        t->capfound = t->capfound ? 2 * t->capfound : 16;
+        t->found = ir_xrealloc(t->found, sizeof *t->found * (size_t)t->capfound);
+    }
+    TpPattern *p = &t->found[t->nfound++];
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    p->row = row;
+    return p;
+}
+
+static void add_inner(TpPattern *p, const IrNode *n) {
+    if (n && p->ninner < TP_PATTERN_MAX_INNER) p->inner[p->ninner++] = n;
+}
 
 static int in_range(const Ts *t, const IrNode *n) {
     return (!t->first && !t->last) || (n->layer_id >= t->first && n->layer_id <= t->last);
@@ -241,6 +262,12 @@ static int try_mlp(Ts *t, IrNode *l2) {
     if (!l1 || !linear_weight_ok(c, l1) || uses(c, a) != 1 || !in_range(t, l1)) return 0;
     int64_t n = last_dim(a), k2 = l2->in[1]->shape.dims[0];
     if (n != k2 || n % t->tp) return t->res->skipped++, 0;
+    if (t->dry) {
+        TpPattern *p = add_found(t, TP_PATTERN_MLP, l2);
+        p->column[p->ncolumn++] = l1;
+        add_inner(p, u);
+        return 1;
+    }
     int64_t st = t->rank * (n / t->tp), ln = n / t->tp;
     column_linear(t, l1, 1, &st, &ln);
     row_linear(t, l2, st, ln);
@@ -296,6 +323,7 @@ static int try_attention(Ts *t, IrNode *l2) {
     if (!retarget_ok(t, merge, 1) || l2->in[1]->shape.dims[0] % t->tp)
         return t->res->skipped++, 0;
     int fused = ch[0].src->op == IR_OP_SPLIT;
+    TpPattern *pat = NULL; /* dry mode: filled once every check has passed */
     if (fused) {
         IrNode *s = ch[0].src;
         IrValue *x = s->in[0];
@@ -316,23 +344,45 @@ static int try_attention(Ts *t, IrNode *l2) {
             nsz[i] = ln[i];
             off += sz[i];
         }
-        for (int j = 0; j < 3; j++) retarget(t, ch[j].split_reshape, 2);
-        char nm[1200];
-        snprintf(nm, sizeof nm, "tp/sizes/%s", s->name);
-        s->in[1] = ir_const_i64s(c, nm, 3, nsz);
-        column_linear(t, l1, 3, st, ln);
+        if (t->dry) {
+            pat = add_found(t, TP_PATTERN_ATTENTION, l2);
+            pat->column[pat->ncolumn++] = l1;
+            add_inner(pat, s);
+        } else {
+            for (int j = 0; j < 3; j++) retarget(t, ch[j].split_reshape, 2);
+            char nm[1200];
+            snprintf(nm, sizeof nm, "tp/sizes/%s", s->name);
+            s->in[1] = ir_const_i64s(c, nm, 3, nsz);
+            column_linear(t, l1, 3, st, ln);
+        }
     } else {
         for (int j = 0; j < 3; j++) {
             IrNode *l1 = ch[j].src;
             if (!linear_weight_ok(c, l1) || last_dim(l1->out[0]) % t->tp || !in_range(t, l1))
                 return t->res->skipped++, 0;
         }
-        for (int j = 0; j < 3; j++) retarget(t, ch[j].split_reshape, 2);
-        for (int j = 0; j < 3; j++) {
+        if (t->dry) {
+            pat = add_found(t, TP_PATTERN_ATTENTION, l2);
+            for (int j = 0; j < 3; j++) pat->column[pat->ncolumn++] = ch[j].src;
+        }
+        if (!t->dry) for (int j = 0; j < 3; j++) retarget(t, ch[j].split_reshape, 2);
+        for (int j = 0; j < 3 && !t->dry; j++) {
             int64_t n = last_dim(ch[j].src->out[0]);
             int64_t st = t->rank * (n / t->tp), ln = n / t->tp;
             column_linear(t, ch[j].src, 1, &st, &ln);
         }
+    }
+    if (t->dry) {
+        /* the layout chains of q, k, v (their single-reader ops), then the
+         * head-parallel core up to the merge */
+        for (int j = 0; j < 3; j++)
+            for (IrValue *v = at->in[j]; v->producer && v->producer != ch[j].src;
+                 v = v->producer->in[0])
+                add_inner(pat, v->producer);
+        add_inner(pat, at);
+        add_inner(pat, tr);
+        add_inner(pat, merge);
+        return 1;
     }
     retarget(t, merge, 1);
     int64_t d = l2->in[1]->shape.dims[0];
@@ -378,6 +428,28 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
         tp_shard_free(out);
         return -1;
     }
+    return 0;
+}
+
+int tp_shard_find(const IrGraph *g, int tp, int first, int last, TpPattern **out, int *nout,
+                  int *skipped, IrError *err) {
+    *out = NULL;
+    *nout = 0;
+    if (skipped) *skipped = 0;
+    if (!g || tp < 1) return ir_errorf(err, "tp_shard_find: tp %d", tp);
+    TpShardResult res;
+    memset(&res, 0, sizeof res);
+    /* the matchers only read the graph in dry mode (no clone: parameters
+     * need no data here, and the planner calls this on full-size models) */
+    Ts t = {.c = (IrGraph *)g, .tp = tp, .res = &res, .first = first, .last = last, .dry = 1};
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *l2 = g->nodes[i];
+        if (l2->dead || !linear_weight_ok(t.c, l2) || !in_range(&t, l2)) continue;
+        if (!try_mlp(&t, l2)) try_attention(&t, l2);
+    }
+    *out = t.found;
+    *nout = t.nfound;
+    if (skipped) *skipped = res.skipped;
     return 0;
 }
 

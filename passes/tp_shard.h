@@ -63,4 +63,27 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
                     IrError *err);
 void tp_shard_free(TpShardResult *r);
 
+/* Query (the planner's view, passes/planner/intra_ir.c): the patterns
+ * tp_shard_layers(g, tp, ., first, last) would shard, found by the same
+ * matchers without rewriting anything (g needs no parameter data).  tp = 1
+ * lists every pattern the graph has (1 divides every dim); a pattern found
+ * at tp = 1 but missing at tp is one whose dims tp does not divide. */
+enum { TP_PATTERN_MLP = 1, TP_PATTERN_ATTENTION = 2 };
+#define TP_PATTERN_MAX_INNER 32
+typedef struct TpPattern {
+    int kind;                /* TP_PATTERN_* */
+    const IrNode *row;       /* the row-parallel Linear (output all-reduced in forward) */
+    const IrNode *column[3]; /* column-parallel Linears: MLP-in or fused QKV (1), or Q, K, V */
+    int ncolumn;
+    /* the nodes between them, whose outputs are sharded: the activation, or
+     * Split, the q/k/v layout ops, Attention, Transpose and the merge
+     * Reshape (at most TP_PATTERN_MAX_INNER: only counts would be lost) */
+    const IrNode *inner[TP_PATTERN_MAX_INNER];
+    int ninner;
+} TpPattern;
+/* *out (free() it) gets *n patterns in graph order; *skipped (may be NULL)
+ * the patterns started but left replicated, as TpShardResult.skipped. */
+int tp_shard_find(const IrGraph *g, int tp, int first, int last, TpPattern **out, int *n,
+                  int *skipped, IrError *err);
+
 #endif

@@ -171,6 +171,17 @@ int rt_dp_allreduce_f32(const RtContext *ctx, float *buf, size_t n, float scale,
 int rt_allreduce(const RtContext *ctx, MPI_Comm comm, void *buf, size_t count, MPI_Datatype type,
                  MPI_Op op, const char *what);
 
+/* ZeRO (docs/STAGES.md): the n floats of a tensor split over the DP group
+ * by flat element range like rt_row_split(n, dp_size, r).
+ * rt_dp_reduce_scatter_f32: in place, buf[0 .. count_r) becomes this
+ * rank's slice of the DP sum of buf[0 .. n) (the rest of buf is left
+ * undefined).  rt_dp_allgather_f32: full[start_r .. start_r + count_r) =
+ * rank r's slice[0 .. count_r) for every r.  Both under the timeout; on a
+ * one-rank group reduce-scatter is a no-op and all-gather a copy. */
+int rt_dp_reduce_scatter_f32(const RtContext *ctx, float *buf, size_t n, const char *what);
+int rt_dp_allgather_f32(const RtContext *ctx, const float *slice, float *full, size_t n,
+                        const char *what);
+
 /* Broadcast `bytes` bytes from rank `root` of comm, under the timeout.  A
  * no-op on a one-rank communicator or MPI_COMM_NULL. */
 int rt_bcast(const RtContext *ctx, MPI_Comm comm, void *buf, size_t bytes, int root,

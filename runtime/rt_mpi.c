@@ -160,6 +160,65 @@ int rt_allreduce(const RtContext *ctx, MPI_Comm comm, void *buf, size_t count, M
     return rt_wait(ctx, &p, 1, what);
 }
 
+/* Counts and displacements of the DP split of n elements (ints: MPI's). */
+static int *dp_counts(const RtContext *ctx, size_t n, int **displs, const char *what) {
+    int dp = ctx->dp_size;
+    int *c = calloc((size_t)dp * 2 + 2, sizeof *c);
+    if (!c) {
+        rt_log_error("%s: out of memory", what);
+        return NULL;
+    }
+    for (int r = 0; r < dp; r++) {
+        int64_t st, cnt;
+        rt_row_split((int64_t)n, dp, r, &st, &cnt);
+        c[r] = (int)cnt;
+        c[dp + r] = (int)st;
+    }
+    *displs = c + dp;
+    return c;
+}
+
+int rt_dp_reduce_scatter_f32(const RtContext *ctx, float *buf, size_t n, const char *what) {
+    if (check_count(n, what)) return 1;
+    if (ctx->dp_size <= 1 || n == 0) return 0;
+    int *displs, *counts = dp_counts(ctx, n, &displs, what);
+    if (!counts) return 1;
+    RtPending p = {MPI_REQUEST_NULL, "reduce-scatter in the DP group of stage", -1, 0,
+                   n * sizeof(float)};
+    int rc = 0;
+    if (MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, ctx->dp_comm,
+                            &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Ireduce_scatter failed", what);
+        rc = 1;
+    }
+    if (!rc) rc = rt_wait(ctx, &p, 1, what);
+    free(counts);
+    return rc;
+}
+
+int rt_dp_allgather_f32(const RtContext *ctx, const float *slice, float *full, size_t n,
+                        const char *what) {
+    if (check_count(n, what)) return 1;
+    if (n == 0) return 0;
+    if (ctx->dp_size <= 1) {
+        memmove(full, slice, n * sizeof(float));
+        return 0;
+    }
+    int *displs, *counts = dp_counts(ctx, n, &displs, what);
+    if (!counts) return 1;
+    RtPending p = {MPI_REQUEST_NULL, "all-gather in the DP group of stage", -1, 0,
+                   n * sizeof(float)};
+    int rc = 0, me = ctx->dp_rank;
+    if (MPI_Iallgatherv(slice, counts[me], MPI_FLOAT, full, counts, displs, MPI_FLOAT,
+                        ctx->dp_comm, &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Iallgatherv failed", what);
+        rc = 1;
+    }
+    if (!rc) rc = rt_wait(ctx, &p, 1, what);
+    free(counts);
+    return rc;
+}
+
 int rt_bcast(const RtContext *ctx, MPI_Comm comm, void *buf, size_t bytes, int root,
              const char *what) {
     if (comm == MPI_COMM_NULL || bytes == 0) return 0;

@@ -437,6 +437,33 @@ static void intra_plan(const CostModel *cm, int k, int a, Submesh sub, int dp, i
     out->feasible = out->mem_static + out->mem_act <= m->dev.mem_bytes;
 }
 
+/* May layers k..i run at this tp > 1?  Only where tp_shard shards
+ * something: a stage with no shardable pattern does not compile under TP
+ * (partition refuses it), and one whose patterns tp does not all divide,
+ * or that holds part of a pattern, would run them partly replicated, which
+ * the per-layer figures do not describe: not offered either. */
+static int tp_offered(const CostModel *cm, int k, int i, int tp)
+{
+    if (!cm->o.intra)
+        return 0;
+    int b = 0;
+    while (b < 31 && (1 << b) < tp)
+        b++;
+    int any = 0;
+    for (int l = k; l <= i; l++) {
+        const LayerIntra *li = &cm->o.intra[l - 1];
+        if (l - li->tp_span_before < k || l + li->tp_span_after > i)
+            return 0; /* cuts a pattern: it would run replicated, which the
+                         per-layer figures do not describe */
+        if (li->tp_patterns <= 0)
+            continue;
+        if (!((li->tp_divides >> b) & 1u))
+            return 0;
+        any = 1;
+    }
+    return any;
+}
+
 /* Enumerate the intra-op plans of a candidate (see cost_model.h).  Returns
  * the count written (at most cap), with *hits of the tp = 1 factorization. */
 static int intra_enumerate(const CostModel *cm, int k, int i, int a, Submesh sub, StageCost *outs,
@@ -450,6 +477,8 @@ static int intra_enumerate(const CostModel *cm, int k, int i, int a, Submesh sub
         *hits = 0;
     for (int tp = 1; tp <= max_tp && tp <= sub.m; tp *= 2) {
         if (devices % tp || sub.m % tp)
+            continue;
+        if (tp > 1 && !tp_offered(cm, k, i, tp))
             continue;
         int dp = devices / tp;
         if (cm->o.dp_divides > 0 && cm->o.dp_divides % dp)

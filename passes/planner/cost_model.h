@@ -40,7 +40,9 @@ int recompute_from_name(const char *s);      /* -1 if unknown */
 
 /* Tensor-parallel structure of one layer, read from the canonical IR by
  * layer_intra_from_ir (intra_ir.c; the reading is documented there and in
- * docs/PLANNER.md "Intra-op plans").  Per microbatch, before any DP split. */
+ * docs/PLANNER.md "Intra-op plans"): only the patterns tp_shard shards (so
+ * what the stage binaries run), everything else replicated under TP.  Per
+ * microbatch, before any DP split. */
 typedef struct LayerIntra {
     double tp_flops;        /* forward FLOPs of TP-sharded ops (Linear, Attention, ...) */
     double tp_flops_frac;   /* tp_flops / fwd_flops, in [0, 1]: the part divided by tp */
@@ -52,12 +54,23 @@ typedef struct LayerIntra {
     double attn_bytes;      /* saved attention internals (probabilities): what selective
                                recompute drops; 0 for a fused Attention op */
     double attn_flops;      /* forward FLOPs selective recompute runs again */
+    int tp_patterns;        /* TP-shardable patterns (MLP, attention) in the layer */
+    unsigned tp_divides;    /* bit b: tp = 2^b shards every one of them (bit 0 always) */
+    int tp_span_before, tp_span_after; /* the patterns with a node in this layer reach this
+                                   many layers before / after it: a stage that cuts one
+                                   is not offered tp > 1 (tp_shard would not shard it) */
 } LayerIntra;
 
 /* Fill out[0..L-1] from the graph whose nodes carry layer_id 1..L (the
  * layers pass).  Returns 0 or -1 with err set. */
 int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerIntra *out,
                         IrError *err);
+/* The same, and with vocab_parallel != 0 also a vocabulary-parallel
+ * Embedding and LM head + loss (for planning-only studies: the stage
+ * binaries do not shard them, so hetc compile cannot run such a plan).
+ * layer_intra_from_ir is vocab_parallel = 0. */
+int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, int vocab_parallel,
+                             LayerIntra *out, IrError *err);
 
 typedef struct CostOptions {
     double efficiency;          /* fraction of peak FLOP/s dense GEMMs reach (default 0.5) */
@@ -79,8 +92,11 @@ typedef struct CostOptions {
                                    k..i takes the cheapest plan whose memory fits
                                    min(inflight, L - i + 1) microbatches (default 1) */
     const LayerIntra *intra;    /* L entries (layers 1..L) or NULL: without it no layer is
-                                   TP-sharded (tp > 1 only replicates) and selective
-                                   recompute drops nothing; must outlive the model */
+                                   TP-sharded (tp > 1 is not offered) and selective
+                                   recompute drops nothing; must outlive the model.
+                                   tp > 1 is offered for layers k..i only when one of them
+                                   has a pattern (tp_patterns) and tp divides every
+                                   pattern of every one of them (tp_divides) */
     int prune_memory;           /* 1 (default): candidates that do not fit with K = 1 are
                                    reported infeasible and counted as pruned */
     int64_t dp_divides;         /* > 0: only intra-op plans whose dp divides this many rows

@@ -15,6 +15,10 @@
  *      stop at the first t_max with (B-1) t_max + LB >= best so far, skip a
  *      t_max whose relaxed DP already cannot beat the best, and inside a
  *      full DP drop partial sums that cannot (branch and bound);
+ *      (added by "dp-speed") prune runs of t_max with one probe
+ *      (skip_bounded: the bounds are non-increasing in t_max), cut from the
+ *      top after every improvement (shrink_top), bound each full-DP state
+ *      by its prefix too (dp_prefix);
  *   4. rebuild the best plan and fill its schedule (schedule.c).
  * The result does not depend on threads or batch size: batches are formed
  * the same way for any thread count and reduced in t_max order, and a
@@ -31,6 +35,9 @@
 #include <string.h>
 #include <time.h>
 #include <stdio.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define INF DBL_MAX
 
@@ -64,6 +71,15 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU time of the calling thread: the profile's parts (DpStats) stay
+ * meaningful when other work shares the cores. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -357,7 +373,11 @@ typedef struct Work {
     int *Ks;                /* [Smax+1]: K by stage count (schedules other than H-1F1B) */
     Front *Fr;              /* [L+2][D]: dp_pareto (H-1F1B only) */
     double *Fm;             /* [L+2][D]: dp_pareto's lower bound of F */
+    double *H;              /* [L+2][D]: dp_prefix */
     long transitions;
+    /* profile (DpStats): thread time per part and DP runs */
+    double t_keys, t_low, t_bounds, t_full;
+    long n_relaxed, n_pareto, n_feasible;
 } Work;
 
 /* Layout [k][pos][s]: the stage count is the innermost index, so one
@@ -385,8 +405,8 @@ static int better(double v, int n, int ch, double v0, int n0, int ch0)
  * Stage times and boundary costs are >= 0, so a dropped partial sum can
  * only lead to a total >= bound, and every state whose F stays below the
  * bound keeps the same F, N and choice as without it. */
-static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, Work *w,
-                     int *best_s)
+static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, const double *Gb,
+                     const double *Hf, Work *w, int *best_s)
 {
     const int L = x->L, P = od->P, B = x->B, S1 = x->Smax + 1;
     const DpOptions *opt = x->opt;
@@ -476,6 +496,20 @@ static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, W
                                 s_hi = w->shi[nstate] + 1;
                         }
                         size_t cstate = (size_t)k * x->D + od->off[p] + d - 1;
+                        /* (added by "dp-speed") thr: the bound for this state's
+                         * suffix; Hf (a lower bound of every prefix reaching the
+                         * state) makes it tighter, Gb (a lower bound of F at the
+                         * next state) skips the whole stage-count run. */
+                        double thr = bound;
+                        if (Hf) {
+                            double h = Hf[cstate];
+                            if (h == INF)
+                                continue; /* no prefix reaches this state */
+                            if (bound < INF)
+                                thr = bound - h + 1e-9 * (fabs(bound) + h);
+                        }
+                        if (Gb && !terminal && thr < INF && Gb[nstate] + w0 >= thr)
+                            continue;
                         if (h1 && !terminal && c != c_prev) {
                             K1 = schedule_warmup_step(SCHED_H1F1B, 1, 0, c, tmax, opt->eps, B,
                                                       NULL, NULL);
@@ -497,7 +531,7 @@ static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, W
                                     continue; /* Eq. 24 */
                                 int K = nn + K1 - 1 < B ? nn + K1 - 1 : B;
                                 double v = fn + w0; /* Eq. 14 / 18 */
-                                if (v >= bound)
+                                if (v >= thr)
                                     continue;
                                 size_t q = cur + s;
                                 if (better(v, K, chv, w->F[q], w->N[q], w->ch[q])) {
@@ -533,7 +567,7 @@ static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, W
                             if (K > kmax)
                                 continue; /* Eq. 24 */
                             double v = fn + w0; /* Eq. 14 / 18 */
-                            if (v >= bound)
+                            if (v >= thr)
                                 continue;
                             size_t q = cur + s;
                             if (better(v, K, chv, w->F[q], w->N[q], w->ch[q])) {
@@ -587,6 +621,43 @@ static int dp_trace(const Ctx *x, const Order *od, const Work *w, int s, StageRe
     return n;
 }
 
+/* g[d] = min(g[d], h[d] + w) for d in [0, n): the inner loop of the relaxed,
+ * prefix and bottleneck DPs (most of their time).  g and h are different
+ * rows of a table.  With SSE2, two lanes at a time: _mm_min_pd(v, g) is
+ * "v < g ? v : g" and _mm_max_pd(h, w) "h > w ? h : w", the scalar
+ * expressions below, bit for bit (no NaN occurs: INF + w stays INF). */
+static inline void row_min_add(double *restrict g, const double *restrict h, double w, int n)
+{
+    int d = 0;
+#ifdef __SSE2__
+    const __m128d wv = _mm_set1_pd(w);
+    for (; d + 2 <= n; d += 2) {
+        __m128d v = _mm_add_pd(_mm_loadu_pd(h + d), wv);
+        _mm_storeu_pd(g + d, _mm_min_pd(v, _mm_loadu_pd(g + d)));
+    }
+#endif
+    for (; d < n; d++) {
+        double v = h[d] + w;
+        g[d] = v < g[d] ? v : g[d];
+    }
+}
+
+static inline void row_min_max(double *restrict g, const double *restrict h, double w, int n)
+{
+    int d = 0;
+#ifdef __SSE2__
+    const __m128d wv = _mm_set1_pd(w);
+    for (; d + 2 <= n; d += 2) {
+        __m128d v = _mm_max_pd(_mm_loadu_pd(h + d), wv);
+        _mm_storeu_pd(g + d, _mm_min_pd(v, _mm_loadu_pd(g + d)));
+    }
+#endif
+    for (; d < n; d++) {
+        double v = h[d] > w ? h[d] : w;
+        g[d] = v < g[d] ? v : g[d];
+    }
+}
+
 /* Relaxed DP over (k, pos) without the stage count: min Σ (t + 2c) over
  * layouts whose candidates have t <= tmax, whose boundaries obey the comm
  * bound, and whose stages fit with the smallest K the schedule could give
@@ -638,11 +709,7 @@ static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters
                     if (!filters || relaxed_ok(x, tb, cs, 0, tmax)) {
                         double w = 2.0 * cs + tb->t;
                         const double *gn = &G[(size_t)(i + 1) * D + od->off[p]];
-                        for (int d = nm + 1; d <= Dp; d++) {
-                            double v = gn[d - nm - 1] + w;
-                            if (v < gk[d - 1])
-                                gk[d - 1] = v;
-                        }
+                        row_min_add(gk + nm, gn, w, Dp - nm); /* d = nm+1..Dp from d - nm */
                     }
                     /* d == nm: this mesh done, next stage on the next mesh */
                     if (p + 1 < P) {
@@ -658,6 +725,62 @@ static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters
             }
         }
     return G[(size_t)1 * D + od->off[0] + od->Dp[0] - 1];
+}
+
+/* Forward twin of dp_relaxed (added by "dp-speed"): H[k][pos] = the
+ * smallest Σ (t + 2c) of the stages before layer k over prefixes from the
+ * root (layer 1, all of π_1 free) to state (k, pos), with the same filters
+ * at tmax.  Every prefix of a plan the full DP can return is such a prefix,
+ * so H is a lower bound of it, and INF means no plan passes the state.
+ * Sums run in the other direction than the full DP's, so its users allow
+ * a relative slack for rounding. */
+static void dp_prefix(const Ctx *x, const Order *od, double tmax, double *H)
+{
+    const int L = x->L, D = x->D, P = od->P;
+    for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
+        H[q] = INF;
+    H[(size_t)1 * D + od->off[0] + od->Dp[0] - 1] = 0.0;
+    for (int k = 1; k < L; k++) /* a stage starting at L ends the plan: nothing to push */
+        for (int p = 0; p < P; p++) {
+            int a = od->mesh[p], Dp = od->Dp[p];
+            const double *hk = &H[(size_t)k * D + od->off[p]];
+            int dlo = 0; /* first d with a finite prefix */
+            while (dlo < Dp && hk[dlo] == INF)
+                dlo++;
+            if (dlo == Dp)
+                continue;
+            for (int j = 0; j < x->nsub[a]; j++) {
+                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
+                int nm = sub.n * sub.m;
+                if (nm > Dp)
+                    continue;
+                CandIter it;
+                cand_begin(&it, x, a, j, k, tmax);
+                int i;
+                while ((i = cand_next(&it)) >= 0) {
+                    if (i == L)
+                        continue;
+                    const Tab *tb = tab_at(x, a, j, k, i);
+                    double cs = comm_at(x, i, a, a);
+                    if (relaxed_ok(x, tb, cs, 0, tmax)) { /* d > nm: same mesh, d - nm left */
+                        double w = 2.0 * cs + tb->t;
+                        double *hn = &H[(size_t)(i + 1) * D + od->off[p]];
+                        int d0 = nm + 1 > dlo + 1 ? nm + 1 : dlo + 1;
+                        if (d0 <= Dp)
+                            row_min_add(hn + (d0 - nm - 1), hk + (d0 - 1), w, Dp - d0 + 1);
+                    }
+                    if (p + 1 < P && hk[nm - 1] < INF) { /* d == nm: on to π_{p+1} */
+                        double cx = comm_at(x, i, a, od->mesh[p + 1]);
+                        if (relaxed_ok(x, tb, cx, 0, tmax)) {
+                            double *hn = &H[(size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1];
+                            double v = hk[nm - 1] + 2.0 * cx + tb->t;
+                            if (v < *hn)
+                                *hn = v;
+                        }
+                    }
+                }
+            }
+        }
 }
 
 /* Exact-feasibility filter (added by "plan2"): a relaxation of the full DP
@@ -940,11 +1063,7 @@ static double dp_bottleneck(const Ctx *x, const Order *od, double *G)
                     if (cb && cs > w)
                         w = cs;
                     const double *gn = &G[(size_t)(i + 1) * D + od->off[p]];
-                    for (int d = nm + 1; d <= Dp; d++) {
-                        double v = gn[d - nm - 1] > w ? gn[d - nm - 1] : w;
-                        if (v < gk[d - 1])
-                            gk[d - 1] = v;
-                    }
+                    row_min_max(gk + nm, gn, w, Dp - nm);
                     if (p + 1 < P) {
                         double cx = comm_at(x, i, a, od->mesh[p + 1]), wx = tb->t;
                         if (cb && cx > wx)
@@ -963,7 +1082,15 @@ static double dp_bottleneck(const Ctx *x, const Order *od, double *G)
 /* Both filters of the low side; monotone in tmax, so binary-searchable. */
 static int tmax_possible(const Ctx *x, const Order *od, double tmax, Work *w)
 {
-    return dp_relaxed(x, od, tmax, 1, w->G) < INF && dp_feasible(x, od, tmax, w->Nm, w->Sm);
+    double t0 = cpu_s();
+    w->n_relaxed++;
+    int ok = dp_relaxed(x, od, tmax, 1, w->G) < INF;
+    if (ok) {
+        w->n_feasible++;
+        ok = dp_feasible(x, od, tmax, w->Nm, w->Sm);
+    }
+    w->t_low += cpu_s() - t0;
+    return ok;
 }
 
 /* The smallest candidate index in [lo0, limit) that dp_pareto accepts
@@ -980,7 +1107,10 @@ static int exact_low(const Ctx *x, const Order *od, int lo0, int limit, Work *w)
     int o;
     int hi = lo0, step = 1, prev = lo0 - 1; /* prev: known infeasible (or lo0 - 1) */
     for (;;) {
+        double t0 = cpu_s();
         int ok = dp_pareto(x, od, x->tcand[hi], w->Fr, w->Fm, &o);
+        w->n_pareto++;
+        w->t_low += cpu_s() - t0;
         if (o)
             return lo0;
         if (ok)
@@ -994,7 +1124,10 @@ static int exact_low(const Ctx *x, const Order *od, int lo0, int limit, Work *w)
     int a = prev + 1, b = hi; /* first feasible in [a, b]; b is feasible */
     while (a < b) {
         int mid = a + (b - a) / 2;
+        double t0 = cpu_s();
         int ok = dp_pareto(x, od, x->tcand[mid], w->Fr, w->Fm, &o);
+        w->n_pareto++;
+        w->t_low += cpu_s() - t0;
         if (o)
             return lo0;
         if (ok)
@@ -1016,28 +1149,111 @@ typedef struct ProbeJob {
     double tmax;
     Work *w;
     int ok;
+    int pareto;             /* 0: tmax_possible; 1: dp_pareto (exact, may overflow);
+                               2: dp_relaxed only, its value in val */
+    int ovf;                /* dp_pareto's front overflowed: ok means nothing */
+    double val;
 } ProbeJob;
 
 static void *probe_main(void *arg)
 {
     ProbeJob *j = arg;
-    j->ok = tmax_possible(j->x, j->od, j->tmax, j->w);
+    if (j->pareto == 2) {
+        double t0 = cpu_s();
+        j->val = dp_relaxed(j->x, j->od, j->tmax, 1, j->w->G);
+        j->ok = j->val < INF;
+        j->w->n_relaxed++;
+        j->w->t_low += cpu_s() - t0;
+    } else if (j->pareto) {
+        double t0 = cpu_s();
+        j->ok = dp_pareto(j->x, j->od, j->tmax, j->w->Fr, j->w->Fm, &j->ovf);
+        j->w->n_pareto++;
+        j->w->t_low += cpu_s() - t0;
+    } else {
+        j->ok = tmax_possible(j->x, j->od, j->tmax, j->w);
+    }
     return NULL;
 }
 
-static int search_low(const Ctx *x, const Order *od, int a, int b, Work *ws, int nthreads)
+/* One probe of either kind on ws[0] (no thread). */
+static int probe_one(const Ctx *x, const Order *od, double tmax, Work *w, int pareto, int *ovf)
 {
+    ProbeJob pj = {x, od, tmax, w, 0, pareto, 0, 0};
+    probe_main(&pj);
+    *ovf = pj.ovf;
+    return pj.ok;
+}
+
+/* dp_pareto at tmax on ws[0] and, beside it on a second thread where there
+ * is one, dp_relaxed on ws[1]: returns whether dp_pareto holds, *ovf, and
+ * *lb = the larger of the two lower bounds of F at tmax. */
+static int probe_pair(const Ctx *x, const Order *od, double tmax, Work *ws, int nthreads,
+                      int *ovf, double *lb)
+{
+    ProbeJob pr = {x, od, tmax, nthreads > 1 ? &ws[1] : &ws[0], 0, 2, 0, 0};
+    pthread_t th;
+    int started = nthreads > 1 && pthread_create(&th, NULL, probe_main, &pr) == 0;
+    int ok = probe_one(x, od, tmax, &ws[0], 1, ovf);
+    double pl = ok && !*ovf ? pareto_lb(x, od, ws[0].Fm) : 0.0;
+    if (started)
+        pthread_join(th, NULL);
+    else
+        probe_main(&pr);
+    *lb = pr.val > pl ? pr.val : pl;
+    return ok;
+}
+
+/* The smallest index in [a, limit) where dp_pareto holds, or limit when
+ * none does, by galloping up from a then bisecting (monotone); used where
+ * no plan is known yet, so the range runs to the largest t_max, whose
+ * probes cost the most, and the answer is usually near a.  *ovf: a front
+ * overflowed (the answer is void). */
+static int gallop_pareto(const Ctx *x, const Order *od, int a, int limit, Work *w, int *ovf)
+{
+    int hi = a, step = 1, prev = a - 1; /* prev: known infeasible (or a - 1) */
+    for (;;) {
+        if (probe_one(x, od, x->tcand[hi], w, 1, ovf))
+            break;
+        if (*ovf)
+            return limit;
+        prev = hi;
+        if (hi == limit - 1)
+            return limit;
+        hi = hi + step < limit - 1 ? hi + step : limit - 1;
+        step *= 2;
+    }
+    if (*ovf)
+        return limit;
+    int lo = prev + 1; /* first feasible in [lo, hi]; hi is feasible */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (probe_one(x, od, x->tcand[mid], w, 1, ovf))
+            hi = mid;
+        else
+            lo = mid + 1;
+        if (*ovf)
+            return limit;
+    }
+    return lo;
+}
+
+/* pareto: probe with dp_pareto (exact feasibility, which is monotone too);
+ * *ovf is set when any probe's front overflowed (the answer is then void). */
+static int search_low(const Ctx *x, const Order *od, int a, int b, Work *ws, int nthreads,
+                      int pareto, int *ovf)
+{
+    *ovf = 0;
     if (nthreads > 64)
         nthreads = 64;
     while (a < b) {
         int n = nthreads < b - a ? nthreads : b - a;
         int mid[64];
-        ProbeJob pj[64];
+        ProbeJob pj[64] = {0};
         pthread_t th[64];
         int started[64] = {0};
         for (int t = 0; t < n; t++) {
             mid[t] = a + (int)((long)(b - a) * (t + 1) / (n + 1)); /* in [a, b - 1], ascending */
-            pj[t] = (ProbeJob){x, od, x->tcand[mid[t]], &ws[t], 0};
+            pj[t] = (ProbeJob){x, od, x->tcand[mid[t]], &ws[t], 0, pareto, 0, 0};
         }
         for (int t = 1; t < n; t++)
             started[t] = pthread_create(&th[t], NULL, probe_main, &pj[t]) == 0;
@@ -1048,6 +1264,11 @@ static int search_low(const Ctx *x, const Order *od, int a, int b, Work *ws, int
             else
                 probe_main(&pj[t]); /* no thread: the same probe here */
         }
+        for (int t = 0; t < n; t++)
+            if (pj[t].ovf) {
+                *ovf = 1;
+                return b;
+            }
         int first = n; /* first probe that holds */
         for (int t = 0; t < n && first == n; t++)
             if (pj[t].ok)
@@ -1068,6 +1289,8 @@ static int search_low(const Ctx *x, const Order *od, int a, int b, Work *ws, int
 typedef struct Slot {       /* result of one t_max */
     double tmax, value;     /* value: Eq. 22 (INF when infeasible or pruned) */
     int pruned;             /* skipped by the relaxed bound */
+    int lbt_known;          /* lbt holds dp_relaxed at tmax (computed by skip_bounded) */
+    double lbt;
     int nst;
     StageRec *st;           /* [Smax] */
 } Slot;
@@ -1098,31 +1321,144 @@ static void slot_eval(const Batch *b, Work *w, Slot *sl)
     sl->value = INF;
     sl->pruned = 0;
     if (x->opt->prune_tmax) {
-        double lbt = dp_relaxed(x, b->od, sl->tmax, 1, w->G);
+        double t0 = cpu_s();
+        double lbt = sl->lbt;
+        /* lbt_known: skip_bounded ran both tests below at this t_max with
+         * this best (and found nothing to prune) */
+        if (!sl->lbt_known) {
+            lbt = dp_relaxed(x, b->od, sl->tmax, 1, w->G);
+            w->n_relaxed++;
+        }
         if (lbt == INF || (b->best < INF && (double)(x->B - 1) * sl->tmax + lbt >= b->best)) {
             sl->pruned = 1;
+            w->t_bounds += cpu_s() - t0;
             return;
         }
         /* The same test with the bound of layouts that fit (H-1F1B):
-         * tighter where memory forces many or small stages. */
+         * tighter where memory forces many or small stages; and no plan
+         * at all where nothing fits (dp_pareto is exact feasibility). */
         int ovf;
-        if (w->Fr && b->best < INF && dp_pareto(x, b->od, sl->tmax, w->Fr, w->Fm, &ovf) &&
-            !ovf && (double)(x->B - 1) * sl->tmax + pareto_lb(x, b->od, w->Fm) >= b->best) {
-            sl->pruned = 1;
-            return;
+        if (w->Fr && b->best < INF && !sl->lbt_known) {
+            w->n_pareto++;
+            int ok = dp_pareto(x, b->od, sl->tmax, w->Fr, w->Fm, &ovf);
+            if (!ovf && (!ok || (double)(x->B - 1) * sl->tmax + pareto_lb(x, b->od, w->Fm) >=
+                                    b->best)) {
+                sl->pruned = 1;
+                w->t_bounds += cpu_s() - t0;
+                return;
+            }
         }
+        w->t_bounds += cpu_s() - t0;
     }
+    double t1 = cpu_s();
     int s;
     /* Only a total below best - (B-1) t_max can improve on the best. */
     double bound = INF;
     if (x->opt->prune_tmax && b->best < INF && x->nonneg)
         bound = b->best - (double)(x->B - 1) * sl->tmax;
-    double f = dp_run(x, b->od, sl->tmax, bound, w, &s);
+    const double *Gb = NULL, *Hf = NULL;
+    if (x->opt->prune_tmax && w->H) { /* bounds for the full DP at this t_max */
+        dp_relaxed(x, b->od, sl->tmax, 1, w->G);
+        dp_prefix(x, b->od, sl->tmax, w->H);
+        Gb = w->G;
+        Hf = w->H;
+    }
+    double f = dp_run(x, b->od, sl->tmax, bound, Gb, Hf, w, &s);
     if (f < INF) {
         sl->nst = dp_trace(x, b->od, w, s, sl->st);
         if (sl->nst > 0)
             sl->value = f + (double)(x->B - 1) * sl->tmax; /* Eq. 22 */
     }
+    w->t_full += cpu_s() - t1;
+}
+
+/* (b) by intervals (added by "dp-speed"): the relaxed DP is non-increasing
+ * in t_max (more candidates, looser comm bound, smaller δ-based K), so for
+ * every t in [t_q, t_r] (B-1) t + relaxed(t) >= (B-1) t_q + relaxed(t_r):
+ * when that is >= best, one relaxed DP prunes the whole run q..r, each of
+ * which the per-t_max test (slot_eval) would prune as well (its best is
+ * never larger than this one).  Galloping: the span doubles while runs are
+ * pruned and halves when not.  Returns how many t_max from q on are pruned
+ * (candidates below `hi` only); where the answer is 0, *lbt0 gets
+ * relaxed(t_q) for the slot (or *known stays 0). */
+static int skip_bounded(const Ctx *x, const Order *od, int q, int hi, double best, Work *ws,
+                        int nthreads, int *span_io, double *lbt0, int *known)
+{
+    *known = 0;
+    if (!x->opt->prune_tmax || best == INF || q >= hi)
+        return 0;
+    Work *w = &ws[0];
+    double t0 = cpu_s();
+    int n = 0, span = *span_io > 1 ? *span_io : 1;
+    while (q + n < hi) {
+        int r = q + n + span - 1;
+        if (r > hi - 1)
+            r = hi - 1;
+        double v;
+        int infeasible = 0;
+        if (w->Fr) {
+            /* with dp_pareto beside it (H-1F1B, memory checked): its bound
+             * of F is non-increasing in t_max as well (every layout that
+             * fits at t fits at t' > t with warm-ups no larger, and its
+             * front is exact when it did not overflow), and exact
+             * infeasibility at t_r holds for every smaller t_max */
+            int ovf;
+            int ok = probe_pair(x, od, x->tcand[r], ws, nthreads, &ovf, &v);
+            infeasible = !ok && !ovf;
+        } else {
+            v = dp_relaxed(x, od, x->tcand[r], 1, w->G);
+            w->n_relaxed++;
+        }
+        if (infeasible || v == INF || (double)(x->B - 1) * x->tcand[q + n] + v >= best) {
+            n = r - q + 1;
+            span *= 2;
+            continue;
+        }
+        if (r == q + n) { /* a single t_max that the bound does not prune */
+            if (n == 0) {
+                *lbt0 = v;
+                *known = 1;
+            }
+            break;
+        }
+        span = (r - (q + n) + 1) / 2;
+    }
+    *span_io = span;
+    w->t_bounds += cpu_s() - t0;
+    return n;
+}
+
+/* The cut from the top (added by "dp-speed"): with a plan of value best
+ * known, the t_max in [lo, top) that can still beat it.  A probe at
+ * t_{top-1} gives exact feasibility (none: nothing below is feasible either)
+ * and a lower bound LB of F for every t_max <= t_{top-1} (dp_relaxed and
+ * dp_pareto at the probe, both non-increasing in t_max), so every t_max with
+ * (B-1) t + LB >= best goes; repeat while the cut moves.  Returns the new
+ * top (lo: nothing left), or top unchanged where a front overflowed. */
+static int shrink_top(const Ctx *x, const Order *od, int lo, int top, double best, Work *ws,
+                      int nthreads)
+{
+    while (top > lo) {
+        int ovf;
+        double lbt;
+        int ok = probe_pair(x, od, x->tcand[top - 1], ws, nthreads, &ovf, &lbt);
+        if (ovf)
+            return top;
+        if (!ok)
+            return lo;
+        int c0 = lo, c1 = top;
+        while (c0 < c1) {
+            int mid = c0 + (c1 - c0) / 2;
+            if ((double)(x->B - 1) * x->tcand[mid] + lbt >= best)
+                c1 = mid;
+            else
+                c0 = mid + 1;
+        }
+        if (c0 == top)
+            break;
+        top = c0;
+    }
+    return top;
 }
 
 static void *job_main(void *arg)
@@ -1325,6 +1661,7 @@ static void order_set(Order *od, const ClusterSpec *c, const int *perm)
 
 typedef struct OrderKey {
     double key, lb;         /* (B-1) bottleneck + LB; LB of dp_relaxed unfiltered */
+    double bn;              /* the bottleneck (INF: no layout) */
     int oi;
 } OrderKey;
 
@@ -1361,10 +1698,13 @@ static void *key_main(void *arg)
         if (oi >= j->ol->n)
             break;
         order_set(&od, j->c, j->ol->v + (size_t)oi * P);
+        double t0 = cpu_s();
         double bn = dp_bottleneck(x, &od, j->w->G);
         double lb = dp_relaxed(x, &od, INF, 0, j->w->G);
         j->k[oi].lb = lb;
+        j->k[oi].bn = bn;
         j->k[oi].key = bn < INF && lb < INF ? (double)(x->B - 1) * bn + lb : INF;
+        j->w->t_keys += cpu_s() - t0;
     }
     free(buf);
     return NULL;
@@ -1469,6 +1809,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
         ws[t].N = malloc(wsz * sizeof *ws[t].N);
         ws[t].ch = malloc(wsz * sizeof *ws[t].ch);
         ws[t].G = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].G);
+        ws[t].H = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].H);
         ws[t].slo = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].slo);
         ws[t].shi = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].shi);
         ws[t].Nm = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Nm);
@@ -1479,7 +1820,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             ws[t].Fr = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Fr);
             ws[t].Fm = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Fm);
         }
-        if (!ws[t].F || !ws[t].N || !ws[t].ch || !ws[t].G || !ws[t].slo || !ws[t].shi ||
+        if (!ws[t].F || !ws[t].N || !ws[t].ch || !ws[t].G || !ws[t].H || !ws[t].slo || !ws[t].shi ||
             !ws[t].Nm || !ws[t].Sm || !ws[t].Ks || (pareto && (!ws[t].Fr || !ws[t].Fm))) {
             ir_errorf(err, "plan: out of memory for the DP table (%zu states)", wsz);
             goto done;
@@ -1510,7 +1851,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
     }
     for (int oi = 0; oi < ol.n; oi++) {
         okeys[oi].oi = oi;
-        okeys[oi].key = okeys[oi].lb = 0;
+        okeys[oi].key = okeys[oi].lb = okeys[oi].bn = 0;
     }
     if (opt.prune_tmax && keys_compute(&x, c, &ol, okeys, ws, opt.threads)) {
         ir_errorf(err, "plan: out of memory");
@@ -1526,7 +1867,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             stats->orders++;
             stats->tmax_candidates += x.ntcand;
         }
-        int lo = 0;
+        int lo = 0, qend = x.ntcand; /* qend: every t_max from it on is cut */
         double lb = 0.0;
         if (opt.prune_tmax) {
             /* (b) high side first: Eq. 13 >= (B-1) t_max + LB for every plan
@@ -1554,8 +1895,66 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
                 cut = c0;
             }
             /* low side: smallest t_max the relaxed DP reaches; every
-             * smaller one is infeasible for the full DP as well. */
-            if (cut == 0 || !tmax_possible(&x, &od, x.tcand[cut - 1], &ws[0])) {
+             * smaller one is infeasible for the full DP as well.  Where
+             * dp_pareto applies (H-1F1B with memory checks) it answers exact
+             * feasibility directly (added by "dp-speed": the relaxed and
+             * feasibility probes first, as before, only where its front
+             * overflows; the smallest exactly feasible t_max is the same). */
+            int use_pareto = ws[0].Fr != NULL, any = 0, galloped = -1;
+            if (cut > 0 && use_pareto && best == INF) {
+                /* no plan yet: gallop up from the bottleneck rather than probe
+                 * the largest t_max first */
+                int ovf, b0 = 0, b1 = cut - 1;
+                while (b0 < b1) {
+                    int mid = b0 + (b1 - b0) / 2;
+                    if (x.tcand[mid] >= okeys[oq].bn)
+                        b1 = mid;
+                    else
+                        b0 = mid + 1;
+                }
+                galloped = gallop_pareto(&x, &od, b0, cut, &ws[0], &ovf);
+                if (ovf)
+                    use_pareto = 0, galloped = -1;
+                else
+                    any = galloped < cut;
+            } else if (cut > 0 && use_pareto) {
+                int ovf;
+                double lbt;
+                any = probe_pair(&x, &od, x.tcand[cut - 1], ws, opt.threads, &ovf, &lbt);
+                if (ovf)
+                    use_pareto = 0;
+                /* (added by "dp-speed") the cut from the top: every t_max
+                 * below the probe has (B-1) t + F >= (B-1) t + LB(top) (LB:
+                 * the relaxed DP and dp_pareto's bound at the probe, both
+                 * non-increasing in t_max), so the t_max where that reaches
+                 * best are cut as well; repeat at the new cut while it moves. */
+                while (any && use_pareto) {
+                    int c0 = 0, c1 = cut;
+                    while (c0 < c1) {
+                        int mid = c0 + (c1 - c0) / 2;
+                        if ((double)(x.B - 1) * x.tcand[mid] + lbt >= best)
+                            c1 = mid;
+                        else
+                            c0 = mid + 1;
+                    }
+                    if (c0 == cut)
+                        break;
+                    cut = c0;
+                    if (cut == 0 || x.tcand[cut - 1] < okeys[oq].bn) {
+                        any = 0;
+                        break;
+                    }
+                    any = probe_pair(&x, &od, x.tcand[cut - 1], ws, opt.threads, &ovf, &lbt);
+                    if (ovf) { /* fall back to the relaxed probe at this cut */
+                        use_pareto = 0;
+                        break;
+                    }
+                }
+            }
+            qend = cut;
+            if (cut > 0 && !use_pareto)
+                any = tmax_possible(&x, &od, x.tcand[cut - 1], &ws[0]);
+            if (!any) {
                 if (stats) { /* no layout at all: low; else below the cut low, above high */
                     int low = okeys[oq].key == INF ? x.ntcand : cut;
                     stats->tmax_pruned_low += low;
@@ -1567,18 +1966,41 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
                 }
                 continue;
             }
-            int a = search_low(&x, &od, 0, cut - 1, ws, opt.threads);
-            /* exact feasibility from there, up to where the high side prunes */
-            int limit = a;
-            while (limit < x.ntcand && !(best < INF && (double)(x.B - 1) * x.tcand[limit] + lb >= best))
-                limit++;
-            lo = limit > a ? exact_low(&x, &od, a, limit, &ws[0]) : a;
+            /* tmax_possible(t) needs a layout whose stages and boundaries
+             * are all <= t and fit with K >= 1: t >= the bottleneck, so the
+             * search starts at the first candidate >= it (exact). */
+            int a0 = 0, a1 = cut - 1;
+            while (a0 < a1) {
+                int mid = a0 + (a1 - a0) / 2;
+                if (x.tcand[mid] >= okeys[oq].bn)
+                    a1 = mid;
+                else
+                    a0 = mid + 1;
+            }
+            int ovf = 0, a = a0, limit = a0;
+            if (use_pareto && galloped >= 0) {
+                lo = galloped;
+                limit = cut;
+            } else if (use_pareto) {
+                lo = search_low(&x, &od, a0, cut - 1, ws, opt.threads, 1, &ovf);
+                limit = cut;
+            }
+            if (!use_pareto || ovf) {
+                a = search_low(&x, &od, a0, cut - 1, ws, opt.threads, 0, &ovf);
+                /* exact feasibility from there, up to where the high side prunes */
+                limit = a;
+                while (limit < x.ntcand &&
+                       !(best < INF && (double)(x.B - 1) * x.tcand[limit] + lb >= best))
+                    limit++;
+                lo = limit > a ? exact_low(&x, &od, a, limit, &ws[0]) : a;
+            }
             if (stats)
                 stats->tmax_pruned_low += lo;
         }
         if (pg)
             atomic_fetch_add(&pg->tmax_done, lo);
         long order_done = lo;
+        int span = 1;
         for (int q = lo; q < x.ntcand;) {
             Batch bt;
             bt.x = &x;
@@ -1586,13 +2008,45 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             bt.slots = slots;
             bt.best = best;
             bt.n = 0;
-            while (bt.n < opt.batch && q < x.ntcand) {
+            /* While no plan is known nothing bounds a full DP: take one
+             * t_max per thread until one is found (added by "dp-speed"; the
+             * result does not depend on the batch size). */
+            int nb = best == INF && opt.threads < opt.batch ? opt.threads : opt.batch;
+            while (bt.n < nb && q < x.ntcand) {
                 double t = x.tcand[q];
-                if (opt.prune_tmax && best < INF && (double)(x.B - 1) * t + lb >= best) {
+                if (q >= qend ||
+                    (opt.prune_tmax && best < INF && (double)(x.B - 1) * t + lb >= best)) {
                     if (stats)
                         stats->tmax_pruned_high += x.ntcand - q;
                     q = x.ntcand; /* ascending: every later t_max is pruned too */
                     break;
+                }
+                if (opt.prune_tmax && best < INF) {
+                    int hi = q + 1, h1 = qend; /* hi: the high-side cut (q is below it) */
+                    while (hi < h1) {
+                        int mid = hi + (h1 - hi) / 2;
+                        if ((double)(x.B - 1) * x.tcand[mid] + lb >= best)
+                            h1 = mid;
+                        else
+                            hi = mid + 1;
+                    }
+                    int known;
+                    double lbt = 0;
+                    int n = skip_bounded(&x, &od, q, hi, best, ws, opt.threads, &span, &lbt,
+                                         &known);
+                    if (n > 0) {
+                        if (stats)
+                            stats->tmax_pruned_bound += n;
+                        if (pg)
+                            atomic_fetch_add(&pg->tmax_done, n);
+                        order_done += n;
+                        q += n;
+                        continue;
+                    }
+                    slots[bt.n].lbt_known = known;
+                    slots[bt.n].lbt = lbt;
+                } else {
+                    slots[bt.n].lbt_known = 0;
                 }
                 slots[bt.n++].tmax = t;
                 q++;
@@ -1603,6 +2057,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             if (pg)
                 atomic_fetch_add(&pg->tmax_done, bt.n);
             order_done += bt.n;
+            double best_before = best;
             for (int r = 0; r < bt.n; r++) { /* reduce in t_max order: deterministic */
                 if (pg && !slots[r].pruned)
                     atomic_fetch_add(&pg->full_dps, 1);
@@ -1621,6 +2076,19 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
                     }
                 }
             }
+            if (opt.prune_tmax && ws[0].Fr && best < best_before && q < qend) {
+                /* a better plan: cut this order's remaining t_max from the top
+                 * as before its search (the high side's cut by LB first) */
+                int top = q, t1 = qend;
+                while (top < t1) {
+                    int mid = top + (t1 - top) / 2;
+                    if ((double)(x.B - 1) * x.tcand[mid] + lb >= best)
+                        t1 = mid;
+                    else
+                        top = mid + 1;
+                }
+                qend = shrink_top(&x, &od, q, top, best, ws, opt.threads);
+            }
         }
         if (pg) { /* the rest of this order's candidates were cut by the high side */
             atomic_fetch_add(&pg->tmax_done, x.ntcand - order_done);
@@ -1628,8 +2096,16 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
         }
     }
     for (int t = 0; t < opt.threads; t++)
-        if (stats)
+        if (stats) {
             stats->transitions += ws[t].transitions;
+            stats->seconds_keys += ws[t].t_keys;
+            stats->seconds_low += ws[t].t_low;
+            stats->seconds_bounds += ws[t].t_bounds;
+            stats->seconds_full += ws[t].t_full;
+            stats->relaxed_runs += ws[t].n_relaxed;
+            stats->pareto_runs += ws[t].n_pareto;
+            stats->feasible_runs += ws[t].n_feasible;
+        }
     if (stats)
         stats->seconds = now_s() - t_start;
     if (best == INF) {
@@ -1671,6 +2147,7 @@ done:
             free(ws[t].N);
             free(ws[t].ch);
             free(ws[t].G);
+            free(ws[t].H);
             free(ws[t].slo);
             free(ws[t].shi);
             free(ws[t].Nm);

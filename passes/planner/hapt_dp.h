@@ -79,6 +79,13 @@ typedef struct DpStats {
     long oracle_calls;
     double seconds;          /* wall time of the search (excluding oracle tabulation) */
     double seconds_tabulate; /* wall time of querying the oracle */
+    /* Where the search went (CPU time of the threads, summed, so the parts can
+     * exceed `seconds`): the order keys; the probes (relaxed, feasibility and
+     * Pareto DPs of the low side, of the cuts from the top and of the t_max
+     * intervals); the per-t_max bounds not done by a probe; the full DPs
+     * (with their relaxed and prefix bounds).  Not printed by hetc plan yet. */
+    double seconds_keys, seconds_low, seconds_bounds, seconds_full;
+    long relaxed_runs, pareto_runs, feasible_runs;
 } DpStats;
 
 /* Search the plan minimising Eq. 13 over every order of the cluster's meshes.

@@ -1,25 +1,41 @@
 /* Per-layer tensor-parallel structure read from the canonical IR (issue 9).
  *
- * Megatron sharding, found on the op structure rather than assumed per
- * block: walking the graph in topological order, a value is "sharded" when
- * it lies inside a column->row region.  A Linear with a parameter weight
- * whose input is replicated is column-parallel (its output is sharded over
- * the TP ranks); one whose input is sharded is row-parallel (its output is a
- * partial sum: one all-reduce in forward).  Every other op propagates
- * sharding from its inputs (Attention over sharded q/k/v is head-parallel,
- * GELU/SiLU/Mul of sharded values stay sharded, reshapes too).  In backward
- * each distinct input of a column-parallel group (Q, K, V share one) needs
- * one all-reduce of its gradient (Megatron's f operator).  An Embedding with
- * a parameter table is vocabulary-parallel (one forward all-reduce of its
- * output); a CrossEntropy over sharded logits is vocabulary-parallel (two
- * small all-reduces of per-row scalars: max and sum).  So a GPT block reads
- * as 2 forward + 2 backward all-reduces, a LLaMA block (gate and up share an
- * input) too, without either being written down here.
- */
+ * The planner costs exactly what the stage binaries run: the patterns come
+ * from tp_shard's own matchers (tp_shard_find, passes/tp_shard.h), so a
+ * layer's TP benefit and collectives are those of the Megatron MLPs
+ * (Linear -> activation -> Linear) and attention blocks (fused or separate
+ * QKV Linears -> layout ops -> Attention -> output Linear, heads split) that
+ * tp_shard shards, and nothing else: a layer without such a pattern (the
+ * embedding, the LM head and loss, LayerNorms, an attention with rotary
+ * embedding between its q/k Linears and Attention, a SwiGLU MLP) is
+ * replicated under TP, its full cost on every TP rank.
+ *
+ * Per pattern: its column-parallel Linears (MLP-in, QKV) and the nodes
+ * between them and the row-parallel Linear produce sharded values; the row
+ * Linear's output is a partial sum, one forward all-reduce (TpAllReduce);
+ * each distinct input of a column-parallel Linear needs one backward
+ * all-reduce of its gradient (TpCopy: Q, K, V share one).  Sharded
+ * parameters: the column Linears' weights and biases and the row Linear's
+ * weight (its bias is added once, after the sum).  So a GPT block reads as
+ * 2 forward + 2 backward all-reduces.
+ *
+ * tp_divides: tp_shard leaves a pattern replicated when tp does not divide
+ * its dims (heads, hidden, ffn); the planner then does not offer that tp
+ * for a stage holding the layer (cost_model.c), rather than cost a mix.
+ *
+ * vocab_parallel (planning-only studies, default off: the stage binaries do
+ * not run it): a parameter Embedding is vocabulary-parallel (one forward
+ * all-reduce of its output) and a Linear whose output feeds a CrossEntropy
+ * (through single-reader reshapes) is a column-parallel LM head with a
+ * vocabulary-parallel loss (two small forward all-reduces of per-row max
+ * and sum; one backward all-reduce of the head's input). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cost_model.h"
+#include "../tp_shard.h" /* hetc_passes: tp_shard_find */
+
+enum { TP_BITS = 7 }; /* tp_divides bits checked: tp = 1, 2, ..., 64 */
 
 static double numel_bytes(const IrValue *v)
 {
@@ -39,8 +55,76 @@ static int is_act(const IrValue *v)
     return v && (v->kind == IR_VK_ACT || v->kind == IR_VK_INPUT);
 }
 
+/* forward FLOPs of a Linear: 2 * outputs * K */
+static double linear_flops(const IrNode *n)
+{
+    const IrValue *x = n->in[0], *y = n->out[0];
+    double kdim = x && x->shape.rank > 0 ? (double)x->shape.dims[x->shape.rank - 1] : 0;
+    return 2.0 * numel(y) * (kdim > 0 ? kdim : 0);
+}
+
+/* the layers (0-based) a pattern's nodes lie in, [*lo, *hi]; -1 when one
+ * of them has no layer.  The layers pass may cut a block between its QKV
+ * and its attention-out (gpt_tiny: 4 layers a block): tp_shard shards a
+ * pattern only when one stage holds all of it (tp_shard_layers). */
+static int pattern_span(const TpPattern *p, int L, int *lo, int *hi)
+{
+    const IrNode *ns[3 + TP_PATTERN_MAX_INNER + 1];
+    int k = 0;
+    ns[k++] = p->row;
+    for (int c = 0; c < p->ncolumn; c++)
+        ns[k++] = p->column[c];
+    for (int j = 0; j < p->ninner; j++)
+        ns[k++] = p->inner[j];
+    *lo = L, *hi = -1;
+    for (int j = 0; j < k; j++) {
+        int l = ns[j]->layer_id - 1;
+        if (l < 0 || l >= L)
+            return -1;
+        if (l < *lo)
+            *lo = l;
+        if (l > *hi)
+            *hi = l;
+    }
+    return 0;
+}
+
+/* a node of a pattern pattern_span accepted: its layer, 0-based */
+static int node_layer(const IrNode *n)
+{
+    return n->layer_id - 1;
+}
+
+/* the column-parallel LM head under vocab_parallel: a parameter Linear
+ * whose output reaches a CrossEntropy's logits through single-reader
+ * reshapes (NULL if n is not such a CrossEntropy) */
+static const IrNode *vocab_head(const IrGraph *g, const IrNode *ce)
+{
+    if (ce->op != IR_OP_CROSS_ENTROPY || ce->nin < 1 || !ce->in[0])
+        return NULL;
+    const IrValue *v = ce->in[0];
+    while (v->producer && v->producer->op == IR_OP_RESHAPE && ir_value_num_uses(g, v) == 1)
+        v = v->producer->in[0];
+    const IrNode *h = v->producer;
+    if (!h || h->op != IR_OP_LINEAR || h->nin < 2 || !h->in[1] || h->in[1]->kind != IR_VK_PARAM ||
+        ir_value_num_uses(g, v) != 1)
+        return NULL;
+    return h;
+}
+
+static int64_t last_dim(const IrValue *v)
+{
+    return v && v->shape.rank > 0 ? v->shape.dims[v->shape.rank - 1] : 0;
+}
+
 int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerIntra *out,
                         IrError *err)
+{
+    return layer_intra_from_ir_opts(g, layers, L, 0, out, err);
+}
+
+int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, int vocab_parallel,
+                             LayerIntra *out, IrError *err)
 {
     if (!g || !layers || !out || L <= 0)
         return ir_errorf(err, "intra-op: need a graph and %d layers", L);
@@ -49,16 +133,113 @@ int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerI
     for (int i = 0; i < g->nvalues; i++)
         if (g->values[i] && g->values[i]->id > maxv)
             maxv = g->values[i]->id;
-    /* sh[id]: 1 sharded; cg[id]: counted as a column group's input already */
+    /* sh[id]: produced sharded; cg[id]: counted as a column group's input already */
     unsigned char *sh = calloc((size_t)maxv + 1, 2);
     double *tot_out = calloc((size_t)L, sizeof *tot_out);
     double *sh_out = calloc((size_t)L, sizeof *sh_out);
-    double *tot_f = calloc((size_t)L, sizeof *tot_f);
-    if (!sh || !tot_out || !sh_out || !tot_f) {
-        free(sh), free(tot_out), free(sh_out), free(tot_f);
+    int *cnt = calloc((size_t)L, sizeof *cnt);
+    TpPattern *pat = NULL;
+    int np = 0;
+    if (!sh || !tot_out || !sh_out || !cnt) {
+        free(sh), free(tot_out), free(sh_out), free(cnt);
         return ir_errorf(err, "intra-op: out of memory");
     }
     unsigned char *cg = sh + maxv + 1;
+    if (tp_shard_find(g, 1, 0, 0, &pat, &np, NULL, err)) {
+        free(sh), free(tot_out), free(sh_out), free(cnt);
+        return ir_error_prefix(err, "intra-op");
+    }
+    int *span_lo = cnt; /* reused below for the counts at each tp */
+    int *span_hi = calloc((size_t)L, sizeof *span_hi);
+    if (!span_hi) {
+        free(pat), free(sh), free(tot_out), free(sh_out), free(cnt);
+        return ir_errorf(err, "intra-op: out of memory");
+    }
+    for (int l = 0; l < L; l++)
+        span_lo[l] = span_hi[l] = l;
+    for (int q = 0; q < np; q++) {
+        const TpPattern *p = &pat[q];
+        int lo, hi;
+        if (pattern_span(p, L, &lo, &hi))
+            continue; /* not placed in layers: never inside one stage's range */
+        /* each node's costs go to its own layer; the pattern is counted
+         * (tp_patterns, tp_divides) at its row-parallel Linear */
+        out[node_layer(p->row)].tp_patterns++;
+        const IrNode *all[3 + TP_PATTERN_MAX_INNER + 1];
+        int na = 0;
+        all[na++] = p->row;
+        for (int c = 0; c < p->ncolumn; c++)
+            all[na++] = p->column[c];
+        for (int j = 0; j < p->ninner; j++)
+            all[na++] = p->inner[j];
+        for (int j = 0; j < na; j++) {
+            int l = node_layer(all[j]);
+            if (lo < span_lo[l])
+                span_lo[l] = lo;
+            if (hi > span_hi[l])
+                span_hi[l] = hi;
+        }
+        for (int c = 0; c < p->ncolumn; c++) {
+            const IrNode *n = p->column[c];
+            const IrValue *x = n->in[0];
+            LayerIntra *li = &out[node_layer(n)];
+            li->tp_flops += linear_flops(n);
+            li->tp_param_bytes += numel(n->in[1]);
+            if (n->nin > 2 && n->in[2])
+                li->tp_param_bytes += numel(n->in[2]); /* column bias is split too */
+            if (n->out[0]->id <= maxv)
+                sh[n->out[0]->id] = 1;
+            if (x && x->id <= maxv && !cg[x->id] && is_act(x)) {
+                cg[x->id] = 1;
+                li->ar_bwd++;
+                li->ar_bwd_bytes += numel_bytes(x);
+            }
+        }
+        for (int j = 0; j < p->ninner; j++) {
+            const IrNode *n = p->inner[j];
+            LayerIntra *li = &out[node_layer(n)];
+            for (int o = 0; o < n->nout; o++)
+                if (n->out[o] && n->out[o]->id <= maxv)
+                    sh[n->out[o]->id] = 1;
+            if (n->op == IR_OP_ATTENTION) { /* head-parallel: q k^T and p v */
+                const IrValue *x = n->in[0], *k = n->nin > 1 ? n->in[1] : NULL, *y = n->out[0];
+                double s = k && k->shape.rank >= 2 ? (double)k->shape.dims[k->shape.rank - 2] : 0;
+                li->tp_flops += 2.0 * numel(x) * s + 2.0 * numel(y) * s;
+            }
+        }
+        LayerIntra *li = &out[node_layer(p->row)];
+        li->tp_flops += linear_flops(p->row);
+        li->tp_param_bytes += numel(p->row->in[1]); /* row weight; its bias is replicated */
+        li->ar_fwd++;
+        li->ar_fwd_bytes += numel_bytes(p->row->out[0]);
+    }
+    for (int l = 0; l < L; l++) {
+        out[l].tp_span_before = l - span_lo[l];
+        out[l].tp_span_after = span_hi[l] - l;
+    }
+    free(span_hi);
+    /* tp_divides: tp = 2^b shards every pattern of the layer tp = 1 found */
+    for (int l = 0; l < L; l++)
+        out[l].tp_divides = 1u;
+    for (int b = 1; b < TP_BITS; b++) {
+        TpPattern *pt = NULL;
+        int nt = 0;
+        if (tp_shard_find(g, 1 << b, 0, 0, &pt, &nt, NULL, err)) {
+            free(pat), free(sh), free(tot_out), free(sh_out), free(cnt);
+            return ir_error_prefix(err, "intra-op, tp %d", 1 << b);
+        }
+        memset(cnt, 0, (size_t)L * sizeof *cnt);
+        for (int q = 0; q < nt; q++) {
+            int lo, hi;
+            if (!pattern_span(&pt[q], L, &lo, &hi))
+                cnt[node_layer(pt[q].row)]++;
+        }
+        for (int l = 0; l < L; l++)
+            if (cnt[l] == out[l].tp_patterns)
+                out[l].tp_divides |= 1u << b;
+        free(pt);
+    }
+    free(pat);
     int any_mm = 0;
     for (int q = 0; q < g->nnodes; q++) {
         const IrNode *n = g->nodes[q];
@@ -66,91 +247,73 @@ int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerI
             continue;
         int l = n->layer_id - 1;
         LayerIntra *li = (l >= 0 && l < L) ? &out[l] : NULL;
-        int in_sh = 0;
-        for (int j = 0; j < n->nin; j++)
-            if (n->in[j] && n->in[j]->id <= maxv && sh[n->in[j]->id])
-                in_sh = 1;
-        int out_sh = in_sh;
         const IrValue *x = n->nin > 0 ? n->in[0] : NULL;
         const IrValue *y = n->nout > 0 ? n->out[0] : NULL;
-        double yb = numel_bytes(y);
-        if (n->op == IR_OP_LINEAR && n->nin >= 2 && n->in[1] && n->in[1]->kind == IR_VK_PARAM) {
-            const IrValue *w = n->in[1];
-            double kdim = x && x->shape.rank > 0 ? (double)x->shape.dims[x->shape.rank - 1] : 0;
-            double f = 2.0 * numel(y) * (kdim > 0 ? kdim : 0);
-            if (li) {
-                li->tp_flops += f;
-                li->tp_param_bytes += numel(w);
-                if (n->nin > 2 && n->in[2] && n->in[2]->kind == IR_VK_PARAM && !in_sh)
-                    li->tp_param_bytes += numel(n->in[2]); /* column bias is split too */
+        if (vocab_parallel && li && n->op == IR_OP_EMBEDDING && x && x->kind == IR_VK_PARAM &&
+            x->shape.rank == 2) {
+            li->tp_patterns++;
+            li->tp_param_bytes += numel(x);
+            li->ar_fwd++;
+            li->ar_fwd_bytes += numel_bytes(y);
+            for (int b = 1; b < TP_BITS; b++)
+                if (x->shape.dims[0] % (1 << b))
+                    li->tp_divides &= ~(1u << b);
+        }
+        const IrNode *h = vocab_parallel ? vocab_head(g, n) : NULL;
+        int hl = h ? h->layer_id - 1 : -1;
+        if (h && hl >= 0 && hl < L && h->out[0]->id <= maxv && !sh[h->out[0]->id]) {
+            LayerIntra *lh = &out[hl];
+            const IrValue *hx = h->in[0];
+            lh->tp_patterns++;
+            lh->tp_flops += linear_flops(h);
+            lh->tp_param_bytes += numel(h->in[1]);
+            if (h->nin > 2 && h->in[2])
+                lh->tp_param_bytes += numel(h->in[2]);
+            for (const IrValue *v = x; v; v = v->producer && v->producer != h ? v->producer->in[0] : NULL)
+                if (v->id <= maxv)
+                    sh[v->id] = 1; /* the vocabulary-sharded logits */
+            if (hx && hx->id <= maxv && !cg[hx->id] && is_act(hx)) {
+                cg[hx->id] = 1;
+                lh->ar_bwd++;
+                lh->ar_bwd_bytes += numel_bytes(hx);
             }
-            if (in_sh) { /* row-parallel: partial sums, all-reduced */
-                out_sh = 0;
-                if (li) {
-                    li->ar_fwd++;
-                    li->ar_fwd_bytes += yb;
-                }
-            } else {
-                out_sh = 1;
-                if (li && x && x->id <= maxv && !cg[x->id] && is_act(x)) {
-                    cg[x->id] = 1;
-                    li->ar_bwd++;
-                    li->ar_bwd_bytes += numel_bytes(x);
-                }
-            }
-        } else if (n->op == IR_OP_EMBEDDING && x && x->kind == IR_VK_PARAM) {
-            out_sh = 0;
-            if (li) {
-                li->tp_param_bytes += numel(x);
-                li->ar_fwd++;
-                li->ar_fwd_bytes += yb;
-            }
-        } else if (n->op == IR_OP_CROSS_ENTROPY && in_sh) {
-            out_sh = 0;
-            if (li && x && x->shape.rank > 0) {
-                double rows = numel(x) / (double)(x->shape.dims[x->shape.rank - 1] > 0
-                                                      ? x->shape.dims[x->shape.rank - 1] : 1);
+            int64_t vocab = last_dim(h->out[0]);
+            for (int b = 1; b < TP_BITS; b++)
+                if (vocab <= 0 || vocab % (1 << b))
+                    lh->tp_divides &= ~(1u << b);
+            if (li && x && x->shape.rank > 0) { /* the loss: row max and sum */
+                double rows = numel(x) / (double)(last_dim(x) > 0 ? last_dim(x) : 1);
                 li->ar_fwd += 2;
                 li->ar_fwd_bytes += 2 * rows * 4;
             }
-        } else if (n->op == IR_OP_ATTENTION && in_sh) {
-            const IrValue *k = n->nin > 1 ? n->in[1] : NULL;
-            double s = k && k->shape.rank >= 2 ? (double)k->shape.dims[k->shape.rank - 2] : 0;
-            double d = x && x->shape.rank >= 1 ? (double)x->shape.dims[x->shape.rank - 1] : 0;
-            if (li && d > 0)
-                li->tp_flops += 2.0 * numel(x) * s + 2.0 * numel(y) * s;
-        } else if (n->op == IR_OP_MATMUL && is_act(x) && n->nin > 1 && is_act(n->in[1])) {
-            /* an activation x activation MatMul: attention written out */
+        }
+        if (n->op == IR_OP_MATMUL && is_act(x) && n->nin > 1 && is_act(n->in[1])) {
+            /* an activation x activation MatMul: attention written out (not a
+             * pattern tp_shard shards: replicated under TP) */
             any_mm = 1;
-            double kdim = x->shape.rank > 0 ? (double)x->shape.dims[x->shape.rank - 1] : 0;
-            double f = 2.0 * numel(y) * kdim;
-            if (li) {
-                li->attn_flops += f;
-                if (in_sh)
-                    li->tp_flops += f;
-            }
+            if (li)
+                li->attn_flops += 2.0 * numel(y) * (double)last_dim(x);
         } else if (n->op == IR_OP_SOFTMAX && li) {
             /* attention probabilities: saved for backward, what selective
              * recompute drops (checked below: only beside an act x act MatMul) */
-            li->attn_bytes += yb;
+            li->attn_bytes += numel_bytes(y);
             li->attn_flops += 5.0 * numel(y);
-            if (in_sh)
-                li->tp_flops += 5.0 * numel(y);
-        }
-        for (int j = 0; j < n->nout; j++) {
-            IrValue *v = n->out[j];
-            if (!v)
-                continue;
-            if (v->id <= maxv)
-                sh[v->id] = (unsigned char)out_sh;
-            if (li) {
-                tot_out[l] += numel_bytes(v);
-                if (out_sh)
-                    sh_out[l] += numel_bytes(v);
-            }
         }
     }
-    (void)tot_f;
+    for (int q = 0; q < g->nnodes; q++) {
+        const IrNode *n = g->nodes[q];
+        int l = n && !n->dead ? n->layer_id - 1 : -1;
+        if (l < 0 || l >= L)
+            continue;
+        for (int j = 0; j < n->nout; j++) {
+            const IrValue *v = n->out[j];
+            if (!v)
+                continue;
+            tot_out[l] += numel_bytes(v);
+            if (v->id <= maxv && sh[v->id])
+                sh_out[l] += numel_bytes(v);
+        }
+    }
     for (int l = 0; l < L; l++) {
         LayerIntra *li = &out[l];
         const PlanLayer *p = &layers[l];
@@ -158,10 +321,9 @@ int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerI
         li->tp_flops_frac = p->fwd_flops > 0 ? li->tp_flops / p->fwd_flops : 0;
         if (li->tp_flops_frac > 1)
             li->tp_flops_frac = 1;
-        double pe = p->param_bytes > 0 ? li->tp_param_bytes : 0;
         /* tp_param_bytes counted elements; param_bytes is in the training dtype */
         li->tp_param_frac = 0;
-        if (p->param_bytes > 0 && pe > 0) {
+        if (p->param_bytes > 0 && li->tp_param_bytes > 0) {
             double tot_el = 0;
             for (int q = 0; q < g->nnodes; q++) {
                 const IrNode *n = g->nodes[q];
@@ -171,7 +333,7 @@ int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerI
                     if (n->in[j] && n->in[j]->kind == IR_VK_PARAM)
                         tot_el += numel(n->in[j]);
             }
-            li->tp_param_frac = tot_el > 0 ? pe / tot_el : 0;
+            li->tp_param_frac = tot_el > 0 ? li->tp_param_bytes / tot_el : 0;
             if (li->tp_param_frac > 1)
                 li->tp_param_frac = 1;
         }
@@ -183,6 +345,6 @@ int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerI
         if (li->attn_bytes > p->act_bytes)
             li->attn_bytes = p->act_bytes;
     }
-    free(sh), free(tot_out), free(sh_out), free(tot_f);
+    free(sh), free(tot_out), free(sh_out), free(cnt);
     return 0;
 }

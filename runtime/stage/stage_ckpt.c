@@ -4,7 +4,9 @@
  * file 0 holds the runtime's own state ("step", i64).  A shared parameter
  * is written by the lowest stage holding it, and only dp rank 0 of a stage
  * writes (its DP replicas are identical) -- its TP rank 0, after gathering
- * TP-sharded tensors, which are stored unsharded.  Every layer gets a file, even
+ * TP-sharded tensors, which are stored unsharded; with ZeRO the DP group
+ * all-gathers each optimizer state first and loading keeps this rank's
+ * slice, so states are stored whole too.  Every layer gets a file, even
  * one without parameters, so the manifest always lists 0..layers. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,7 +185,22 @@ int stage_ckpt_load(StageRt *rt, const char *path, int with_opt) {
                 if (off < 0 || (k && c->sgd)) continue;
                 char name[RT_CKPT_MAX_NAME + 16];
                 snprintf(name, sizeof name, "opt/%s/%s", state_kind(rt, k), p->name);
-                rc = load_one(rt, &l, path, name, p, STAGE_AT(&rt->arena, (size_t)off, nb));
+                if (!c->zero) {
+                    rc = load_one(rt, &l, path, name, p, STAGE_AT(&rt->arena, (size_t)off, nb));
+                    continue;
+                }
+                /* ZeRO: the file holds the whole state; keep this rank's slice
+                 * (host arena: stage_main refuses zero on other backends) */
+                float *full = malloc(nb ? nb : 1);
+                int64_t start, count;
+                stage_zero_range(rt, p, &start, &count);
+                float *dst = STAGE_AT(&rt->arena, (size_t)off, (size_t)p->zlen * 4);
+                rc = !full || load_one(rt, &l, path, name, p, full);
+                if (!rc) {
+                    memcpy(dst, full + start, (size_t)count * sizeof(float));
+                    memset(dst + count, 0, (size_t)(p->zlen - count) * sizeof(float));
+                }
+                free(full);
             }
         }
         rt_ckpt_layer_free(&l);
@@ -208,7 +225,11 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
     /* dp rank 0 of the owning stage writes; with TP its TP group gathers
      * the sharded tensors (all of them take part) and TP rank 0 writes. */
     int writer = rt->ctx.tp_rank == 0;
-    if (rt->ctx.dp_rank == 0)
+    /* With ZeRO the DP group first all-gathers each state (every DP rank
+     * takes part, dp rank 0 writes): the files hold whole tensors, so a
+     * ZeRO checkpoint resumes under zero 0 and the other way round. */
+    if (c->zero) writer &= rt->ctx.dp_rank == 0;
+    if (rt->ctx.dp_rank == 0 || c->zero)
         for (int i = 0; i < c->nparams; i++) {
             StageParam *p = &c->params[i];
             if (stage_param_owner(rt, p) != c->stage) continue;
@@ -230,13 +251,30 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
                 int64_t shape[RT_CKPT_MAX_DIMS];
                 int nd = param_shape(rt, p, shape);
                 size_t nb = (size_t)p->numel * sizeof(float);
-                const void *src = STAGE_AT(&rt->arena, (size_t)off, nb);
-                void *h = NULL;
-                if (p->tpshard >= 0) {
-                    if (!(h = tp_gather(rt, p, src, shape, nd, nm))) {
+                const void *src = STAGE_AT(&rt->arena, (size_t)off, k < 0 ? nb
+                                                                        : (size_t)p->zlen * 4);
+                void *h = NULL, *zfull = NULL;
+                if (k >= 0 && c->zero) { /* host arena (stage_main) */
+                    char what[RT_CKPT_MAX_NAME + 64];
+                    snprintf(what, sizeof what, "checkpoint: ZeRO all-gather of '%s'", nm);
+                    if (!(zfull = malloc(nb ? nb : 1)) ||
+                        rt_dp_allgather_f32(&rt->ctx, src, zfull, (size_t)p->numel, what)) {
+                        free(zfull);
+                        rt_log_error("%s failed", what);
                         rc = 1;
                         break;
                     }
+                    src = h = zfull; /* the tensor written, freed with the host copies */
+                }
+                if (p->tpshard >= 0) {
+                    h = tp_gather(rt, p, src, shape, nd, nm);
+                    free(zfull);
+                    if (!h) {
+                        rc = 1;
+                        break;
+                    }
+                } else if (zfull) {
+                    /* h = zfull already */
                 } else if (writer && !stage_be_is_host()) { /* a device arena: a host copy */
                     h = malloc(nb ? nb : 1);
                     if (!h || stage_be_get(rt, h, src, nb)) {

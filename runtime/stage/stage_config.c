@@ -87,6 +87,7 @@ static int parse_param(StageConfig *c, char **f, int nf, int ln, char *err, size
     p.numel = vals[2];
     p.off_param = vals[3], p.off_acc = vals[4], p.off_m = vals[5], p.off_v = vals[6];
     p.shared_index = -1;
+    p.zlen = -1, p.off_zp = -1; /* a zslice record, or numel / off_param (check) */
     if (p.numel < 0 || p.off_param < 0 || p.off_acc < 0 || p.off_m < -1 || p.off_v < -1 ||
         p.layer < 0)
         return fail(err, errlen, ln, "param '%s': negative size, offset or layer", f[1]);
@@ -302,6 +303,28 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
         /* other names: a newer compiler's scalar this runtime does not write */
         return 0;
     }
+    if (!strcmp(k, "zero")) {
+        if (nf != 2 || get_i64(f[1], &v) || v < 0 || v > 2)
+            return fail(err, errlen, ln, "expected 'zero 0|1|2'");
+        c->zero = (int)v;
+        return 0;
+    }
+    if (!strcmp(k, "zslice")) { /* after its param record */
+        int64_t len, off;
+        const char *l = kv(f, nf, 2, "len"), *o = kv(f, nf, 2, "off");
+        if (nf != 6 || !l || !o || get_i64(l, &len) || get_i64(o, &off) || len < 0 || off < 0)
+            return fail(err, errlen, ln, "expected 'zslice NAME len L off OFF'");
+        char *nm = decode_name(f[1]);
+        int found = 0;
+        for (int i = 0; nm && i < c->nparams; i++)
+            if (!strcmp(c->params[i].name, nm)) {
+                c->params[i].zlen = len, c->params[i].off_zp = off;
+                found = 1;
+            }
+        free(nm);
+        if (!found) return fail(err, errlen, ln, "zslice '%s': no param record before it", f[1]);
+        return 0;
+    }
     if (!strcmp(k, "param")) return parse_param(c, f, nf, ln, err, errlen);
     if (!strcmp(k, "xfer")) return parse_xfer(c, f, nf, ln, err, errlen);
     if (!strcmp(k, "shared")) return parse_shared(c, f, nf, ln, err, errlen);
@@ -340,6 +363,11 @@ static int check(StageConfig *c, char *err, size_t errlen) {
         StageParam *p = &c->params[i];
         REQ(c->sgd || (p->off_m >= 0 && p->off_v >= 0), "param '%s': AdamW needs 'm' and 'v' offsets",
             p->name);
+        if (!c->zero) p->zlen = p->numel, p->off_zp = p->off_param;
+        REQ(p->zlen >= 0 && p->zlen <= p->numel && c->dp[c->stage] > 0 &&
+                p->zlen >= (p->numel + c->dp[c->stage] - 1) / c->dp[c->stage],
+            "param '%s': zero %d needs a zslice record of at least numel / dp elements",
+            p->name, c->zero);
         if (!p->shared) continue;
         for (int j = 0; j < c->nshared; j++)
             if (!strcmp(c->shared[j].name, p->name)) p->shared_index = j;

@@ -22,6 +22,11 @@ typedef struct StageParam {
     int64_t off_param, off_acc, off_m, off_v; /* off_v -1 for SGD */
     int shared_index; /* index into StageConfig.shared, -1 if not shared */
     int tpshard;      /* index into StageConfig.tpshards, -1 if replicated over TP */
+    /* ZeRO (a `zslice` record): the update runs on this DP rank's flat slice
+     * rt_row_split(numel, dp, dp_rank), padded to zlen elements; its
+     * parameter slice lives at off_zp and m / v hold zlen elements.
+     * Without ZeRO zlen = numel and off_zp = off_param. */
+    int64_t zlen, off_zp;
 } StageParam;
 
 /* A `tpshard` record (docs/STAGE_ABI.md): the param's arena tensor is TP
@@ -70,6 +75,7 @@ typedef struct StageConfig {
     int *tp;                 /* [nstages] TP degrees (`tp` record), NULL: 1 everywhere */
     StageTpShard *tpshards;
     int ntpshards;
+    int zero;                /* ZeRO level of this stage (`zero` record), 0 without */
 } StageConfig;
 
 /* Parse the "hetc-stage 1" text (docs/STAGE_ABI.md).  Unknown record kinds
@@ -157,6 +163,13 @@ int stage_sync_setup(StageRt *rt);           /* shared-parameter communicators *
 void stage_sync_teardown(StageRt *rt);
 /* DP sum, shared-parameter sum; returns the global gradient norm. */
 int stage_sync_grads(StageRt *rt, double *norm);
+/* ZeRO, around the update graph: stage_zero_pre_update fills each
+ * parameter's slice buffer from the full parameter, stage_zero_post_update
+ * all-gathers the updated slices into the full parameter on every DP
+ * rank.  No-ops without ZeRO.  The range of this rank's slice: */
+int stage_zero_pre_update(StageRt *rt);
+int stage_zero_post_update(StageRt *rt);
+void stage_zero_range(const StageRt *rt, const StageParam *p, int64_t *start, int64_t *count);
 /* Step loss summed over the last stage's DP group (valid there). */
 int stage_sync_loss(StageRt *rt, double *loss);
 /* Lowest stage holding parameter p (this stage unless shared). */

@@ -238,7 +238,11 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
         double lr = rt_lr_at(&sched, k);
         write_scalars(rt, lr, k + 1, norm);
         snprintf(when, sizeof when, "at step %lld", (long long)k + 1);
+        if (stage_zero_pre_update(rt))
+            STAGE_DIE("ZeRO parameter slices of step %lld failed", (long long)k + 1);
         if (upd) run_fn(rt, upd, NULL, when); /* no microbatch: no slot (STAGE_ABI.md) */
+        if (stage_zero_post_update(rt))
+            STAGE_DIE("ZeRO parameter all-gather of step %lld failed", (long long)k + 1);
         if (stage_sync_loss(rt, &loss)) STAGE_DIE("loss sum of step %lld failed", (long long)k + 1);
         double te = now_s(), el = te - t0, dt = te - ts;
         double eta = el / (double)(k - start + 1) * (double)(o->steps - k - 1);
@@ -335,6 +339,10 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     rt.tok_in = calloc(ntok + 1, sizeof *rt.tok_in);
     rt.tok_tg = calloc(ntok + 1, sizeof *rt.tok_tg);
 
+    if (c->zero && !stage_be_is_host())
+        STAGE_DIE("stage %d: zero %d (optimizer-state sharding) runs on the host backend only; "
+                  "compile this plan with zero 0 for the %s backend", c->stage, c->zero,
+                  stage_be_name());
     if (stage_be_setup(&rt)) STAGE_DIE("stage %d: %s backend setup failed", c->stage,
                                        stage_be_name());
     if (stage_be_arena_alloc(&rt, (size_t)desc->arena_bytes))
@@ -345,6 +353,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         size_t nb = (size_t)p->numel * 4;
         (void)STAGE_AT(&rt.arena, (size_t)p->off_param, nb);
         (void)STAGE_AT(&rt.arena, (size_t)p->off_acc, nb);
+        (void)STAGE_AT(&rt.arena, (size_t)p->off_zp, (size_t)p->zlen * 4);
     }
     if (stage_sync_setup(&rt)) STAGE_DIE("stage %d: shared-parameter groups failed", c->stage);
     const HetcStageFn *init = find_fn(desc, "init");

@@ -1,6 +1,9 @@
 /* Gradient synchronisation after a step's microbatches: the DP sum inside
  * each stage (over the ranks of equal TP rank: ctx.dp_comm), the sum of shared parameters' gradients over the stages that
- * hold them, and the global gradient norm over the whole model.
+ * hold them, and the global gradient norm over the whole model.  With
+ * ZeRO (cfg.zero > 0) the DP sum is a reduce-scatter: each DP rank keeps
+ * its flat slice of every gradient, the update runs on the slice, and the
+ * updated slices are all-gathered into the parameters (docs/STAGES.md).
  *
  * The last stage scales its loss by local_rows / rows, so plain sums give
  * the single-process mean gradient everywhere. */
@@ -54,13 +57,82 @@ static float *arena_f32(StageRt *rt, int64_t off, int64_t n) {
     return STAGE_AT(&rt->arena, (size_t)off, (size_t)n * sizeof(float));
 }
 
+void stage_zero_range(const StageRt *rt, const StageParam *p, int64_t *start, int64_t *count) {
+    if (!rt->cfg.zero) {
+        *start = 0, *count = p->numel;
+        return;
+    }
+    rt_row_split(p->numel, rt->ctx.dp_size, rt->ctx.dp_rank, start, count);
+}
+
+/* ZeRO: this rank's slice of the DP-summed gradient ends up in acc[0 ..
+ * count), zero-padded to zlen (the update graph reads zlen elements).
+ * Unshared parameters are reduce-scattered; a shared one was all-reduced
+ * (its cross-stage sum needs the whole tensor, and the stages holding it
+ * may split it differently), so its slice is moved down. */
+static int zero_slice_grads(StageRt *rt) {
+    StageConfig *c = &rt->cfg;
+    for (int i = 0; i < c->nparams; i++) {
+        StageParam *p = &c->params[i];
+        int64_t start, count;
+        stage_zero_range(rt, p, &start, &count);
+        float *acc = arena_f32(rt, p->off_acc, p->numel);
+        if (p->shared_index >= 0 && start > 0 && count > 0 &&
+            stage_be_copy(rt, acc, acc + start, (size_t)count * sizeof(float)))
+            return 1;
+        if (p->zlen > count &&
+            stage_be_zero(rt, acc + count, (size_t)(p->zlen - count) * sizeof(float)))
+            return 1;
+    }
+    return 0;
+}
+
+int stage_zero_pre_update(StageRt *rt) {
+    StageConfig *c = &rt->cfg;
+    if (!c->zero) return 0;
+    for (int i = 0; i < c->nparams; i++) {
+        StageParam *p = &c->params[i];
+        int64_t start, count;
+        stage_zero_range(rt, p, &start, &count);
+        float *zp = arena_f32(rt, p->off_zp, p->zlen);
+        if (count > 0 && stage_be_copy(rt, zp, arena_f32(rt, p->off_param, p->numel) + start,
+                                       (size_t)count * sizeof(float)))
+            return 1;
+        if (p->zlen > count && stage_be_zero(rt, zp + count, (size_t)(p->zlen - count) * 4))
+            return 1;
+    }
+    return 0;
+}
+
+int stage_zero_post_update(StageRt *rt) {
+    StageConfig *c = &rt->cfg;
+    char what[512];
+    if (!c->zero) return 0;
+    for (int i = 0; i < c->nparams; i++) {
+        StageParam *p = &c->params[i];
+        snprintf(what, sizeof what, "ZeRO parameter all-gather of '%s' (stage %d)", p->name,
+                 c->stage);
+        if (rt_dp_allgather_f32(&rt->ctx, arena_f32(rt, p->off_zp, p->zlen),
+                                arena_f32(rt, p->off_param, p->numel), (size_t)p->numel, what))
+            return 1;
+    }
+    return 0;
+}
+
 int stage_sync_grads(StageRt *rt, double *norm) {
     StageConfig *c = &rt->cfg;
     char what[512];
     for (int i = 0; i < c->nparams; i++) {
         StageParam *p = &c->params[i];
+        float *acc = arena_f32(rt, p->off_acc, p->numel);
+        if (c->zero && p->shared_index < 0) { /* host arena (stage_main checks) */
+            snprintf(what, sizeof what, "gradient reduce-scatter of '%s' (stage %d)", p->name,
+                     c->stage);
+            if (rt_dp_reduce_scatter_f32(&rt->ctx, acc, (size_t)p->numel, what)) return 1;
+            continue;
+        }
         snprintf(what, sizeof what, "gradient all-reduce of '%s' (stage %d)", p->name, c->stage);
-        if (stage_be_allreduce(rt, -1, arena_f32(rt, p->off_acc, p->numel), p->numel, what))
+        if (stage_be_allreduce(rt, -1, acc, p->numel, what))
             return 1;
     }
     /* Shared parameters: after the DP sum every rank of a stage holds its
@@ -96,14 +168,19 @@ int stage_sync_grads(StageRt *rt, double *norm) {
      * gradient and TpAllReduce's output are summed over the group before
      * any replicated node reads them, and MPI's sum is the same on every
      * rank), so counting rank 0's is counting each once. */
+    /* With ZeRO every DP rank holds a disjoint slice: all of them add
+     * theirs, so the norm stays the whole model's. */
+    if (c->zero && zero_slice_grads(rt)) return 1;
     double sq = 0;
-    if (rt->ctx.dp_rank == 0)
+    if (rt->ctx.dp_rank == 0 || c->zero)
         for (int i = 0; i < c->nparams; i++) {
             StageParam *p = &c->params[i];
             if (stage_param_owner(rt, p) != c->stage) continue;
             if (p->tpshard < 0 && rt->ctx.tp_rank != 0) continue;
+            int64_t start, count;
+            stage_zero_range(rt, p, &start, &count);
             double ps = 0; /* in double: millions of squares */
-            if (stage_be_sumsq(rt, arena_f32(rt, p->off_acc, p->numel), p->numel, &ps)) return 1;
+            if (stage_be_sumsq(rt, arena_f32(rt, p->off_acc, p->numel), count, &ps)) return 1;
             sq += ps;
         }
     if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &sq, 1, MPI_DOUBLE, MPI_SUM,

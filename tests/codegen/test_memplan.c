@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "memplan.h"
+#include "optimizer.h"
 #include "stage_abi.h"
 #include "stage_fixture.h"
 
@@ -430,6 +431,92 @@ static void errors(void) {
     fixture_free(&two[1]);
 }
 
+/* ZeRO (memplan.h): the two-stage fixture's stage 1 (w [8, 11]: 88
+ * elements, b [11]: 11, both odd splits over dp 3) with the update graph
+ * partition builds under ZeRO: each parameter a flat slice of
+ * ceil(numel / 3) elements ([1, L] for w, so weight decay still applies).
+ * m / v and the update's parameter are zlen-element buffers of their own,
+ * grad/P the accumulator's first zlen elements, upd/P copied into the
+ * slice buffer; the optimizer state shrinks against zero 0. */
+static void zero_slices(void) {
+    PartStage two[2];
+    IrError err = {{0}};
+    if (fixture_two_stage(two, 2, 3, 0, &err) < 0) {
+        CHECK(0, "fixture: %s", err.msg);
+        return;
+    }
+    PartStage *st = &two[1];
+    MemPlan mp0;
+    CHECK(memplan_build(st, 2, &mp0, &err) == 0, "zero 0: %s", err.msg);
+    int64_t opt0 = mp0.opt_bytes;
+    memplan_free(&mp0);
+    ir_graph_free(st->update);
+    st->dp = 3;
+    st->zero = 1;
+    IrGraph *u = st->update = ir_graph_new("update");
+    for (int i = 0; i < st->nparams; i++) {
+        IrValue *tp = ir_graph_find_value(st->train, st->params[i].name);
+        int64_t len = part_zero_len(ir_shape_numel(&tp->shape), 3), d2[2] = {1, len};
+        IrShape sh = tp->shape.rank >= 2 ? ir_shape_make(2, d2) : ir_shape_make(1, &len);
+        ir_value_new(u, tp->name, IR_F32, &sh, IR_VK_PARAM);
+        char nm[600];
+        snprintf(nm, sizeof nm, "grad/%s", tp->name);
+        ir_graph_add_input(u, ir_value_new(u, nm, IR_F32, &sh, IR_VK_INPUT));
+    }
+    OptimOpts o;
+    optim_opts_default(&o);
+    o.norm_input = 1;
+    CHECK(pass_optimizer_with(u, &o, &err) == 0, "zero update graph: %s", err.msg);
+    MemPlan mp;
+    if (memplan_build(st, 2, &mp, &err)) {
+        CHECK(0, "zero 1: memplan: %s", err.msg);
+    } else {
+        CHECK(mp.zero == 1, "mp.zero %d", mp.zero);
+        int64_t zend = mp.param_bytes + mp.grad_bytes + mp.opt_bytes;
+        for (int i = 0; i < mp.nparams; i++) {
+            const MpParam *p = &mp.params[i];
+            int64_t want = p->numel == 88 ? 30 : p->numel == 11 ? 4 : -1;
+            CHECK(p->zlen == want, "'%s': zlen %lld (numel %lld)", p->name, (long long)p->zlen,
+                  (long long)p->numel);
+            CHECK(p->zp_off != p->param_off && p->zp_off % MP_ALIGN == 0 &&
+                      p->zp_off + p->zlen * 4 <= zend && p->zp_off >= p->v_off + p->zlen * 4,
+                  "'%s': slice buffer at %lld", p->name, (long long)p->zp_off);
+            for (int j = 0; j < mp.nparams; j++) /* no two buffers of the state region meet */
+                if (j != i)
+                    CHECK(p->zp_off + p->zlen * 4 <= mp.params[j].zp_off ||
+                              mp.params[j].zp_off + mp.params[j].zlen * 4 <= p->zp_off,
+                          "slice buffers of '%s' and '%s' overlap", p->name, mp.params[j].name);
+            const MpLoc *pl = memplan_loc(&mp, st, 1, ir_graph_find_value(u, p->name));
+            char nm[600];
+            snprintf(nm, sizeof nm, "grad/%s", p->name);
+            const MpLoc *gl = memplan_loc(&mp, st, 1, ir_graph_find_value(u, nm));
+            snprintf(nm, sizeof nm, "opt/m/%s", p->name);
+            const MpLoc *ml = memplan_loc(&mp, st, 1, ir_graph_find_value(u, nm));
+            CHECK(pl && pl->off == p->zp_off && pl->bytes == p->zlen * 4, "'%s' update param",
+                  p->name);
+            CHECK(gl && gl->off == p->acc_off && gl->bytes == p->zlen * 4, "'%s' update grad",
+                  p->name);
+            CHECK(ml && ml->off == p->m_off && ml->bytes == p->zlen * 4, "'%s' m", p->name);
+        }
+        /* weight decay (a Mul by 1 - lr wd) on w's slice, not on b's */
+        int decayed[2] = {0, 0};
+        for (int i = 0; i < u->nnodes; i++) {
+            IrNode *n = u->nodes[i];
+            for (int k = 0; n->op == IR_OP_MUL && k < n->nin; k++)
+                for (int q = 0; q < 2; q++)
+                    if (n->in[k] && !strcmp(n->in[k]->name, q ? "b" : "w")) decayed[q] = 1;
+        }
+        CHECK(decayed[0] && !decayed[1], "weight decay: w %d b %d", decayed[0], decayed[1]);
+        CHECK(mp.opt_bytes < opt0, "optimizer state %lld not below zero 0's %lld",
+              (long long)mp.opt_bytes, (long long)opt0);
+        printf("zero 1, dp 3: optstate %lld bytes (zero 0: %lld)\n", (long long)mp.opt_bytes,
+               (long long)opt0);
+        memplan_free(&mp);
+    }
+    fixture_free(&two[0]);
+    fixture_free(&two[1]);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s GPT_TINY.onnx\n", argv[0]);
@@ -484,6 +571,7 @@ int main(int argc, char **argv) {
     fixture_free(&two[0]);
     fixture_free(&two[1]);
     errors();
+    zero_slices();
     printf("%lld live scratch pairs checked\n", (long long)overlaps_checked);
     if (fails) {
         fprintf(stderr, "%d failures\n", fails);

@@ -528,6 +528,87 @@ static void test_errors(void)
     CHECK(hapt_dp_plan(&x.c, 4, &o, &opt, &p, NULL, &e) != 0, "B = 0");
 }
 
+/* (added by "dp-speed") The search's pruning against none at all, where it
+ * bites hardest: many microbatches (the (B-1) t_max term dominates, so most
+ * t_max and most DP states are cut by bounds), memory binding on some
+ * instances, 2-3 meshes.  Pruning may only skip what cannot be strictly
+ * better, so the objective and t_max must be bit-identical with pruning on
+ * and off (the plan too, except where two mesh orders tie), and the plan
+ * must not depend on the thread count or the batch size. */
+static void test_prune_exact(int n)
+{
+    int compared = 0, binding = 0;
+    for (int r = 0; r < n; r++) {
+        int P = (r % 3 == 2) ? 3 : 2;
+        int L = irand(P + 1, MAXL);
+        Inst x;
+        make_inst(&x, P, L, L > 9 ? 5 : 7);
+        CostOracle o = oracle(&x);
+        DpOptions opt;
+        dp_options_default(&opt);
+        opt.microbatches = irand(16, 512);
+        opt.comm_bound = urand() < 0.8;
+        if (r % 5 == 4)
+            opt.schedule = (ScheduleKind)irand(1, 3);
+        if (r % 2) { /* memory: bind on the stages of the unconstrained plan */
+            Plan fp;
+            IrError e;
+            DpOptions o0 = opt;
+            o0.check_memory = 0;
+            if (hapt_dp_plan(&x.c, L, &o, &o0, &fp, NULL, &e) == 0) {
+                for (int z = 0; z < fp.nstages; z++) {
+                    MeshSpec *m = &x.m[fp.stages[z].mesh];
+                    double v = fp.stages[z].mem_pred * (0.8 + 0.3 * urand());
+                    if (m->dev.mem_bytes > 1e29 || v < m->dev.mem_bytes)
+                        m->dev.mem_bytes = v;
+                }
+                plan_free(&fp);
+                binding++;
+            }
+        }
+        Plan ref, dp;
+        IrError e1, e2;
+        DpOptions off = opt;
+        off.prune_tmax = 0;
+        int r0 = hapt_dp_plan(&x.c, L, &o, &off, &ref, NULL, &e1);
+        int r1 = hapt_dp_plan(&x.c, L, &o, &opt, &dp, NULL, &e2);
+        CHECK((r0 == 0) == (r1 == 0), "prune instance %d: unpruned %s / pruned %s", r,
+              r0 ? e1.msg : "ok", r1 ? e2.msg : "ok");
+        if (r0 || r1) {
+            if (!r0)
+                plan_free(&ref);
+            if (!r1)
+                plan_free(&dp);
+            continue;
+        }
+        compared++;
+        CHECK(ref.objective == dp.objective && ref.t_max == dp.t_max,
+              "prune instance %d (P=%d L=%d B=%d %s): pruned %.17g (t_max %.17g), unpruned "
+              "%.17g (t_max %.17g)", r, P, L, opt.microbatches, schedule_name(opt.schedule),
+              dp.objective, dp.t_max, ref.objective, ref.t_max);
+        check_plan(&x, &dp, &opt, "dp (pruned)");
+        for (int v = 0; v < 3; v++) {
+            DpOptions o2 = opt;
+            o2.threads = v == 0 ? 2 : v == 1 ? 3 : 1;
+            o2.batch = v == 0 ? 1 : v == 1 ? 5 : 2;
+            Plan q;
+            IrError e;
+            if (hapt_dp_plan(&x.c, L, &o, &o2, &q, NULL, &e)) {
+                CHECK(0, "prune instance %d threads %d: %s", r, o2.threads, e.msg);
+                continue;
+            }
+            CHECK(same_plan(&q, &dp), "prune instance %d: threads %d batch %d give another plan",
+                  r, o2.threads, o2.batch);
+            plan_free(&q);
+        }
+        plan_free(&ref);
+        plan_free(&dp);
+    }
+    CHECK(compared >= n / 2, "only %d of %d pruning instances feasible", compared, n);
+    printf("pruning on vs off: %d instances (%d with memory bound on the free plan's stages), "
+           "B in 16..512: %s\n", compared, binding, fails ? "FAILURES above" : "same objective");
+}
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 300;
@@ -537,6 +618,7 @@ int main(int argc, char **argv)
     test_max_stages();
     test_vs_brute(n);
     test_memory_binding(n);
+    test_prune_exact(n / 2);
     if (fails) {
         fprintf(stderr, "test_dp: %d failures\n", fails);
         return 1;

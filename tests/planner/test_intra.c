@@ -13,6 +13,11 @@
  *  - restrictions: max_tp = 1, zero 0, recompute none reproduce the model of
  *    before (bit for bit), and the DP with intra-op choices equals the brute
  *    force on the same oracle.
+ *  - TP as executed: on a hand-built Embedding -> MLP (Linear, Gelu,
+ *    Linear; ffn 12) -> LM head -> CrossEntropy graph over 4 layers, the
+ *    IR reading shards the MLP only (tp_shard's pattern) and the cost model
+ *    offers tp > 1 only to ranges holding the whole MLP with tp | 12; with
+ *    vocab_parallel (vocab 6) the embedding and head too, tp | 6.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +27,7 @@
 #include "brute.h"
 #include "cost_model.h"
 #include "hapt_dp.h"
+#include "ir.h"
 
 static int failures;
 #define CHECK(cond, ...) do { if (!(cond)) { printf("FAIL %s:%d: ", __FILE__, __LINE__); \
@@ -49,7 +55,9 @@ static void make_layers(PlanLayer *ly, LayerIntra *li, double scale)
         li[l] = (LayerIntra){.tp_flops_frac = 0.95, .tp_param_frac = 0.99, .tp_act_frac = 0.6,
                              .ar_fwd = 1, .ar_bwd = 1, .ar_fwd_bytes = 5e7 * scale,
                              .ar_bwd_bytes = 5e7 * scale, .attn_bytes = (l % 3 == 1) ? 1e9 * scale : 0,
-                             .attn_flops = 1e12 * scale};
+                             .attn_flops = 1e12 * scale,
+                             /* two patterns every tp divides (tp offered everywhere) */
+                             .tp_patterns = 2, .tp_divides = ~0u};
     }
 }
 
@@ -331,6 +339,135 @@ static void test_restricted_and_dp(const ClusterSpec *c)
     cost_model_free(cm);
 }
 
+static IrValue *val(IrGraph *g, const char *name, IrDType dt, int rank, int64_t d0, int64_t d1,
+                    int64_t d2, IrValueKind kind)
+{
+    int64_t d[3] = {d0, d1, d2};
+    IrShape sh = ir_shape_make(rank, d);
+    return ir_value_new(g, name, dt, &sh, kind);
+}
+
+static IrNode *node(IrGraph *g, IrOp op, const char *name, int layer, int nin, IrValue **in,
+                    IrValue *out)
+{
+    IrNode *n = ir_node_new(g, op, name, nin, in, 1, &out);
+    n->layer_id = layer;
+    return n;
+}
+
+/* the tps cost_model_intra_options offers layers k..i on 1 x 4 devices, as a bit set */
+static unsigned offered(CostModel *cm, int k, int i)
+{
+    StageCost o[64];
+    int n = cost_model_intra_options(cm, k, i, 0, (Submesh){1, 4}, o, 64, NULL);
+    unsigned bits = 0;
+    for (int q = 0; q < n && q < 64; q++)
+        bits |= 1u << o[q].tp;
+    return bits;
+}
+
+static void test_executed_tp(const ClusterSpec *c)
+{
+    enum { B = 2, S = 4, D = 8, F = 12, V = 6, NL = 4 };
+    IrGraph *g = ir_graph_new("mlp");
+    IrValue *ids = val(g, "ids", IR_I64, 2, B, S, 0, IR_VK_INPUT);
+    IrValue *lab = val(g, "labels", IR_I64, 2, B, S, 0, IR_VK_INPUT);
+    IrValue *emb = val(g, "wte", IR_F32, 2, V, D, 0, IR_VK_PARAM);
+    IrValue *w1 = val(g, "fc.w", IR_F32, 2, D, F, 0, IR_VK_PARAM);
+    IrValue *b1 = val(g, "fc.b", IR_F32, 1, F, 0, 0, IR_VK_PARAM);
+    IrValue *w2 = val(g, "proj.w", IR_F32, 2, F, D, 0, IR_VK_PARAM);
+    IrValue *b2 = val(g, "proj.b", IR_F32, 1, D, 0, 0, IR_VK_PARAM);
+    IrValue *wh = val(g, "head.w", IR_F32, 2, D, V, 0, IR_VK_PARAM);
+    IrValue *x = val(g, "x", IR_F32, 3, B, S, D, IR_VK_ACT);
+    IrValue *a = val(g, "a", IR_F32, 3, B, S, F, IR_VK_ACT);
+    IrValue *h = val(g, "h", IR_F32, 3, B, S, F, IR_VK_ACT);
+    IrValue *y = val(g, "y", IR_F32, 3, B, S, D, IR_VK_ACT);
+    IrValue *lg = val(g, "logits", IR_F32, 3, B, S, V, IR_VK_ACT);
+    IrValue *loss = val(g, "loss", IR_F32, 0, 0, 0, 0, IR_VK_ACT);
+    ir_graph_add_input(g, ids);
+    ir_graph_add_input(g, lab);
+    node(g, IR_OP_EMBEDDING, "emb", 1, 2, (IrValue *[]){emb, ids}, x);
+    node(g, IR_OP_LINEAR, "fc", 2, 3, (IrValue *[]){x, w1, b1}, a);
+    node(g, IR_OP_GELU, "gelu", 2, 1, (IrValue *[]){a}, h);
+    node(g, IR_OP_LINEAR, "proj", 3, 3, (IrValue *[]){h, w2, b2}, y);
+    node(g, IR_OP_LINEAR, "head", 4, 2, (IrValue *[]){y, wh}, lg);
+    node(g, IR_OP_CROSS_ENTROPY, "ce", 4, 2, (IrValue *[]){lg, lab}, loss);
+    ir_graph_add_output(g, loss);
+
+    const double tok = B * S, lin1 = 2 * tok * D * F, lin2 = 2 * tok * F * D, linh = 2 * tok * D * V;
+    PlanLayer ly[NL];
+    const double fwd[NL] = {tok * D, lin1 + 8 * tok * F, lin2, linh + 4 * tok * V};
+    const double par[NL] = {V * D, D * F + F, F * D + D, D * V};
+    for (int l = 0; l < NL; l++)
+        ly[l] = (PlanLayer){.fwd_flops = fwd[l], .bwd_flops = 2 * fwd[l], .param_bytes = 2 * par[l],
+                            .act_bytes = 4 * tok * D, .out_bytes = 4 * tok * D, .heavy_ops = 1,
+                            .sig = (uint64_t)(l + 1), .first_node = -1, .last_node = -1};
+    LayerIntra li[NL], lv[NL];
+    IrError err = {{0}};
+    CHECK(layer_intra_from_ir(g, ly, NL, li, &err) == 0, "layer_intra_from_ir: %s", err.msg);
+    CHECK(layer_intra_from_ir_opts(g, ly, NL, 1, lv, &err) == 0, "vocab_parallel: %s", err.msg);
+    /* Megatron MLP over layers 2-3: column fc (its input's gradient all-reduced), row proj
+     * (its output all-reduced forward; its bias replicated) */
+    CHECK(li[1].tp_patterns == 0 && li[2].tp_patterns == 1, "one pattern, counted at proj");
+    CHECK(li[1].ar_bwd == 1 && li[1].ar_bwd_bytes == 4 * tok * D && li[1].ar_fwd == 0, "fc: bwd AR");
+    CHECK(li[2].ar_fwd == 1 && li[2].ar_fwd_bytes == 4 * tok * D && li[2].ar_bwd == 0, "proj: fwd AR");
+    CHECK(li[1].tp_param_frac == 1 && fabs(li[2].tp_param_frac - (double)(F * D) / (F * D + D)) < 1e-12,
+          "sharded params: fc all, proj its weight (%g, %g)", li[1].tp_param_frac, li[2].tp_param_frac);
+    CHECK(fabs(li[1].tp_flops_frac - lin1 / fwd[1]) < 1e-12 && li[2].tp_flops_frac == 1,
+          "sharded FLOPs (%g %g)", li[1].tp_flops_frac, li[2].tp_flops_frac);
+    CHECK(li[1].tp_act_frac == 1 && li[2].tp_act_frac == 0, "a, h sharded; y replicated");
+    CHECK(li[1].tp_span_after == 1 && li[2].tp_span_before == 1 && li[1].tp_span_before == 0 &&
+          li[2].tp_span_after == 0, "the MLP spans layers 2-3");
+    CHECK((li[2].tp_divides & 0xf) == 0x7, "tp 1, 2, 4 divide ffn 12, 8 does not (%#x)",
+          li[2].tp_divides);
+    for (int l = 0; l < NL; l += 3) /* embedding, head + loss: replicated */
+        CHECK(li[l].tp_patterns == 0 && li[l].ar_fwd == 0 && li[l].ar_bwd == 0 &&
+              li[l].tp_flops_frac == 0 && li[l].tp_param_frac == 0 && li[l].tp_act_frac == 0,
+              "layer %d replicated", l + 1);
+    /* vocab_parallel: + the embedding (fwd AR) and the head (bwd AR of y) with the loss's two */
+    CHECK(lv[0].tp_patterns == 1 && lv[0].ar_fwd == 1 && lv[0].tp_param_frac == 1 &&
+          (lv[0].tp_divides & 0x7) == 0x3, "vocab-parallel embedding, tp | 6");
+    CHECK(lv[3].tp_patterns == 1 && lv[3].ar_fwd == 2 && lv[3].ar_bwd == 1 &&
+          lv[3].ar_bwd_bytes == 4 * tok * D && lv[3].tp_param_frac == 1 &&
+          fabs(lv[3].tp_flops_frac - linh / fwd[3]) < 1e-12 && (lv[3].tp_divides & 0x7) == 0x3,
+          "vocab-parallel head and loss");
+    CHECK(lv[2].tp_patterns == 1 && lv[2].ar_fwd == li[2].ar_fwd, "the MLP unchanged");
+
+    CostOptions o;
+    cost_options_default(&o);
+    o.max_tp = 8;
+    o.intra = li;
+    IrError e2 = {{0}};
+    CostModel *cm = cost_model_new(c, ly, NL, &o, &e2);
+    CHECK(cm != NULL, "cost model: %s", e2.msg);
+    if (cm) {
+        const unsigned tp124 = 1u << 1 | 1u << 2 | 1u << 4, tp1 = 1u << 1;
+        CHECK(offered(cm, 2, 3) == tp124 && offered(cm, 1, 4) == tp124 && offered(cm, 1, 3) == tp124,
+              "the whole MLP: tp 1, 2, 4 (%#x)", offered(cm, 2, 3));
+        CHECK(offered(cm, 1, 1) == tp1 && offered(cm, 4, 4) == tp1, "no pattern: tp 1 only");
+        CHECK(offered(cm, 2, 2) == tp1 && offered(cm, 3, 4) == tp1 && offered(cm, 1, 2) == tp1,
+              "a cut MLP: tp 1 only");
+        cost_model_free(cm);
+    }
+    o.intra = lv;
+    cm = cost_model_new(c, ly, NL, &o, &e2);
+    if (cm) {
+        const unsigned tp12 = 1u << 1 | 1u << 2;
+        CHECK(offered(cm, 4, 4) == tp12 && offered(cm, 1, 1) == tp12 && offered(cm, 1, 4) == tp12,
+              "vocab-parallel: tp | 6 only (%#x)", offered(cm, 1, 4));
+        CHECK(offered(cm, 2, 3) == (tp12 | 1u << 4), "the MLP alone: tp 4 too");
+        cost_model_free(cm);
+    }
+    o.intra = NULL;
+    cm = cost_model_new(c, ly, NL, &o, &e2);
+    if (cm) {
+        CHECK(offered(cm, 1, 4) == 1u << 1, "without the IR reading: tp 1 only");
+        cost_model_free(cm);
+    }
+    ir_graph_free(g);
+    printf("executed TP: MLP layers 2-3 offered tp 1/2/4, cut or pattern-free ranges tp 1\n");
+}
+
 int main(void)
 {
     ClusterSpec c;
@@ -345,6 +482,7 @@ int main(void)
     test_laws(&c);
     test_monotone(&c);
     test_restricted_and_dp(&c);
+    test_executed_tp(&c);
     cluster_free(&c);
     if (failures)
         printf("%d failures\n", failures);
