@@ -74,6 +74,8 @@ static void usage(FILE *f)
             "                         heteroauto | metis | metis-mem | zorse | autohet: the seed planners of\n"
             "                         docs/COMPARISON.md on the same layers and simulator\n"
             "  --coarse-layers N      --planner coarse: merge the layers into N (default 8)\n"
+            "  --autohet-profile exact|binary  --planner autohet: cost stages from every layer\n"
+            "                         count, or from power-of-two counts composed (Eq. 5)\n"
             "  --baseline-equal       also simulate the same stages and submeshes with an\n"
             "                         equal number of layers per stage, and print the ratio\n"
             "  --dump-ir-after=modules,layers,plan  (or any pass) IR with module/layer/stage ids\n"
@@ -115,6 +117,7 @@ typedef struct PlanArgs {
     const char *profile_db, *write_profile_db;
     const char *planner;        /* --planner (NULL: hapt) */
     int64_t coarse_layers;
+    int autohet_binary;         /* --autohet-profile binary (seed 001 Eq. 5) */
 } PlanArgs;
 
 static void progress_profile(void *arg, long done, long total)
@@ -373,6 +376,15 @@ int cmd_plan(int argc, char **argv)
             a.planner = v;
             continue;
         }
+        if ((r = cli_opt(argc, argv, &i, "--autohet-profile", &v)) != 0) {
+            if (r < 0) return 2;
+            if (strcmp(v, "exact") && strcmp(v, "binary")) {
+                fprintf(stderr, "hetc plan: --autohet-profile must be exact or binary, not '%s'\n", v);
+                return 2;
+            }
+            a.autohet_binary = !strcmp(v, "binary");
+            continue;
+        }
         if (!strcmp(argv[i], "--baseline-equal")) {
             a.baseline_equal = 1;
             continue;
@@ -538,7 +550,8 @@ int cmd_plan(int argc, char **argv)
 
     if (a.planner && strcmp(a.planner, "hapt")) {
         PlanAltArgs pa = {a.planner, B, a.efficiency, (int)a.threads, (int)a.coarse_layers, out,
-                          model, (long)a.global_batch, a.co.seq > 0 ? (long)a.co.seq : 0};
+                          model, (long)a.global_batch, a.co.seq > 0 ? (long)a.co.seq : 0,
+                          a.autohet_binary};
         rc = cmd_plan_alt(&pa, &cl, layers, ls.L);
         goto out;
     }

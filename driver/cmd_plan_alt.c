@@ -1,5 +1,6 @@
 /* hetc plan --planner=NAME (see cmd_plan_alt.h). */
 #include "cmd_plan_alt.h"
+#include "alt_autohet.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +21,17 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
         x.coarse_layers = a->coarse_layers;
     AltPlan p;
     IrError err = {{0}};
-    if (alt_plan_run(a->planner, &x, &p, &err)) {
+    int prc;
+    if (a->autohet_profile && !strcmp(a->planner, "autohet")) {
+        long pts = 0, exh = 0;
+        prc = alt_plan_autohet_mode(&x, AH_PROFILE_BINARY, &p, &pts, &exh, &err);
+        if (!prc)
+            fprintf(stderr, "autohet: Eq. 5 binary profile: %ld points (exhaustive %ld)\n", pts,
+                    exh);
+    } else {
+        prc = alt_plan_run(a->planner, &x, &p, &err);
+    }
+    if (prc) {
         fprintf(stderr, "hetc plan: %s\n", err.msg);
         return 1;
     }

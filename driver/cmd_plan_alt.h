@@ -14,6 +14,7 @@ typedef struct PlanAltArgs {
     const char *out_dir;
     const char *model;
     long global_batch, seq;
+    int autohet_profile;       /* autohet: 0 exact, 1 Eq. 5 binary decomposition */
 } PlanAltArgs;
 
 /* Plan with a.planner, print the plan, write DIR/plan_NAME.txt and, when

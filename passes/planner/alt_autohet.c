@@ -20,9 +20,10 @@
  *      groups at the lowest bandwidth among them (the slowest inter-node
  *      link of a used mesh, and the links between used meshes).
  * The plan with the lowest Eq. 1 wins.  Search step = one grouping MILP.
- * Eq. 5 (binary decomposition of layer counts) is a profiling shortcut
- * for measured times; with the analytic model the per-layer sums are exact,
- * so it changes nothing here (see docs/COMPARISON.md).
+ * Eq. 5 (binary decomposition of layer counts, a profiling shortcut for
+ * measured times) is the AH_PROFILE_BINARY mode (alt_autohet.h): stages
+ * are then balanced and scored with costs composed from power-of-two
+ * profiles; see docs/COMPARISON.md for where that equals the exact costs.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -45,7 +46,8 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Eq. 4 for one DP group: stages ent[0..S-1] in order; fills cnt. */
-static int balance(const AltContext *x, const AhEnt *ent, int S, int tp, int K, int *cnt)
+static int balance(const AltContext *x, const AhEnt *ent, int S, int tp, int K,
+                   const AhBinProfile *prof, int *cnt)
 {
     if (S > x->L)
         return 0;
@@ -74,7 +76,11 @@ static int balance(const AltContext *x, const AhEnt *ent, int S, int tp, int K, 
             /* largest count that fits memory (memory grows with the count) */
             while (ok && most >= 1) {
                 StageCost sc;
-                alt_stage_cost(x, first, first + most - 1, ent[i].mesh, 1, tp, 0, 0, 0, 1.0, &sc);
+                if (prof)
+                    autohet_compose_binary(&prof[ent[i].mesh], most,
+                                           x->c->meshes[ent[i].mesh].dev.mem_bytes, &sc);
+                else
+                    alt_stage_cost(x, first, first + most - 1, ent[i].mesh, 1, tp, 0, 0, 0, 1.0, &sc);
                 if (sc.mem_static + Ki * sc.mem_act <= x->c->meshes[ent[i].mesh].dev.mem_bytes)
                     break;
                 most--;
@@ -106,9 +112,75 @@ static int by_power(const void *a, const void *b)
     return x->mesh - y->mesh;
 }
 
+/* The first layer of the repeated region: where the profiled windows start
+ * (the paper profiles its repetitive layers, not embedding or head). */
+static int profile_first(const AltContext *x)
+{
+    if (x->block_period > 0 && x->block_first >= 1)
+        return x->block_first;
+    for (int l = 0; l + 1 < x->L; l++)
+        if (x->layers[l].sig == x->layers[l + 1].sig)
+            return l + 1;
+    return 1;
+}
+
+int autohet_profile_binary(const AltContext *x, int mesh, int tp, AhBinProfile *pr)
+{
+    memset(pr, 0, sizeof *pr);
+    if (!x || !x->c || x->L < 1 || mesh < 0 || mesh >= x->c->nmeshes || tp < 1)
+        return -1;
+    pr->first = profile_first(x);
+    pr->reserve = x->co.runtime_reserve_bytes;
+    for (int i = 0; i < AH_MAX_POW && (1L << i) <= x->L; i++) {
+        int n = 1 << i, k = pr->first;
+        if (k + n - 1 > x->L)   /* window must fit: slide it back */
+            k = x->L - n + 1;
+        StageCost sc;
+        if (alt_stage_cost(x, k, k + n - 1, mesh, 1, tp, 0, 0, 0, 1.0, &sc))
+            return -1;
+        pr->t_f[i] = sc.t_f;
+        pr->t_b[i] = sc.t_b;
+        if (i == 0) {   /* memory profiling: one layer (the paper's pruning) */
+            pr->mem_layer = sc.mem_static - pr->reserve;
+            pr->act_layer = sc.mem_act;
+        }
+        pr->npow = i + 1;
+    }
+    return pr->npow;
+}
+
+void autohet_compose_binary(const AhBinProfile *pr, int n, double mem_bytes, StageCost *out)
+{
+    memset(out, 0, sizeof *out);
+    out->dp = 1;
+    for (int i = 0; i < pr->npow; i++)
+        if (n >> i & 1) {   /* alpha_i of Eq. 5 */
+            out->t_f += pr->t_f[i];
+            out->t_b += pr->t_b[i];
+        }
+    if (n >> pr->npow) {   /* beyond the profiled powers: cannot be composed */
+        out->t_f = out->t_b = INFINITY;
+    }
+    out->mem_static = n * pr->mem_layer + pr->reserve;
+    out->mem_act = n * pr->act_layer;
+    out->feasible = out->mem_static + out->mem_act <= mem_bytes;
+}
+
 int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
 {
+    return alt_plan_autohet_mode(x, AH_PROFILE_EXACT, out, NULL, NULL, err);
+}
+
+int alt_plan_autohet_mode(const AltContext *x, int mode, AltPlan *out, long *points,
+                          long *exhaustive, IrError *err)
+{
     const ClusterSpec *c = x->c;
+    AhBinProfile prof[AH_MAX_TYPES];
+    long npoints = 0, nexh = 0;
+    if (points)
+        *points = 0;
+    if (exhaustive)
+        *exhaustive = 0;
     if (c->nmeshes > AH_MAX_TYPES)
         return ir_errorf(err, "autohet: at most %d device types", AH_MAX_TYPES);
     StageCost whole;
@@ -152,6 +224,20 @@ int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
         }
         if (total > AH_MAX_ENT)
             continue;
+        if (mode == AH_PROFILE_BINARY)
+            for (int a = 0; a < c->nmeshes; a++) {
+                int np = autohet_profile_binary(x, a, tp, &prof[a]);
+                if (np < 0) {
+                    free(ent);
+                    free(cnt);
+                    free(n);
+                    alt_plan_free(&bp);
+                    return ir_errorf(err, "autohet: cannot profile mesh %s at tp %d",
+                                     c->meshes[a].name, tp);
+                }
+                npoints += np;
+                nexh += x->L;
+            }
         /* Small instances are solved to optimality (deterministic plans);
          * on large ones GLPK's branch and bound rarely proves optimality in
          * reasonable time, so its incumbent is kept after a limit (the plan
@@ -189,7 +275,7 @@ int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
                         ne++;
                     }
                 qsort(ent, (size_t)ne, sizeof *ent, by_power);
-                if (!balance(x, ent, ne, tp, K, cnt)) {
+                if (!balance(x, ent, ne, tp, K, mode == AH_PROFILE_BINARY ? prof : NULL, cnt)) {
                     ok = 0;
                     break;
                 }
@@ -248,7 +334,15 @@ int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
                 int s1 = s0;
                 double sum = 0, mx = 0;
                 while (s1 < S && p.stages[s1].pipe == p.stages[s0].pipe) {
-                    double t = p.stages[s1].t_f + p.stages[s1].t_b + p.stages[s1].c_next;
+                    const AltStage *st = &p.stages[s1];
+                    double t = st->t_f + st->t_b + st->c_next;
+                    if (mode == AH_PROFILE_BINARY) {   /* Eq. 5's times, not the evaluated ones */
+                        StageCost sc;
+                        int m = st->parts[0].mesh;
+                        autohet_compose_binary(&prof[m], st->last_layer - st->first_layer + 1,
+                                               c->meshes[m].dev.mem_bytes, &sc);
+                        t = sc.t_f + sc.t_b + st->c_next;
+                    }
                     sum += t;
                     mx = fmax(mx, t);
                     s1++;
@@ -282,5 +376,9 @@ int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
     }
     *out = bp;
     out->steps = steps;
+    if (points)
+        *points = npoints;
+    if (exhaustive)
+        *exhaustive = nexh;
     return 0;
 }

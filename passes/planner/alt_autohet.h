@@ -21,7 +21,10 @@
 #ifndef HETC_ALT_AUTOHET_H
 #define HETC_ALT_AUTOHET_H
 
+#include "alt_plan.h"
+
 #define AH_MAX_TYPES 16
+#define AH_MAX_POW 31   /* powers of two profiled: 2^0 .. 2^30 */
 
 typedef struct AhTypes {
     int T;
@@ -44,5 +47,44 @@ double autohet_group_milp(const AhTypes *ty, int J, int K, double min_mem, int *
 double autohet_group_brute(const AhTypes *ty, int J, int K, double min_mem, int *n);
 /* 1 when built with GLPK. */
 int autohet_have_glpk(void);
+
+/* Eq. 5 (seed 001 §III-D, runtime profiling): for one device type and TP
+ * degree only the layer counts 2^0 .. 2^k (k = floor(log2 L)) are
+ * "profiled" (here: evaluated with alt_stage_cost on a window of 2^i
+ * consecutive layers starting at the repeated region), and a stage of n
+ * layers costs T(n) = sum_i alpha_i T(2^i), alpha the binary digits of n.
+ * Memory as the paper's memory profiling: one layer's static memory (less
+ * the runtime reserve, paid once) and activations, times n.  The composed
+ * figures equal alt_stage_cost exactly when every layer of the stage costs
+ * what a profiled layer costs (a uniform stack: the costs are per-layer
+ * sums); stages holding other layers (embedding, head, or a sub-block of
+ * fine layers out of phase with the profiled window) get the estimate the
+ * paper accepts ("negligible error" on repetitive models). */
+typedef struct AhBinProfile {
+    int npow;                       /* powers profiled: 2^0 .. 2^(npow-1) */
+    int first;                      /* first layer of the profiled windows */
+    double t_f[AH_MAX_POW], t_b[AH_MAX_POW];
+    double mem_layer, act_layer;    /* one layer's static memory less the reserve, activations */
+    double reserve;
+} AhBinProfile;
+
+/* Profile mesh `mesh` at TP `tp` (dp 1, no recompute or ZeRO, one sample,
+ * as AutoHet's stages are).  Returns the number of profile points (npow),
+ * or -1 on bad arguments. */
+int autohet_profile_binary(const AltContext *x, int mesh, int tp, AhBinProfile *pr);
+/* Cost of a stage of n >= 1 layers from the profile (Eq. 5); t_f, t_b,
+ * mem_static, mem_act, feasible (against device memory mem_bytes). */
+void autohet_compose_binary(const AhBinProfile *pr, int n, double mem_bytes, StageCost *out);
+
+/* AutoHet with a chosen profile mode: AH_PROFILE_EXACT costs every stage
+ * with alt_stage_cost (what alt_plan_autohet does); AH_PROFILE_BINARY
+ * balances layers (Eq. 4, memory) and scores plans (Eq. 1) with Eq. 5's
+ * composed costs; the plan returned is still evaluated by alt_plan_eval.
+ * *points (may be NULL) gets the profile points used (binary: npow per
+ * device type and TP degree tried) and *exhaustive (may be NULL) what
+ * profiling every layer count 1..L would take (L per type and degree). */
+enum { AH_PROFILE_EXACT = 0, AH_PROFILE_BINARY = 1 };
+int alt_plan_autohet_mode(const AltContext *x, int mode, AltPlan *out, long *points,
+                          long *exhaustive, IrError *err);
 
 #endif
