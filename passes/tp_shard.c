@@ -7,23 +7,11 @@
 #include <string.h>
 
 #include "pass.h"
+#include "tp_shard_int.h"
 
-typedef struct Ts {
-    IrGraph *c;
-    int tp, rank;
-    TpShardResult *res;
-    int capsh;
-    IrValue **copy_of, **copy_val; /* TpCopy memo: one per Linear input value */
-    int ncopy;
-    int first, last;               /* layer range of the patterns to shard (0, 0: all) */
-    /* tp_shard_find: match only, on the caller's graph; the matches go here */
-    int dry;
-    TpPattern *found;
-    int nfound, capfound;
-} Ts;
 
 /* a match in dry mode: append it (the graph is left as it is) */
-static TpPattern *add_found(Ts *t, int kind, const IrNode *row) {
+TpPattern *tps_add_found(Ts *t, int kind, const IrNode *row) {
     if (t->nfound == t->capfound) {
         t->capfound = t->capfound ? 2 * t->capfound : 16;
         t->found = ir_xrealloc(t->found, sizeof *t->found * (size_t)t->capfound);
@@ -35,11 +23,11 @@ static TpPattern *add_found(Ts *t, int kind, const IrNode *row) {
     return p;
 }
 
-static void add_inner(TpPattern *p, const IrNode *n) {
+void tps_add_inner(TpPattern *p, const IrNode *n) {
     if (n && p->ninner < TP_PATTERN_MAX_INNER) p->inner[p->ninner++] = n;
 }
 
-static int in_range(const Ts *t, const IrNode *n) {
+int tps_in_range(const Ts *t, const IrNode *n) {
     return (!t->first && !t->last) || (n->layer_id >= t->first && n->layer_id <= t->last);
 }
 
@@ -97,25 +85,25 @@ static IrGraph *clone_graph(const IrGraph *g, IrError *err) {
 
 /* ------------------------------------------------------------ matching */
 
-static int uses(const IrGraph *g, const IrValue *v) { return ir_value_num_uses(g, v); }
+int tps_uses(const IrGraph *g, const IrValue *v) { return ir_value_num_uses(g, v); }
 
-static int is_act(IrOp op) {
+int tps_is_act(IrOp op) {
     return op == IR_OP_GELU || op == IR_OP_RELU || op == IR_OP_SILU || op == IR_OP_TANH ||
            op == IR_OP_SIGMOID || op == IR_OP_ERF;
 }
 
-static int linear_weight_ok(const IrGraph *g, const IrNode *l) {
+int tps_linear_ok(const IrGraph *g, const IrNode *l) {
     const IrValue *w = l->nin > 1 ? l->in[1] : NULL;
     const IrValue *b = l->nin > 2 ? l->in[2] : NULL;
     return l->op == IR_OP_LINEAR && w && w->kind == IR_VK_PARAM && w->shape.rank == 2 &&
-           w->dtype == IR_F32 && uses(g, w) == 1 &&
-           (!b || (b->kind == IR_VK_PARAM && b->shape.rank == 1 && uses(g, b) == 1));
+           w->dtype == IR_F32 && tps_uses(g, w) == 1 &&
+           (!b || (b->kind == IR_VK_PARAM && b->shape.rank == 1 && tps_uses(g, b) == 1));
 }
 
-static int64_t last_dim(const IrValue *v) { return v->shape.dims[v->shape.rank - 1]; }
+int64_t tps_last_dim(const IrValue *v) { return v->shape.dims[v->shape.rank - 1]; }
 
 /* an i64 constant's elements (NULL if v is not one) */
-static const int64_t *const_i64(IrValue *v, int64_t *n) {
+const int64_t *tps_const_i64(IrValue *v, int64_t *n) {
     if (!v || v->kind != IR_VK_CONST || v->dtype != IR_I64 || v->shape.rank != 1) return NULL;
     IrError e = {{0}};
     *n = v->shape.dims[0];
@@ -124,7 +112,7 @@ static const int64_t *const_i64(IrValue *v, int64_t *n) {
 
 /* ------------------------------------------------------------ rewriting */
 
-static void record_shard(Ts *t, const IrValue *p, int axis, int nr, const int64_t *st,
+void tps_record_shard(Ts *t, const IrValue *p, int axis, int nr, const int64_t *st,
                          const int64_t *ln) {
     TpShardResult *r = t->res;
     if (r->nshards == t->capsh) {
@@ -141,9 +129,9 @@ static void record_shard(Ts *t, const IrValue *p, int axis, int nr, const int64_
 }
 
 /* keep ranges of `axis` (0 or 1 of a rank-1/2 f32 parameter) */
-static void slice_param(Ts *t, IrValue *p, int axis, int nr, const int64_t *st,
+void tps_slice_param(Ts *t, IrValue *p, int axis, int nr, const int64_t *st,
                         const int64_t *ln) {
-    record_shard(t, p, axis, nr, st, ln);
+    tps_record_shard(t, p, axis, nr, st, ln);
     IrError e = {{0}};
     const float *d = ir_value_data(p, &e);
     int64_t rows = p->shape.dims[0], cols = p->shape.rank == 2 ? p->shape.dims[1] : 1, keep = 0;
@@ -170,7 +158,7 @@ static void slice_param(Ts *t, IrValue *p, int axis, int nr, const int64_t *st,
  * new nodes go next to the nodes they serve, so the original nodes keep
  * their relative order (partition numbers boundary transfers in producer
  * order, and a TP stage must number them like its unsharded peers) */
-static IrValue *tp_copy(Ts *t, IrValue *x, IrNode *at) {
+IrValue *tps_copy(Ts *t, IrValue *x, IrNode *at) {
     for (int i = 0; i < t->ncopy; i++)
         if (t->copy_of[i] == x) return t->copy_val[i];
     char nm[1200];
@@ -187,19 +175,19 @@ static IrValue *tp_copy(Ts *t, IrValue *x, IrNode *at) {
     return o;
 }
 
-static void column_linear(Ts *t, IrNode *l, int nr, const int64_t *st, const int64_t *ln) {
+void tps_column_linear(Ts *t, IrNode *l, int nr, const int64_t *st, const int64_t *ln) {
     IrValue *x = l->in[0];
-    IrValue *cp = tp_copy(t, x, l);
+    IrValue *cp = tps_copy(t, x, l);
     IrNode *cn = cp->producer;
     cn->layer_id = l->layer_id, cn->module_id = l->module_id;
     l->in[0] = cp;
-    slice_param(t, l->in[1], 1, nr, st, ln);
-    if (l->nin > 2 && l->in[2]) slice_param(t, l->in[2], 0, nr, st, ln);
+    tps_slice_param(t, l->in[1], 1, nr, st, ln);
+    if (l->nin > 2 && l->in[2]) tps_slice_param(t, l->in[2], 0, nr, st, ln);
 }
 
 /* y = Linear(h, W[rows], -) -> TpAllReduce -> + b: the bias once, after the sum */
-static void row_linear(Ts *t, IrNode *l, int64_t st, int64_t ln) {
-    slice_param(t, l->in[1], 0, 1, &st, &ln);
+void tps_row_linear(Ts *t, IrNode *l, int64_t st, int64_t ln) {
+    tps_slice_param(t, l->in[1], 0, 1, &st, &ln);
     IrValue *y = l->out[0], *b = l->nin > 2 ? l->in[2] : NULL;
     char nm[1200];
     snprintf(nm, sizeof nm, "tp/partial/%s", y->name);
@@ -226,17 +214,17 @@ static void row_linear(Ts *t, IrNode *l, int64_t st, int64_t ln) {
 }
 
 /* can a reshape's target have its dim `from_end` (1 = last) divided by tp? */
-static int retarget_ok(const Ts *t, IrNode *r, int from_end) {
+int tps_retarget_ok(const Ts *t, IrNode *r, int from_end) {
     int64_t n = 0;
-    const int64_t *d = const_i64(r->in[1], &n);
+    const int64_t *d = tps_const_i64(r->in[1], &n);
     return d && n >= from_end && d[n - from_end] > 0 && d[n - from_end] % t->tp == 0;
 }
 
 /* the reshape target with that dim divided by tp, as a new constant */
-static int retarget(Ts *t, IrNode *r, int from_end) {
+int tps_retarget(Ts *t, IrNode *r, int from_end) {
     int64_t n = 0;
-    const int64_t *d = const_i64(r->in[1], &n);
-    if (!retarget_ok(t, r, from_end)) return -1;
+    const int64_t *d = tps_const_i64(r->in[1], &n);
+    if (!tps_retarget_ok(t, r, from_end)) return -1;
     int64_t *nd = ir_xmalloc(sizeof *nd * (size_t)n);
     memcpy(nd, d, sizeof *nd * (size_t)n);
     int64_t *k = &nd[n - from_end];
@@ -256,21 +244,21 @@ static int try_mlp(Ts *t, IrNode *l2) {
     IrGraph *c = t->c;
     IrValue *h = l2->in[0];
     IrNode *u = h->producer;
-    if (!u || !is_act(u->op) || uses(c, h) != 1) return 0;
+    if (!u || !tps_is_act(u->op) || tps_uses(c, h) != 1) return 0;
     IrValue *a = u->in[0];
     IrNode *l1 = a->producer;
-    if (!l1 || !linear_weight_ok(c, l1) || uses(c, a) != 1 || !in_range(t, l1)) return 0;
-    int64_t n = last_dim(a), k2 = l2->in[1]->shape.dims[0];
+    if (!l1 || !tps_linear_ok(c, l1) || tps_uses(c, a) != 1 || !tps_in_range(t, l1)) return 0;
+    int64_t n = tps_last_dim(a), k2 = l2->in[1]->shape.dims[0];
     if (n != k2 || n % t->tp) return t->res->skipped++, 0;
     if (t->dry) {
-        TpPattern *p = add_found(t, TP_PATTERN_MLP, l2);
+        TpPattern *p = tps_add_found(t, TP_PATTERN_MLP, l2);
         p->column[p->ncolumn++] = l1;
-        add_inner(p, u);
+        tps_add_inner(p, u);
         return 1;
     }
     int64_t st = t->rank * (n / t->tp), ln = n / t->tp;
-    column_linear(t, l1, 1, &st, &ln);
-    row_linear(t, l2, st, ln);
+    tps_column_linear(t, l1, 1, &st, &ln);
+    tps_row_linear(t, l2, st, ln);
     t->res->mlp++;
     return 1;
 }
@@ -290,14 +278,14 @@ static int walk_chain(const IrGraph *c, IrValue *v, Chain *ch) {
     ch->heads = v->shape.dims[r - 3];
     while (v->producer && (v->producer->op == IR_OP_TRANSPOSE || v->producer->op == IR_OP_RESHAPE)) {
         IrNode *p = v->producer;
-        if (uses(c, v) != 1) return -1;
+        if (tps_uses(c, v) != 1) return -1;
         if (p->op == IR_OP_RESHAPE) {
             if (ch->split_reshape || p->out[0]->shape.rank != p->in[0]->shape.rank + 1) return -1;
             ch->split_reshape = p;
         }
         v = p->in[0];
     }
-    if (!v->producer || !ch->split_reshape || uses(c, v) != 1) return -1;
+    if (!v->producer || !ch->split_reshape || tps_uses(c, v) != 1) return -1;
     ch->src = v->producer;
     ch->src_out = v->producer_slot;
     return 0;
@@ -307,20 +295,20 @@ static int try_attention(Ts *t, IrNode *l2) {
     IrGraph *c = t->c;
     IrValue *h = l2->in[0];
     IrNode *merge = h->producer;
-    if (!merge || merge->op != IR_OP_RESHAPE || uses(c, h) != 1) return 0;
+    if (!merge || merge->op != IR_OP_RESHAPE || tps_uses(c, h) != 1) return 0;
     IrValue *tv = merge->in[0];
     IrNode *tr = tv->producer;
-    if (!tr || tr->op != IR_OP_TRANSPOSE || uses(c, tv) != 1) return 0;
+    if (!tr || tr->op != IR_OP_TRANSPOSE || tps_uses(c, tv) != 1) return 0;
     IrValue *o = tr->in[0];
     IrNode *at = o->producer;
-    if (!at || at->op != IR_OP_ATTENTION || uses(c, o) != 1) return 0;
+    if (!at || at->op != IR_OP_ATTENTION || tps_uses(c, o) != 1) return 0;
     Chain ch[3];
     for (int j = 0; j < 3; j++)
         if (walk_chain(c, at->in[j], &ch[j])) return t->res->skipped++, 0;
     for (int j = 0; j < 3; j++)
-        if (ch[j].heads % t->tp || !retarget_ok(t, ch[j].split_reshape, 2))
+        if (ch[j].heads % t->tp || !tps_retarget_ok(t, ch[j].split_reshape, 2))
             return t->res->skipped++, 0;
-    if (!retarget_ok(t, merge, 1) || l2->in[1]->shape.dims[0] % t->tp)
+    if (!tps_retarget_ok(t, merge, 1) || l2->in[1]->shape.dims[0] % t->tp)
         return t->res->skipped++, 0;
     int fused = ch[0].src->op == IR_OP_SPLIT;
     TpPattern *pat = NULL; /* dry mode: filled once every check has passed */
@@ -329,12 +317,12 @@ static int try_attention(Ts *t, IrNode *l2) {
         IrValue *x = s->in[0];
         IrNode *l1 = x->producer;
         int64_t ns = 0;
-        const int64_t *sz = s->nin > 1 ? const_i64(s->in[1], &ns) : NULL;
+        const int64_t *sz = s->nin > 1 ? tps_const_i64(s->in[1], &ns) : NULL;
         int ax = (int)ir_attr_int(s, "axis", 0);
         if (ax < 0) ax += x->shape.rank;
         if (ch[1].src != s || ch[2].src != s || s->nout != 3 || !sz || ns != 3 ||
-            (l1 && !in_range(t, l1)) ||
-            ax != x->shape.rank - 1 || !l1 || !linear_weight_ok(c, l1) || uses(c, x) != 1)
+            (l1 && !tps_in_range(t, l1)) ||
+            ax != x->shape.rank - 1 || !l1 || !tps_linear_ok(c, l1) || tps_uses(c, x) != 1)
             return t->res->skipped++, 0;
         int64_t st[3], ln[3], nsz[3], off = 0;
         for (int i = 0; i < 3; i++) {
@@ -345,31 +333,31 @@ static int try_attention(Ts *t, IrNode *l2) {
             off += sz[i];
         }
         if (t->dry) {
-            pat = add_found(t, TP_PATTERN_ATTENTION, l2);
+            pat = tps_add_found(t, TP_PATTERN_ATTENTION, l2);
             pat->column[pat->ncolumn++] = l1;
-            add_inner(pat, s);
+            tps_add_inner(pat, s);
         } else {
-            for (int j = 0; j < 3; j++) retarget(t, ch[j].split_reshape, 2);
+            for (int j = 0; j < 3; j++) tps_retarget(t, ch[j].split_reshape, 2);
             char nm[1200];
             snprintf(nm, sizeof nm, "tp/sizes/%s", s->name);
             s->in[1] = ir_const_i64s(c, nm, 3, nsz);
-            column_linear(t, l1, 3, st, ln);
+            tps_column_linear(t, l1, 3, st, ln);
         }
     } else {
         for (int j = 0; j < 3; j++) {
             IrNode *l1 = ch[j].src;
-            if (!linear_weight_ok(c, l1) || last_dim(l1->out[0]) % t->tp || !in_range(t, l1))
+            if (!tps_linear_ok(c, l1) || tps_last_dim(l1->out[0]) % t->tp || !tps_in_range(t, l1))
                 return t->res->skipped++, 0;
         }
         if (t->dry) {
-            pat = add_found(t, TP_PATTERN_ATTENTION, l2);
+            pat = tps_add_found(t, TP_PATTERN_ATTENTION, l2);
             for (int j = 0; j < 3; j++) pat->column[pat->ncolumn++] = ch[j].src;
         }
-        if (!t->dry) for (int j = 0; j < 3; j++) retarget(t, ch[j].split_reshape, 2);
+        if (!t->dry) for (int j = 0; j < 3; j++) tps_retarget(t, ch[j].split_reshape, 2);
         for (int j = 0; j < 3 && !t->dry; j++) {
-            int64_t n = last_dim(ch[j].src->out[0]);
+            int64_t n = tps_last_dim(ch[j].src->out[0]);
             int64_t st = t->rank * (n / t->tp), ln = n / t->tp;
-            column_linear(t, ch[j].src, 1, &st, &ln);
+            tps_column_linear(t, ch[j].src, 1, &st, &ln);
         }
     }
     if (t->dry) {
@@ -378,15 +366,15 @@ static int try_attention(Ts *t, IrNode *l2) {
         for (int j = 0; j < 3; j++)
             for (IrValue *v = at->in[j]; v->producer && v->producer != ch[j].src;
                  v = v->producer->in[0])
-                add_inner(pat, v->producer);
-        add_inner(pat, at);
-        add_inner(pat, tr);
-        add_inner(pat, merge);
+                tps_add_inner(pat, v->producer);
+        tps_add_inner(pat, at);
+        tps_add_inner(pat, tr);
+        tps_add_inner(pat, merge);
         return 1;
     }
-    retarget(t, merge, 1);
+    tps_retarget(t, merge, 1);
     int64_t d = l2->in[1]->shape.dims[0];
-    row_linear(t, l2, t->rank * (d / t->tp), d / t->tp);
+    tps_row_linear(t, l2, t->rank * (d / t->tp), d / t->tp);
     t->res->attention++;
     return 1;
 }
@@ -411,10 +399,16 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
         memcpy(orig, t.c->nodes, sizeof *orig * (size_t)n0);
         for (int i = 0; i < n0; i++) {
             IrNode *l2 = orig[i];
-            if (!linear_weight_ok(t.c, l2) || !in_range(&t, l2)) continue;
+            if (!tps_linear_ok(t.c, l2) || !tps_in_range(&t, l2)) continue;
             if (!try_mlp(&t, l2)) try_attention(&t, l2);
         }
         free(orig);
+        if (tps_vocab(&t, err) < 0) {
+            free(t.copy_of);
+            free(t.copy_val);
+            tp_shard_free(out);
+            return ir_error_prefix(err, "tp_shard rank %d of %d", rank, tp);
+        }
     }
     free(t.copy_of);
     free(t.copy_val);
@@ -444,8 +438,12 @@ int tp_shard_find(const IrGraph *g, int tp, int first, int last, TpPattern **out
     Ts t = {.c = (IrGraph *)g, .tp = tp, .res = &res, .first = first, .last = last, .dry = 1};
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *l2 = g->nodes[i];
-        if (l2->dead || !linear_weight_ok(t.c, l2) || !in_range(&t, l2)) continue;
+        if (l2->dead || !tps_linear_ok(t.c, l2) || !tps_in_range(&t, l2)) continue;
         if (!try_mlp(&t, l2)) try_attention(&t, l2);
+    }
+    if (tps_vocab(&t, err) < 0) {
+        free(t.found);
+        return -1;
     }
     *out = t.found;
     *nout = t.nfound;

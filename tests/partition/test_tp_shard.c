@@ -28,49 +28,8 @@
 #include "pass.h"
 #include "stage_abi.h"
 #include "tp_shard.h"
+#include "tp_sim.h"
 
-static int fails;
-#define CHECK(c, ...)                                                    \
-    do {                                                                 \
-        if (!(c)) {                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fprintf(stderr, "\n");                                       \
-            fails++;                                                     \
-        }                                                                \
-    } while (0)
-
-static uint64_t rs = 0x243F6A8885A308D3ULL;
-static double urand(void) {
-    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-    return (double)(rs >> 11) / 9007199254740992.0;
-}
-static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)(urand() * (double)(hi - lo + 1)); }
-
-static IrValue *param(IrGraph *g, const char *name, int rank, const int64_t *dims, double sc) {
-    IrShape s = ir_shape_make(rank, dims);
-    IrValue *v = ir_value_new(g, name, IR_F32, &s, IR_VK_PARAM);
-    v->shape_known = 1;
-    int64_t n = ir_shape_numel(&s);
-    float *d = malloc((size_t)n * sizeof *d);
-    for (int64_t i = 0; i < n; i++) d[i] = (float)((urand() * 2 - 1) * sc);
-    ir_value_set_data(v, d, (size_t)n * sizeof *d);
-    return v;
-}
-static IrValue *act(IrGraph *g, const char *name) {
-    IrShape s = {0};
-    IrValue *v = ir_value_new(g, name, IR_F32, &s, IR_VK_ACT);
-    v->shape_known = 0; /* shape-infer decides */
-    return v;
-}
-static IrValue *op1(IrGraph *g, IrOp op, const char *name, int nin, IrValue **in) {
-    IrValue *o = act(g, name);
-    ir_node_new(g, op, name, nin, in, 1, &o);
-    return o;
-}
-static IrValue *shape_const(IrGraph *g, const char *name, int n, const int64_t *v) {
-    return ir_const_i64s(g, name, n, v);
-}
 
 typedef struct Dims {
     int64_t B, T, H, Dh, F;
@@ -87,8 +46,8 @@ static IrGraph *block(const Dims *d) {
     ir_graph_add_input(g, x);
     int64_t dD[1] = {D}, dF[1] = {d->F}, d3D[1] = {3 * D};
     IrValue *in[4];
-    in[0] = x, in[1] = param(g, "ln1.g", 1, dD, 1.0), in[2] = param(g, "ln1.b", 1, dD, 0.1);
-    IrValue *ln1 = op1(g, IR_OP_LAYER_NORM, "ln1", 3, in);
+    in[0] = x, in[1] = tp_sim_param(g, "ln1.g", 1, dD, 1.0), in[2] = tp_sim_param(g, "ln1.b", 1, dD, 0.1);
+    IrValue *ln1 = tp_sim_op1(g, IR_OP_LAYER_NORM, "ln1", 3, in);
     ir_node_set_int(ln1->producer, "axis", -1);
     ir_node_set_float(ln1->producer, "epsilon", 1e-5);
     IrValue *qkv[3];
@@ -96,10 +55,10 @@ static IrGraph *block(const Dims *d) {
     static const char *const nm[3] = {"q", "k", "v"};
     if (d->fused) {
         int64_t w[2] = {D, 3 * D}, sz[3] = {D, D, D};
-        in[0] = ln1, in[1] = param(g, "attn.wqkv", 2, w, 0.3), in[2] = param(g, "attn.bqkv", 1, d3D, 0.1);
-        IrValue *f = op1(g, IR_OP_LINEAR, "attn.qkv", 3, in);
-        for (int j = 0; j < 3; j++) qkv[j] = act(g, nm[j]);
-        in[0] = f, in[1] = shape_const(g, "attn.sizes", 3, sz);
+        in[0] = ln1, in[1] = tp_sim_param(g, "attn.wqkv", 2, w, 0.3), in[2] = tp_sim_param(g, "attn.bqkv", 1, d3D, 0.1);
+        IrValue *f = tp_sim_op1(g, IR_OP_LINEAR, "attn.qkv", 3, in);
+        for (int j = 0; j < 3; j++) qkv[j] = tp_sim_act(g, nm[j]);
+        in[0] = f, in[1] = tp_sim_shape_const(g, "attn.sizes", 3, sz);
         IrNode *s = ir_node_new(g, IR_OP_SPLIT, "attn.split", 2, in, 3, qkv);
         ir_node_set_int(s, "axis", 2);
     } else {
@@ -108,47 +67,47 @@ static IrGraph *block(const Dims *d) {
             char pn[32], bn[32];
             snprintf(pn, sizeof pn, "attn.w%s", nm[j]);
             snprintf(bn, sizeof bn, "attn.b%s", nm[j]);
-            in[0] = ln1, in[1] = param(g, pn, 2, w, 0.3), in[2] = param(g, bn, 1, dD, 0.1);
-            qkv[j] = op1(g, IR_OP_LINEAR, nm[j], 3, in);
+            in[0] = ln1, in[1] = tp_sim_param(g, pn, 2, w, 0.3), in[2] = tp_sim_param(g, bn, 1, dD, 0.1);
+            qkv[j] = tp_sim_op1(g, IR_OP_LINEAR, nm[j], 3, in);
         }
     }
     IrValue *ht[3];
     for (int j = 0; j < 3; j++) {
         char a[32];
         snprintf(a, sizeof a, "%s.heads", nm[j]);
-        in[0] = qkv[j], in[1] = shape_const(g, a, 4, heads);
-        IrValue *h = op1(g, IR_OP_RESHAPE, a, 2, in);
+        in[0] = qkv[j], in[1] = tp_sim_shape_const(g, a, 4, heads);
+        IrValue *h = tp_sim_op1(g, IR_OP_RESHAPE, a, 2, in);
         snprintf(a, sizeof a, "%s.t", nm[j]);
-        ht[j] = op1(g, IR_OP_TRANSPOSE, a, 1, &h);
+        ht[j] = tp_sim_op1(g, IR_OP_TRANSPOSE, a, 1, &h);
         int64_t perm[4] = {0, 2, 1, 3};
         ir_node_set_ints(ht[j]->producer, "perm", 4, perm);
     }
-    IrValue *at = op1(g, IR_OP_ATTENTION, "attn.core", 3, ht);
+    IrValue *at = tp_sim_op1(g, IR_OP_ATTENTION, "attn.core", 3, ht);
     ir_node_set_int(at->producer, "causal", 1);
     ir_node_set_float(at->producer, "scale", 1.0 / sqrt((double)d->Dh));
-    IrValue *atT = op1(g, IR_OP_TRANSPOSE, "attn.merge_t", 1, &at);
+    IrValue *atT = tp_sim_op1(g, IR_OP_TRANSPOSE, "attn.merge_t", 1, &at);
     int64_t perm[4] = {0, 2, 1, 3};
     ir_node_set_ints(atT->producer, "perm", 4, perm);
-    in[0] = atT, in[1] = shape_const(g, "attn.merge_shape", 3, x3);
-    IrValue *am = op1(g, IR_OP_RESHAPE, "attn.merge", 2, in);
+    in[0] = atT, in[1] = tp_sim_shape_const(g, "attn.merge_shape", 3, x3);
+    IrValue *am = tp_sim_op1(g, IR_OP_RESHAPE, "attn.merge", 2, in);
     int64_t wo[2] = {D, D};
-    in[0] = am, in[1] = param(g, "attn.wo", 2, wo, 0.3), in[2] = d->out_bias ? param(g, "attn.bo", 1, dD, 0.1) : NULL;
-    IrValue *o = op1(g, IR_OP_LINEAR, "attn.out", d->out_bias ? 3 : 2, in);
+    in[0] = am, in[1] = tp_sim_param(g, "attn.wo", 2, wo, 0.3), in[2] = d->out_bias ? tp_sim_param(g, "attn.bo", 1, dD, 0.1) : NULL;
+    IrValue *o = tp_sim_op1(g, IR_OP_LINEAR, "attn.out", d->out_bias ? 3 : 2, in);
     in[0] = x, in[1] = o;
-    IrValue *r1 = op1(g, IR_OP_ADD, "res1", 2, in);
-    in[0] = r1, in[1] = param(g, "ln2.g", 1, dD, 1.0), in[2] = param(g, "ln2.b", 1, dD, 0.1);
-    IrValue *ln2 = op1(g, IR_OP_LAYER_NORM, "ln2", 3, in);
+    IrValue *r1 = tp_sim_op1(g, IR_OP_ADD, "res1", 2, in);
+    in[0] = r1, in[1] = tp_sim_param(g, "ln2.g", 1, dD, 1.0), in[2] = tp_sim_param(g, "ln2.b", 1, dD, 0.1);
+    IrValue *ln2 = tp_sim_op1(g, IR_OP_LAYER_NORM, "ln2", 3, in);
     ir_node_set_int(ln2->producer, "axis", -1);
     ir_node_set_float(ln2->producer, "epsilon", 1e-5);
     int64_t w1[2] = {D, d->F}, w2[2] = {d->F, D};
-    in[0] = ln2, in[1] = param(g, "mlp.w1", 2, w1, 0.3), in[2] = param(g, "mlp.b1", 1, dF, 0.1);
-    IrValue *f = op1(g, IR_OP_LINEAR, "mlp.fc", 3, in);
-    IrValue *ge = op1(g, IR_OP_GELU, "mlp.gelu", 1, &f);
+    in[0] = ln2, in[1] = tp_sim_param(g, "mlp.w1", 2, w1, 0.3), in[2] = tp_sim_param(g, "mlp.b1", 1, dF, 0.1);
+    IrValue *f = tp_sim_op1(g, IR_OP_LINEAR, "mlp.fc", 3, in);
+    IrValue *ge = tp_sim_op1(g, IR_OP_GELU, "mlp.gelu", 1, &f);
     ir_node_set_string(ge->producer, "approximate", "tanh");
-    in[0] = ge, in[1] = param(g, "mlp.w2", 2, w2, 0.3), in[2] = param(g, "mlp.b2", 1, dD, 0.1);
-    IrValue *m = op1(g, IR_OP_LINEAR, "mlp.proj", 3, in);
+    in[0] = ge, in[1] = tp_sim_param(g, "mlp.w2", 2, w2, 0.3), in[2] = tp_sim_param(g, "mlp.b2", 1, dD, 0.1);
+    IrValue *m = tp_sim_op1(g, IR_OP_LINEAR, "mlp.proj", 3, in);
     in[0] = r1, in[1] = m;
-    IrValue *y = op1(g, IR_OP_ADD, "y", 2, in);
+    IrValue *y = tp_sim_op1(g, IR_OP_ADD, "y", 2, in);
     ir_graph_add_output(g, y);
     PassContext ctx;
     IrError err = {{0}};
@@ -160,254 +119,24 @@ static IrGraph *block(const Dims *d) {
     return g;
 }
 
-/* forward + seeded backward: outputs y, dx, grad/P */
-static int train(IrGraph *g, IrError *err) {
-    PassContext ctx;
-    pass_context_default(&ctx);
-    if (pass_run_pipeline(g, "shape-infer", &ctx, err)) return -1;
-    IrValue *y = ir_graph_find_value(g, "y"), *x = ir_graph_find_value(g, "x");
-    IrValue *dy = ir_value_new(g, "dy", IR_F32, &y->shape, IR_VK_INPUT);
-    dy->shape_known = 1;
-    ir_graph_add_input(g, dy);
-    AdSeed sd = {.value = y, .grad = dy};
-    IrValue *dx = NULL;
-    if (autodiff_seeded(g, &sd, 1, &x, 1, &dx, err)) return -1;
-    IrValue *o = ir_value_new(g, "dx", IR_F32, &x->shape, IR_VK_GRAD);
-    IrNode *n = ir_node_new(g, IR_OP_IDENTITY, "dx", 1, &dx, 1, &o);
-    n->phase = IR_PHASE_BWD;
-    ir_graph_add_output(g, o);
-    return pass_run_pipeline(g, "shape-infer", &ctx, err) || ir_verify(g, 1, err) ? -1 : 0;
-}
-
-/* the ranks' train graphs as one graph: values prefixed "r<k>/" except the
- * shared inputs x, dy; the k-th TpAllReduce of all ranks is one sum */
-static IrGraph *merge_ranks(IrGraph **rg, int tp, IrError *err) {
-    IrGraph *m = ir_graph_new("merged");
-    int nn = rg[0]->nnodes;
-    for (int r = 1; r < tp; r++)
-        if (rg[r]->nnodes != nn) {
-            ir_errorf(err, "rank %d has %d nodes, rank 0 %d", r, rg[r]->nnodes, nn);
-            ir_graph_free(m);
-            return NULL;
-        }
-    IrValue ***map = calloc((size_t)tp, sizeof *map);
-    for (int r = 0; r < tp; r++) {
-        map[r] = calloc((size_t)rg[r]->nvalues + 1, sizeof **map);
-        for (int i = 0; i < rg[r]->nvalues; i++) {
-            IrValue *v = rg[r]->values[i];
-            int shared = v->kind == IR_VK_INPUT && !v->producer;
-            if (shared && r > 0) {
-                map[r][i] = ir_graph_find_value(m, v->name);
-                continue;
-            }
-            char nm[1200];
-            if (shared) snprintf(nm, sizeof nm, "%s", v->name);
-            else snprintf(nm, sizeof nm, "r%d/%s", r, v->name);
-            IrValue *c = map[r][i] = ir_value_new(m, nm, v->dtype, &v->shape, v->kind);
-            c->shape_known = v->shape_known;
-            if (shared) ir_graph_add_input(m, c);
-            if ((v->kind == IR_VK_PARAM || v->kind == IR_VK_CONST) && ir_value_has_data(v)) {
-                const void *d = ir_value_data(v, err);
-                void *cp = malloc(v->nbytes ? v->nbytes : 1);
-                memcpy(cp, d, v->nbytes);
-                ir_value_set_data(c, cp, v->nbytes);
-            }
-        }
-    }
-    for (int i = 0; i < nn; i++) {
-        if (rg[0]->nodes[i]->op == IR_OP_TP_ALL_REDUCE) {
-            IrValue *acc = map[0][rg[0]->nodes[i]->in[0]->id];
-            for (int r = 1; r < tp; r++) {
-                IrValue *in[2] = {acc, map[r][rg[r]->nodes[i]->in[0]->id]};
-                char nm[64];
-                snprintf(nm, sizeof nm, "allreduce%d/+%d", i, r);
-                IrValue *o = ir_value_new(m, nm, IR_F32, &acc->shape, IR_VK_ACT);
-                o->shape_known = 1;
-                ir_node_new(m, IR_OP_ADD, nm, 2, in, 1, &o);
-                acc = o;
-            }
-            for (int r = 0; r < tp; r++) {
-                IrValue *o = map[r][rg[r]->nodes[i]->out[0]->id];
-                ir_node_new(m, IR_OP_IDENTITY, o->name, 1, &acc, 1, &o);
-            }
-            continue;
-        }
-        for (int r = 0; r < tp; r++) {
-            IrNode *s = rg[r]->nodes[i];
-            IrValue *in[16] = {0}, *out[16] = {0};
-            for (int k = 0; k < s->nin; k++) in[k] = s->in[k] ? map[r][s->in[k]->id] : NULL;
-            for (int k = 0; k < s->nout; k++) out[k] = s->out[k] ? map[r][s->out[k]->id] : NULL;
-            IrNode *d = ir_node_new(m, s->op, s->name, s->nin, in, s->nout, out);
-            for (int a = 0; a < s->nattrs; a++) {
-                const IrAttr *at = &s->attrs[a];
-                if (at->type == IR_ATTR_INT) ir_node_set_int(d, at->name, at->i);
-                if (at->type == IR_ATTR_FLOAT) ir_node_set_float(d, at->name, at->f);
-                if (at->type == IR_ATTR_STRING) ir_node_set_string(d, at->name, at->s);
-                if (at->type == IR_ATTR_INTS) ir_node_set_ints(d, at->name, at->n, at->ints);
-                if (at->type == IR_ATTR_FLOATS) ir_node_set_floats(d, at->name, at->n, at->floats);
-            }
-        }
-    }
-    for (int r = 0; r < tp; r++) {
-        for (int i = 0; i < rg[r]->noutputs; i++) ir_graph_add_output(m, map[r][rg[r]->outputs[i]->id]);
-        free(map[r]);
-    }
-    free(map);
-    return m;
-}
-
-static IrTensor *find(IrTensor **t, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(t[i]->name, name)) return t[i];
-    return NULL;
-}
-
-/* L2 relative error.  A gradient that is zero in exact arithmetic (the key
- * bias: softmax ignores a per-row shift of the scores) is rounding noise on
- * both sides (rms ~1e-7 against O(1) gradients): there both must be below
- * 1e-4 rms, and 0 is returned. */
-static double rel(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0, aa = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += (a[i] - b[i]) * (double)(a[i] - b[i]);
-        den += (double)b[i] * b[i], aa += (double)a[i] * a[i];
-    }
-    if (n && sqrt(den / (double)n) < 1e-5) return sqrt(aa / (double)n) < 1e-4 ? 0 : 1;
-    return sqrt(num / (den > 1e-30 ? den : 1e-30));
-}
-
-static IrTensor *tensor(const char *name, const IrShape *s, const float *d) {
-    IrTensor *t = ir_tensor_new(name, IR_F32, s);
-    memcpy(t->data, d, (size_t)ir_shape_numel(s) * sizeof(float));
-    return t;
-}
-
-/* every output of the unsharded run against each rank's (r<k>/NAME) in the
- * merged run; gradients of sharded parameters against the rank's slice */
-static double compare(const char *what, IrTensor **ro, int nro, IrTensor **mo, int nmo, int tp,
-                      TpParamShard *const *shards, const int *nshards, int *checked) {
-    double worst = 0;
-    for (int r = 0; r < tp; r++) {
-        char nm[1200];
-        for (int i = 0; i < nro; i++) {
-            const char *name = ro[i]->name;
-            int64_t n = 1;
-            for (int k = 0; k < ro[i]->shape.rank; k++) n *= ro[i]->shape.dims[k];
-            if (ro[i]->dtype != IR_F32) continue;
-            const TpParamShard *sh = NULL;
-            for (int s = 0; s < nshards[r] && !strncmp(name, "grad/", 5); s++)
-                if (!strcmp(shards[r][s].name, name + 5)) sh = &shards[r][s];
-            snprintf(nm, sizeof nm, "r%d/%s", r, name);
-            IrTensor *got = find(mo, nmo, nm);
-            if (!got) {
-                CHECK(0, "%s: rank %d has no output '%s'", what, r, name);
-                continue;
-            }
-            const float *want = ro[i]->data;
-            float *slice = NULL;
-            if (sh) { /* the rank's slice of the unsharded gradient */
-                int64_t rows = ro[i]->shape.dims[0];
-                int64_t cols = ro[i]->shape.rank == 2 ? ro[i]->shape.dims[1] : 1, keep = 0;
-                for (int k = 0; k < sh->nranges; k++) keep += sh->len[k];
-                slice = malloc(sizeof *slice * (size_t)(sh->axis ? rows * keep : keep * cols) + 1);
-                float *w = slice;
-                if (sh->axis == 0)
-                    for (int k = 0; k < sh->nranges; k++)
-                        for (int64_t a = 0; a < sh->len[k] * cols; a++) *w++ = want[sh->start[k] * cols + a];
-                else
-                    for (int64_t a = 0; a < rows; a++)
-                        for (int k = 0; k < sh->nranges; k++)
-                            for (int64_t b = 0; b < sh->len[k]; b++) *w++ = want[a * cols + sh->start[k] + b];
-                n = w - slice;
-                want = slice;
-            }
-            int64_t gn = 1;
-            for (int k = 0; k < got->shape.rank; k++) gn *= got->shape.dims[k];
-            if (gn != n) {
-                CHECK(0, "%s: rank %d '%s': %lld elements, want %lld", what, r, name,
-                      (long long)gn, (long long)n);
-            } else {
-                double e = rel(got->data, want, n);
-                if (e > worst) worst = e;
-                CHECK(e <= 1e-5, "%s: rank %d '%s'%s: relative error %.3g", what, r, name,
-                      sh ? " (shard)" : "", e);
-                (*checked)++;
-            }
-            free(slice);
-        }
-    }
-    return worst;
-}
-
 static double worst_all;
 
+static void check_counts(const TpShardResult *r, int rank, const char *what, void *arg) {
+    (void)arg;
+    CHECK(r->attention == 1 && r->mlp == 1 && r->skipped == 0 && r->allreduce == 2 &&
+              r->copies == 2,
+          "%s: rank %d: %d attention %d mlp %d skipped %d all-reduces %d copies", what, rank,
+          r->attention, r->mlp, r->skipped, r->allreduce, r->copies);
+}
+
 static void run_case(const Dims *d, int tp) {
-    IrError err = {{0}};
     char what[160];
     snprintf(what, sizeof what, "%s QKV%s B=%lld T=%lld H=%lld Dh=%lld F=%lld tp=%d",
              d->fused ? "fused" : "separate", d->out_bias ? "" : " (no out bias)", (long long)d->B,
              (long long)d->T, (long long)d->H, (long long)d->Dh, (long long)d->F, tp);
-    uint64_t seed = rs;
     IrGraph *ref = block(d);
-    IrGraph **rg = calloc((size_t)tp, sizeof *rg);
-    TpShardResult *res = calloc((size_t)tp, sizeof *res);
-    IrGraph *m = NULL;
-    IrTensor **ro = NULL, **mo = NULL;
-    int nro = 0, nmo = 0;
-    for (int r = 0; r < tp; r++) {
-        if (tp_shard(ref, tp, r, &res[r], &err)) {
-            CHECK(0, "%s: tp_shard: %s", what, err.msg);
-            goto done;
-        }
-        CHECK(res[r].attention == 1 && res[r].mlp == 1 && res[r].skipped == 0 &&
-                  res[r].allreduce == 2 && res[r].copies == 2,
-              "%s: rank %d: %d attention %d mlp %d skipped %d all-reduces %d copies", what, r,
-              res[r].attention, res[r].mlp, res[r].skipped, res[r].allreduce, res[r].copies);
-        rg[r] = res[r].graph;
-        if (train(rg[r], &err)) {
-            CHECK(0, "%s: rank %d train graph: %s", what, r, err.msg);
-            goto done;
-        }
-    }
-    if (train(ref, &err) || !(m = merge_ranks(rg, tp, &err))) {
-        CHECK(0, "%s: %s", what, err.msg);
-        goto done;
-    }
-    {
-        PassContext ctx;
-        pass_context_default(&ctx);
-        if (pass_run_pipeline(m, "shape-infer", &ctx, &err)) {
-            CHECK(0, "%s: merged graph: %s", what, err.msg);
-            goto done;
-        }
-        IrValue *xv = ir_graph_find_value(ref, "x");
-        int64_t n = ir_shape_numel(&xv->shape);
-        float *x = malloc((size_t)n * sizeof *x), *dy = malloc((size_t)n * sizeof *dy);
-        for (int64_t i = 0; i < n; i++) x[i] = (float)(urand() * 2 - 1), dy[i] = (float)(urand() * 2 - 1);
-        IrTensor *in[2] = {tensor("x", &xv->shape, x), tensor("dy", &xv->shape, dy)};
-        int ok = !hexec_run(ref, in, 2, &ro, &nro, &err) && !hexec_run(m, in, 2, &mo, &nmo, &err);
-        ir_tensor_free(in[0]), ir_tensor_free(in[1]);
-        free(x), free(dy);
-        if (!ok) {
-            CHECK(0, "%s: run: %s", what, err.msg);
-            goto done;
-        }
-    }
-    int checked = 0;
-    TpParamShard *sh[4];
-    int nsh[4];
-    for (int r = 0; r < tp; r++) sh[r] = res[r].shards, nsh[r] = res[r].nshards;
-    double worst = compare(what, ro, nro, mo, nmo, tp, sh, nsh, &checked);
+    double worst = tp_sim_run(ref, tp, what, check_counts, NULL);
     if (worst > worst_all) worst_all = worst;
-    printf("%s: %d tensors (y, dx, %d parameter gradients) x %d ranks, worst relative error %.2e "
-           "(seed %llx)\n", what, checked / tp, nro - 2, tp, worst, (unsigned long long)seed);
-done:
-    for (int i = 0; i < nro; i++) ir_tensor_free(ro[i]);
-    for (int i = 0; i < nmo; i++) ir_tensor_free(mo[i]);
-    free(ro), free(mo);
-    for (int r = 0; r < tp; r++) tp_shard_free(&res[r]);
-    free(res), free(rg);
-    if (m) ir_graph_free(m);
     ir_graph_free(ref);
 }
 
@@ -457,14 +186,14 @@ static void check_gpt(const char *path, int tp) {
               "gpt tp %d rank %d: %d attention, %d mlp, %d skipped of %d blocks", tp, r,
               res[r].attention, res[r].mlp, res[r].skipped, blocks);
     }
-    if (ok && !(m = merge_ranks(rg, tp, &err))) CHECK(ok = 0, "gpt merge: %s", err.msg);
+    if (ok && !(m = tp_sim_merge_ranks(rg, tp, &err))) CHECK(ok = 0, "gpt merge: %s", err.msg);
     if (ok && pass_run_pipeline(m, "shape-infer", &ctx, &err)) CHECK(ok = 0, "gpt merged: %s", err.msg);
     if (ok) {
         IrValue *iv = g->inputs[0];
         int64_t n = ir_shape_numel(&iv->shape);
         IrTensor *in = ir_tensor_new(iv->name, iv->dtype, &iv->shape);
         for (int64_t i = 0; i < n; i++) {
-            int64_t tok = irand(0, 200);
+            int64_t tok = tp_sim_irand(0, 200);
             if (iv->dtype == IR_I64) ((int64_t *)in->data)[i] = tok;
             else ((int32_t *)in->data)[i] = (int32_t)tok;
         }
@@ -477,11 +206,11 @@ static void check_gpt(const char *path, int tp) {
         for (int r = 0; r < tp; r++) {
             char nm[1200];
             snprintf(nm, sizeof nm, "r%d/%s", r, ro[i]->name);
-            IrTensor *t = find(mo, nmo, nm);
+            IrTensor *t = tp_sim_find(mo, nmo, nm);
             int64_t n = 1;
             for (int k = 0; k < ro[i]->shape.rank; k++) n *= ro[i]->shape.dims[k];
             if (!t || ro[i]->dtype != IR_F32) continue;
-            double e = rel(t->data, ro[i]->data, n);
+            double e = tp_sim_rel(t->data, ro[i]->data, n);
             if (e > worst) worst = e;
             CHECK(e <= 1e-5, "gpt tp %d rank %d output '%s': %.3g", tp, r, ro[i]->name, e);
         }
@@ -560,7 +289,7 @@ static void check_tp_stage(const char *path) {
         CHECK(st[0].ntp_shards > 0 && st[0].tp == TP, "stage 1 rank 0: %d shards",
               st[0].ntp_shards);
         IrGraph *rg[TP] = {st[0].train, st[1].train};
-        ok = (m = merge_ranks(rg, TP, &err)) != NULL &&
+        ok = (m = tp_sim_merge_ranks(rg, TP, &err)) != NULL &&
              !pass_run_pipeline(m, "shape-infer", &ctx, &err);
         CHECK(ok, "merge: %s", err.msg);
     }
@@ -572,9 +301,9 @@ static void check_tp_stage(const char *path) {
             in[i] = ir_tensor_new(v->name, v->dtype, &v->shape);
             int64_t n = ir_shape_numel(&v->shape);
             for (int64_t k = 0; k < n; k++) {
-                if (v->dtype == IR_F32) ((float *)in[i]->data)[k] = (float)(urand() * 2 - 1);
-                else if (v->dtype == IR_I64) ((int64_t *)in[i]->data)[k] = irand(0, 60);
-                else if (v->dtype == IR_I32) ((int32_t *)in[i]->data)[k] = (int32_t)irand(0, 60);
+                if (v->dtype == IR_F32) ((float *)in[i]->data)[k] = (float)(tp_sim_urand() * 2 - 1);
+                else if (v->dtype == IR_I64) ((int64_t *)in[i]->data)[k] = tp_sim_irand(0, 60);
+                else if (v->dtype == IR_I32) ((int32_t *)in[i]->data)[k] = (int32_t)tp_sim_irand(0, 60);
             }
         }
         ok = !hexec_run(ref.train, in, nin, &ro, &nro, &err) &&
@@ -585,7 +314,7 @@ static void check_tp_stage(const char *path) {
     if (ok) {
         TpParamShard *sh[TP] = {st[0].tp_shards, st[1].tp_shards};
         int nsh[TP] = {st[0].ntp_shards, st[1].ntp_shards}, checked = 0;
-        double w = compare("gpt_tiny stage 1 of 2, tp 2", ro, nro, mo2, nmo, TP, sh, nsh, &checked);
+        double w = tp_sim_compare("gpt_tiny stage 1 of 2, tp 2", ro, nro, mo2, nmo, TP, sh, nsh, &checked);
         if (w > worst_all) worst_all = w;
         printf("gpt_tiny 2 stages, stage 1 (layers %d-%d) with tp 2: %d xfers paired with stage 0, "
                "%d sharded parameters; loss, boundary and parameter gradients of both TP ranks "
@@ -643,8 +372,8 @@ int main(int argc, char **argv) {
     for (int tpi = 0; tpi < 2; tpi++) {
         int tp = tpi ? 4 : 2;
         for (int c = 0; c < 3; c++) {
-            Dims d = {.B = irand(1, 3), .T = irand(2, 7), .H = tp * irand(1, 2), .Dh = irand(2, 5),
-                      .F = tp * irand(2, 6), .fused = c != 1, .out_bias = c != 2};
+            Dims d = {.B = tp_sim_irand(1, 3), .T = tp_sim_irand(2, 7), .H = tp * tp_sim_irand(1, 2), .Dh = tp_sim_irand(2, 5),
+                      .F = tp * tp_sim_irand(2, 6), .fused = c != 1, .out_bias = c != 2};
             run_case(&d, tp);
         }
     }
@@ -657,8 +386,8 @@ int main(int argc, char **argv) {
         check_tp_stage(p);
     }
     printf("worst relative error %.2e\n", worst_all);
-    if (fails) {
-        fprintf(stderr, "%d failures\n", fails);
+    if (tp_sim_fails) {
+        fprintf(stderr, "%d failures\n", tp_sim_fails);
         return 1;
     }
     printf("ok\n");
