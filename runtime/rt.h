@@ -117,6 +117,15 @@ typedef struct RtOverlap {
  * ordered by start row.  `out` must have room for dp_a + dp_b - 1 entries
  * (the most there can be).  Returns the number written. */
 int rt_row_overlaps(int64_t B, int dp_a, int dp_b, RtOverlap *out);
+/* Tensor parallelism (seed 002's boundary resharding): a stage with DP dp
+ * and TP tp holds each DP shard's rows on all tp ranks of its TP group;
+ * piece v = d * tp + t (the stage-local index of dp rank d, tp rank t) is
+ * TP rank t's share of DP shard d: rt_row_split(count_d, tp, t) rows after
+ * start_d.  The pieces of all v partition [0, B) in order. */
+void rt_row_piece(int64_t B, int dp, int tp, int v, int64_t *start, int64_t *count);
+/* Overlaps between the pieces of (dp_a, tp_a) and (dp_b, tp_b); src/dst are
+ * piece indices.  `out` needs dp_a*tp_a + dp_b*tp_b - 1 entries. */
+int rt_row_overlaps_tp(int64_t B, int dp_a, int tp_a, int dp_b, int tp_b, RtOverlap *out);
 
 /* ---------------------------------------------------------------- arena */
 
@@ -191,13 +200,19 @@ int rt_bcast(const RtContext *ctx, MPI_Comm comm, void *buf, size_t bytes, int r
 int rt_barrier(const RtContext *ctx, const char *what);
 
 /* Many-to-many redistribution of a batch-sharded boundary tensor of B rows
- * (row_bytes bytes each) from stage src_stage to stage dst_stage, using the
- * row split rule on both sides (between the TP-rank-0 ranks of the two
- * stages: peers are rt_stage_rank's).  Ranks of src_stage pass their rows in
- * `src` (dst may be NULL); ranks of dst_stage receive theirs in `dst` (src
- * may be NULL); other ranks return at once.  Only overlapping row ranges
- * travel.  Used forward (activations, stage s -> s+1) and backward (their
- * gradients, s+1 -> s).  Messages use tag `tag`. */
+ * (row_bytes bytes each) from stage src_stage to stage dst_stage.  Every
+ * rank of a stage holds its DP shard's rows (rt_row_split); the TP ranks of
+ * a DP shard hold the same rows (the boundary value is replicated over TP).
+ * So that the value crosses the inter-stage link once, not once per TP
+ * rank (seed 002, issue 9 part 4), TP rank t of src_stage sends only its
+ * piece (rt_row_piece), each piece goes to the ranks of dst_stage whose
+ * pieces overlap it, and the TP group of each receiving DP shard then
+ * all-gathers the pieces (MPI_Allgatherv in place).  Without TP on either
+ * side this is plain DP-to-DP redistribution.  Ranks of src_stage pass
+ * their DP shard's rows in `src` (dst may be NULL); ranks of dst_stage get
+ * theirs in `dst` (src may be NULL); other ranks return at once.  Only
+ * overlapping row ranges travel.  Used forward (activations, stage s ->
+ * s+1) and backward (their gradients, s+1 -> s).  Messages use tag `tag`. */
 int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, int dst_stage,
                          void *dst, int64_t B, size_t row_bytes, int tag, const char *what);
 
@@ -213,8 +228,8 @@ typedef struct RtSendQueue {
     struct RtPending *pend; /* private */
     void **bufs;            /* staging copies, freed on completion */
 } RtSendQueue;
-/* The send side of rt_redistribute_rows (this rank must be in src_stage),
- * queued on q.  Completed earlier sends of q are reaped first. */
+/* The send side of rt_redistribute_rows (this rank must be in src_stage;
+ * it sends its TP piece), queued on q.  Completed earlier sends of q are reaped first. */
 int rt_redistribute_rows_isend(const RtContext *ctx, int src_stage, const void *src,
                                int dst_stage, int64_t B, size_t row_bytes, int tag,
                                const char *what, RtSendQueue *q);

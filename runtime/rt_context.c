@@ -214,15 +214,23 @@ void rt_row_split(int64_t B, int dp, int r, int64_t *start, int64_t *count) {
     *count = base + (r < rem ? 1 : 0);
 }
 
+void rt_row_piece(int64_t B, int dp, int tp, int v, int64_t *start, int64_t *count) {
+    int64_t s, c, ps, pc;
+    rt_row_split(B, dp, v / tp, &s, &c);
+    rt_row_split(c, tp, v % tp, &ps, &pc);
+    *start = s + ps;
+    *count = pc;
+}
+
 /* Walk both splits' boundaries together, like merging two sorted lists:
- * each step emits the overlap of the current A range and B range and
+ * each step emits the overlap of the current A piece and B piece and
  * advances whichever ends first. */
-int rt_row_overlaps(int64_t B, int dp_a, int dp_b, RtOverlap *out) {
-    int n = 0, a = 0, b = 0;
-    while (a < dp_a && b < dp_b) {
+int rt_row_overlaps_tp(int64_t B, int dp_a, int tp_a, int dp_b, int tp_b, RtOverlap *out) {
+    int n = 0, a = 0, b = 0, na = dp_a * tp_a, nb = dp_b * tp_b;
+    while (a < na && b < nb) {
         int64_t sa, ca, sb, cb;
-        rt_row_split(B, dp_a, a, &sa, &ca);
-        rt_row_split(B, dp_b, b, &sb, &cb);
+        rt_row_piece(B, dp_a, tp_a, a, &sa, &ca);
+        rt_row_piece(B, dp_b, tp_b, b, &sb, &cb);
         int64_t lo = sa > sb ? sa : sb;
         int64_t hi = (sa + ca) < (sb + cb) ? (sa + ca) : (sb + cb);
         if (hi > lo) out[n++] = (RtOverlap){.src = a, .dst = b, .start = lo, .count = hi - lo};
@@ -230,4 +238,8 @@ int rt_row_overlaps(int64_t B, int dp_a, int dp_b, RtOverlap *out) {
         else b++;
     }
     return n;
+}
+
+int rt_row_overlaps(int64_t B, int dp_a, int dp_b, RtOverlap *out) {
+    return rt_row_overlaps_tp(B, dp_a, 1, dp_b, 1, out);
 }

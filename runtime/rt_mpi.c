@@ -243,6 +243,79 @@ int rt_barrier(const RtContext *ctx, const char *what) {
     return rt_wait(ctx, &p, 1, what);
 }
 
+/* The pieces of this rank's DP shard over its TP group, as byte counts and
+ * displacements inside the shard (for the all-gather of the pieces). */
+static int tp_piece_layout(const RtContext *ctx, int64_t B, int dp, size_t row_bytes,
+                           int64_t shard_start, int **counts, int **displs, const char *what) {
+    int tp = ctx->tp_size;
+    *counts = malloc(sizeof **counts * (size_t)tp);
+    *displs = malloc(sizeof **displs * (size_t)tp);
+    if (!*counts || !*displs) {
+        free(*counts), free(*displs);
+        rt_log_error("%s: out of memory", what);
+        return 1;
+    }
+    for (int t = 0; t < tp; t++) {
+        int64_t st, cnt;
+        rt_row_piece(B, dp, tp, ctx->dp_rank * tp + t, &st, &cnt);
+        size_t bytes = (size_t)cnt * row_bytes, off = (size_t)(st - shard_start) * row_bytes;
+        if (check_count(bytes, what) || check_count(off + bytes, what)) {
+            free(*counts), free(*displs);
+            return 1;
+        }
+        (*counts)[t] = (int)bytes;
+        (*displs)[t] = (int)off;
+    }
+    return 0;
+}
+
+/* dst holds this rank's piece of its DP shard; make it the whole shard */
+static int tp_gather_pieces(const RtContext *ctx, void *dst, int64_t B, int dp, size_t row_bytes,
+                            int64_t shard_start, const char *what) {
+    if (ctx->tp_size <= 1) return 0;
+    int *counts, *displs;
+    if (tp_piece_layout(ctx, B, dp, row_bytes, shard_start, &counts, &displs, what)) return 1;
+    size_t total = 0;
+    for (int t = 0; t < ctx->tp_size; t++) total += (size_t)counts[t];
+    RtPending p = {MPI_REQUEST_NULL, "all-gather of boundary pieces in the TP group of stage",
+                   -1, 0, total};
+    int rc = 0;
+    if (total && MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, counts, displs, MPI_BYTE,
+                                 ctx->tp_comm, &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Iallgatherv of boundary pieces failed", what);
+        rc = 1;
+    }
+    if (!rc && total) rc = rt_wait(ctx, &p, 1, what);
+    free(counts);
+    free(displs);
+    return rc;
+}
+
+/* Both sides of a redistribution: the stages' piece layouts and this
+ * rank's DP shard.  Returns the overlaps (caller frees), NULL on error. */
+typedef struct RowPlan {
+    RtOverlap *ov;
+    int nov;
+    int me;                  /* this rank's piece index in its stage */
+    int64_t shard_start, shard_count;
+} RowPlan;
+
+static int row_plan(const RtContext *ctx, int src_stage, int dst_stage, int64_t B, RowPlan *rp,
+                    const char *what) {
+    int dp_a = ctx->stage_dp[src_stage], dp_b = ctx->stage_dp[dst_stage];
+    int tp_a = ctx->stage_tp[src_stage], tp_b = ctx->stage_tp[dst_stage];
+    rp->ov = malloc(sizeof(RtOverlap) * (size_t)(dp_a * tp_a + dp_b * tp_b));
+    if (!rp->ov) {
+        rt_log_error("%s: out of memory", what);
+        return 1;
+    }
+    rp->nov = rt_row_overlaps_tp(B, dp_a, tp_a, dp_b, tp_b, rp->ov);
+    rp->me = ctx->dp_rank * ctx->tp_size + ctx->tp_rank;
+    rt_row_split(B, ctx->stage == src_stage ? dp_a : dp_b, ctx->dp_rank, &rp->shard_start,
+                 &rp->shard_count);
+    return 0;
+}
+
 int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, int dst_stage,
                          void *dst, int64_t B, size_t row_bytes, int tag, const char *what) {
     if (src_stage < 0 || src_stage >= ctx->nstages || dst_stage < 0 ||
@@ -253,41 +326,38 @@ int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, i
     }
     int am_src = ctx->stage == src_stage, am_dst = ctx->stage == dst_stage;
     if (!am_src && !am_dst) return 0;
-    int dp_a = ctx->stage_dp[src_stage], dp_b = ctx->stage_dp[dst_stage];
-    RtOverlap *ov = malloc(sizeof(RtOverlap) * (size_t)(dp_a + dp_b));
-    RtPending *p = malloc(sizeof(RtPending) * (size_t)(dp_a + dp_b));
-    if (!ov || !p) {
-        free(ov);
-        free(p);
+    RowPlan rp;
+    if (row_plan(ctx, src_stage, dst_stage, B, &rp, what)) return 1;
+    RtPending *p = malloc(sizeof(RtPending) * (size_t)(rp.nov + 1));
+    int np = 0, rc = 0;
+    if (!p) {
+        free(rp.ov);
         rt_log_error("%s: out of memory", what);
         return 1;
     }
-    int nov = rt_row_overlaps(B, dp_a, dp_b, ov), np = 0, rc = 0;
-    int64_t my_start, my_count;
-    rt_row_split(B, am_src ? dp_a : dp_b, ctx->dp_rank, &my_start, &my_count);
-    if ((am_src && my_count > 0 && !src) || (am_dst && my_count > 0 && !dst)) {
-        rt_log_error("%s: NULL buffer for %lld rows", what, (long long)my_count);
+    if ((am_src && rp.shard_count > 0 && !src) || (am_dst && rp.shard_count > 0 && !dst)) {
+        rt_log_error("%s: NULL buffer for %lld rows", what, (long long)rp.shard_count);
         rc = 1;
     }
-    /* Rows are contiguous in both buffers, so each overlap is one message
-     * at (start - my_start) rows into the local shard. */
-    for (int i = 0; i < nov && rc == 0; i++) {
-        const RtOverlap *o = &ov[i];
-        size_t off = (size_t)(o->start - my_start) * row_bytes;
+    /* Rows are contiguous in both buffers (a DP shard's rows), so each
+     * overlap is one message at (start - shard_start) rows into the shard. */
+    for (int i = 0; i < rp.nov && rc == 0; i++) {
+        const RtOverlap *o = &rp.ov[i];
+        size_t off = (size_t)(o->start - rp.shard_start) * row_bytes;
         size_t bytes = (size_t)o->count * row_bytes;
         if (check_count(bytes, what)) {
             rc = 1;
             break;
         }
         int irc = MPI_SUCCESS;
-        if (am_src && o->src == ctx->dp_rank) {
-            int peer = rt_stage_rank(ctx, dst_stage, o->dst);
+        if (am_src && o->src == rp.me) {
+            int peer = ctx->stage_first[dst_stage] + o->dst;
             p[np] = (RtPending){MPI_REQUEST_NULL, "send to", peer, tag, bytes};
             irc = MPI_Isend((const unsigned char *)src + off, (int)bytes, MPI_BYTE, peer, tag,
                             MPI_COMM_WORLD, &p[np].req);
             np++;
-        } else if (am_dst && o->dst == ctx->dp_rank) {
-            int peer = rt_stage_rank(ctx, src_stage, o->src);
+        } else if (am_dst && o->dst == rp.me) {
+            int peer = ctx->stage_first[src_stage] + o->src;
             p[np] = (RtPending){MPI_REQUEST_NULL, "recv from", peer, tag, bytes};
             irc = MPI_Irecv((unsigned char *)dst + off, (int)bytes, MPI_BYTE, peer, tag,
                             MPI_COMM_WORLD, &p[np].req);
@@ -304,7 +374,10 @@ int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, i
         int wrc = rt_wait(ctx, p, np, what);
         if (wrc) rc = wrc;
     }
-    free(ov);
+    if (!rc && am_dst)
+        rc = tp_gather_pieces(ctx, dst, B, ctx->stage_dp[dst_stage], row_bytes, rp.shard_start,
+                              what);
+    free(rp.ov);
     free(p);
     return rc;
 }
@@ -342,22 +415,18 @@ int rt_redistribute_rows_isend(const RtContext *ctx, int src_stage, const void *
         return 1;
     }
     queue_reap(q);
-    int dp_a = ctx->stage_dp[src_stage], dp_b = ctx->stage_dp[dst_stage];
-    RtOverlap *ov = malloc(sizeof(RtOverlap) * (size_t)(dp_a + dp_b));
-    if (!ov) {
-        rt_log_error("%s: out of memory", what);
-        return 1;
-    }
-    int nov = rt_row_overlaps(B, dp_a, dp_b, ov), rc = 0;
-    int64_t my_start, my_count;
-    rt_row_split(B, dp_a, ctx->dp_rank, &my_start, &my_count);
-    if (my_count > 0 && !src) {
-        rt_log_error("%s: NULL buffer for %lld rows", what, (long long)my_count);
+    RowPlan rp;
+    if (row_plan(ctx, src_stage, dst_stage, B, &rp, what)) return 1;
+    RtOverlap *ov = rp.ov;
+    int nov = rp.nov, rc = 0;
+    int64_t my_start = rp.shard_start;
+    if (rp.shard_count > 0 && !src) {
+        rt_log_error("%s: NULL buffer for %lld rows", what, (long long)rp.shard_count);
         rc = 1;
     }
     for (int i = 0; i < nov && rc == 0; i++) {
         const RtOverlap *o = &ov[i];
-        if (o->src != ctx->dp_rank) continue;
+        if (o->src != rp.me) continue;
         size_t off = (size_t)(o->start - my_start) * row_bytes;
         size_t bytes = (size_t)o->count * row_bytes;
         if (check_count(bytes, what)) {
@@ -384,7 +453,7 @@ int rt_redistribute_rows_isend(const RtContext *ctx, int src_stage, const void *
             break;
         }
         memcpy(copy, (const unsigned char *)src + off, bytes);
-        int peer = rt_stage_rank(ctx, dst_stage, o->dst);
+        int peer = ctx->stage_first[dst_stage] + o->dst;
         q->pend[q->n] = (RtPending){MPI_REQUEST_NULL, "send to", peer, tag, bytes};
         q->bufs[q->n] = copy;
         if (MPI_Isend(copy, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD,

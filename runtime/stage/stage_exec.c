@@ -169,12 +169,11 @@ static int32_t transfer(int32_t xfer, void *dst, const void *src, int send) {
         rt_log_error("%s: no memory for %zu staging bytes", what, nb);
         return 1;
     }
-    /* Tensor parallelism: boundary values are replicated over a stage's
-     * TP ranks, so rows travel between the TP-rank-0 ranks of the two
-     * stages only (crossing the inter-stage link once, whatever either
-     * stage's TP degree), and the receiving TP rank 0 broadcasts them to
-     * its TP group. */
-    if (send && rt->ctx.tp_rank != 0) return 0;
+    /* Tensor parallelism: boundary values are replicated over a stage's TP
+     * ranks, so each TP rank sends only its piece of its DP shard's rows and
+     * the receiving TP group all-gathers the pieces (rt_redistribute_rows):
+     * the value crosses the inter-stage link once, whatever either stage's
+     * TP degree, spread over all TP ranks' links (seed 002). */
     /* Sends are deferred (staged copies, completed once per step), so that
      * two stages sending to each other at once never wait on each other. */
     if (send) {
@@ -182,11 +181,8 @@ static int32_t transfer(int32_t xfer, void *dst, const void *src, int send) {
         return rt_redistribute_rows_isend(&rt->ctx, me, host ? host : src, x->peer, x->rows,
                                           (size_t)x->row_bytes, xfer_tag(rt, x), what, &rt->sendq);
     }
-    if (rt->ctx.tp_rank == 0 &&
-        rt_redistribute_rows(&rt->ctx, x->peer, NULL, me, host ? host : dst, x->rows,
+    if (rt_redistribute_rows(&rt->ctx, x->peer, NULL, me, host ? host : dst, x->rows,
                              (size_t)x->row_bytes, xfer_tag(rt, x), what))
-        return 1;
-    if (rt->ctx.tp_size > 1 && rt_bcast(&rt->ctx, rt->ctx.tp_comm, host ? host : dst, nb, 0, what))
         return 1;
     return host ? stage_be_put(rt, dst, host, nb) : 0;
 }

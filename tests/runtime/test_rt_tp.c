@@ -7,7 +7,15 @@
  *  - the DP communicator joins exactly the ranks of the stage with the same
  *    tp_rank, the TP communicator those with the same dp_rank (an
  *    all-reduce of a per-rank bit mask must give the expected member set);
- *  - rt_bcast over the TP group delivers TP rank 0's bytes. */
+ *  - rt_bcast over the TP group delivers TP rank 0's bytes;
+ *  - boundary redistribution between neighbouring stages, both directions,
+ *    blocking and deferred sends, several batch sizes (some smaller than
+ *    DP x TP): every rank of the receiving stage (every TP rank) gets its
+ *    DP shard's rows of the single-process batch.  Each sending rank
+ *    poisons the rows outside its own TP piece (rt_row_piece), so the
+ *    result is right only if every row came from the one rank whose piece
+ *    holds it: the tensor crosses between the stages once, not once per TP
+ *    rank (seed 002). */
 #include "rt.h"
 
 #include <stdio.h>
@@ -22,6 +30,60 @@ static int failures;
             failures++;                                                                  \
         }                                                                                \
     } while (0)
+
+/* Element j of global row i of the batch for a given direction. */
+static float row_val(int64_t i, int64_t j, int dir) {
+    return (float)(i * 1000 + j) + (dir ? 0.25f : 0.5f);
+}
+
+static void test_redistribute(const RtContext *c) {
+    const int64_t Bs[] = {12, 7, 13, 1, 5, 3};
+    const int64_t W = 3; /* elements per row */
+    int tag = 200;
+    for (int s = 0; s + 1 < c->nstages; s++)
+        for (int dir = 0; dir < 4; dir++) { /* dir & 1: backward; dir & 2: deferred sends */
+            int bwd = dir & 1, from = bwd ? s + 1 : s, to = bwd ? s : s + 1;
+            for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
+                int64_t B = Bs[bi], st = 0, cnt = 0, ps, pc;
+                float *src = NULL, *dst = NULL;
+                if (c->stage == from) {
+                    rt_row_split(B, c->dp_size, c->dp_rank, &st, &cnt);
+                    rt_row_piece(B, c->dp_size, c->tp_size, c->dp_rank * c->tp_size + c->tp_rank,
+                                 &ps, &pc);
+                    src = malloc((size_t)(cnt * W + 1) * sizeof *src);
+                    for (int64_t i = 0; i < cnt; i++)
+                        for (int64_t j = 0; j < W; j++)
+                            src[i * W + j] = st + i >= ps && st + i < ps + pc
+                                                 ? row_val(st + i, j, bwd)
+                                                 : -7.0f; /* not this rank's piece */
+                }
+                if (c->stage == to) {
+                    rt_row_split(B, c->dp_size, c->dp_rank, &st, &cnt);
+                    dst = malloc((size_t)(cnt * W + 1) * sizeof *dst);
+                    for (int64_t i = 0; i < cnt * W; i++) dst[i] = -1.0f;
+                }
+                size_t rb = (size_t)W * sizeof(float);
+                if ((dir & 2) && c->stage == from) {
+                    RtSendQueue q = {0};
+                    rtCheck(rt_redistribute_rows_isend(c, from, src, to, B, rb, tag, "test isend", &q));
+                    rtCheck(rt_send_queue_wait(c, &q, "test isend"));
+                    rt_send_queue_free(&q);
+                } else {
+                    rtCheck(rt_redistribute_rows(c, from, src, to, dst, B, rb, tag,
+                                                 "test redistribution"));
+                }
+                if (c->stage == to) {
+                    int ok = 1;
+                    for (int64_t i = 0; i < cnt; i++)
+                        for (int64_t j = 0; j < W; j++) ok &= dst[i * W + j] == row_val(st + i, j, bwd);
+                    EXPECT(ok);
+                }
+                free(src);
+                free(dst);
+                tag++;
+            }
+        }
+}
 
 int main(int argc, char **argv) {
     int n = argc - 1, dp[RT_MAX_STAGES], tp[RT_MAX_STAGES], first[RT_MAX_STAGES];
@@ -75,6 +137,7 @@ int main(int argc, char **argv) {
     int root = wr - c.tp_rank, ok = 1;
     for (int k = 0; k < (int)sizeof buf; k++) ok &= buf[k] == (char)((root + k) % 127);
     EXPECT(ok);
+    test_redistribute(&c);
     int bad = failures;
     rtCheck(rt_allreduce(&c, MPI_COMM_WORLD, &bad, 1, MPI_INT, MPI_MAX, "failures"));
     if (wr == 0) printf("%s: %d stages, %d ranks\n", bad ? "FAILED" : "OK", n, total);
