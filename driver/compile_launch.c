@@ -1,38 +1,20 @@
 #include "compile_launch.h"
 
-#include <errno.h>
+#include "atomic_file.h"
+
 #include <stdarg.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+static int put_text(FILE *f, const void *text) {
+    return fputs(text, f) < 0;
+}
 
 int compile_write_file(const char *path, const char *text, int mode, IrError *err) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return ir_errorf(err, "%s: cannot create (%s)", tmp, strerror(errno));
-    size_t n = strlen(text), off = 0;
-    while (off < n) {
-        ssize_t w = write(fd, text + off, n - off);
-        if (w <= 0) {
-            close(fd);
-            unlink(tmp);
-            return ir_errorf(err, "%s: write failed (%s)", tmp, strerror(errno));
-        }
-        off += (size_t)w;
-    }
-    if (fsync(fd) || fchmod(fd, (mode_t)mode) || close(fd)) {
-        unlink(tmp);
-        return ir_errorf(err, "%s: cannot finish writing (%s)", tmp, strerror(errno));
-    }
-    if (rename(tmp, path)) {
-        unlink(tmp);
-        return ir_errorf(err, "%s: cannot rename into place (%s)", path, strerror(errno));
-    }
+    char msg[sizeof err->msg];
+    if (atomic_write_file(path, mode, put_text, text, msg, sizeof msg))
+        return ir_errorf(err, "%s", msg);
     return 0;
 }
 

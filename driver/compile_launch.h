@@ -12,8 +12,8 @@
  * ranks. */
 int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err);
 
-/* Write `text` to `path` atomically (path.tmp.PID, fsync, rename); mode
- * is applied before the rename. */
+/* Write `text` to `path` atomically (common/atomic_file.h: a temp file
+ * beside it, fsync, rename); mode is applied before the rename. */
 int compile_write_file(const char *path, const char *text, int mode, IrError *err);
 
 #endif

@@ -4,17 +4,16 @@
  * docs/RUNTIME.md. */
 #define _POSIX_C_SOURCE 200809L
 #include "rt.h"
+#include "atomic_file.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define CKPT_MAGIC "HETCKPT"   /* 8 bytes with its NUL */
 #define CKPT_VERSION 1u
@@ -129,45 +128,29 @@ static int mkdir_ok(const char *path, char *err, size_t errlen) {
     return 1;
 }
 
-static int fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return 1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc != 0;
+/* The pieces of one checkpoint file, written one after the other. */
+typedef struct Parts {
+    const void *const *parts;
+    const size_t *sizes;
+    int n;
+} Parts;
+
+static int put_parts(FILE *f, const void *x) {
+    const Parts *p = x;
+    for (int i = 0; i < p->n; i++)
+        if (p->sizes[i] && fwrite(p->parts[i], 1, p->sizes[i], f) != p->sizes[i]) return 1;
+    return 0;
 }
 
-/* Write the pieces to <dir>/<name> through a temp file: write, fsync,
- * rename, fsync the directory.  A crash leaves either the old state or the
- * whole new file, never a prefix under the final name. */
+/* Write the pieces to <dir>/<name> atomically (common/atomic_file.h): a
+ * crash leaves either the old state or the whole new file, never a prefix
+ * under the final name. */
 static int write_atomic(const char *dir, const char *name, const void *const *parts,
                         const size_t *sizes, int nparts, char *err, size_t errlen) {
-    char final[4096], tmp[4200];
+    char final[4096];
     snprintf(final, sizeof final, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", final, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        seterr(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        return 1;
-    }
-    int ok = 1;
-    for (int i = 0; i < nparts && ok; i++)
-        if (sizes[i] && fwrite(parts[i], 1, sizes[i], f) != sizes[i]) ok = 0;
-    if (ok && fflush(f) != 0) ok = 0;
-    if (ok && fsync(fileno(f)) != 0) ok = 0;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) {
-        seterr(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        remove(tmp);
-        return 1;
-    }
-    if (rename(tmp, final) != 0) {
-        seterr(err, errlen, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-        remove(tmp);
-        return 1;
-    }
-    fsync_dir(dir);
-    return 0;
+    Parts p = {parts, sizes, nparts};
+    return atomic_write_file(final, 0644, put_parts, &p, err, errlen) != 0;
 }
 
 /* ---- layer files ---- */

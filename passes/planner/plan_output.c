@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "plan_output.h"
+#include "atomic_file.h"
 #include "cost_model.h"   /* recompute_name */
 
 #define PLAN_FORMAT_VERSION 1
@@ -684,8 +684,6 @@ int timeline_write_svg(FILE *f, const Plan *p, const ClusterSpec *c,
 
 /* ---------------------------------------------------------------- files */
 
-typedef int (*WriteFn)(FILE *f, const void *ctx);
-
 typedef struct OutCtx {
     const Plan *p;
     const ClusterSpec *c;
@@ -718,39 +716,16 @@ static int w_tl_svg(FILE *f, const void *x)
     return timeline_write_svg(f, o->p, o->c, o->ev, o->nev);
 }
 
-/* Write dir/name through a temp file in the same folder + rename(2), which
- * replaces the old file in one step on POSIX file systems. */
-static int write_atomic(const char *dir, const char *name, WriteFn fn, const void *ctx, IrError *err)
+/* Write dir/name atomically (common/atomic_file.h): a reader never sees a
+ * half-written plan, and the old one stays if writing fails. */
+static int write_atomic(const char *dir, const char *name, AtomicWriteFn fn, const void *ctx,
+                        IrError *err)
 {
-    char path[4096], tmp[4200];
+    char path[4096], msg[sizeof err->msg];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return ir_errorf(err, "%s/%s: path too long", dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmpXXXXXX", dir, name);
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return ir_errorf(err, "%s: cannot create a temporary file: %s", path, strerror(errno));
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return ir_errorf(err, "%s: %s", path, strerror(e));
-    }
-    int rc = fn(f, ctx);
-    if (fflush(f) != 0)
-        rc = -1;
-    if (fclose(f) != 0)
-        rc = -1;
-    if (rc != 0) {
-        unlink(tmp);
-        return ir_errorf(err, "%s: write failed: %s", path, strerror(errno));
-    }
-    chmod(tmp, 0644);   /* mkstemp makes 0600; outputs are ordinary files */
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return ir_errorf(err, "%s: cannot rename into place: %s", path, strerror(e));
-    }
+    if (atomic_write_file(path, 0644, fn, ctx, msg, sizeof msg))
+        return ir_errorf(err, "%s", msg);
     return 0;
 }
 
