@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic_file.h"
 #include "onnx.pb-c.h"
 #include "train_state.h"
 
@@ -69,6 +70,17 @@ static void set_raw(Onnx__TensorProto *t, const void *data, size_t nb) {
     t->has_data_location = 0;
 }
 
+/* the packed model, written by atomic_write_file */
+typedef struct Bytes {
+    const unsigned char *p;
+    size_t n;
+} Bytes;
+
+static int write_bytes(FILE *f, const void *ctx) {
+    const Bytes *b = ctx;
+    return fwrite(b->p, 1, b->n, f) != b->n;
+}
+
 int train_state_export_onnx(const TrainState *s, const char *model_path, const char *out_path,
                             IrError *err) {
     size_t n;
@@ -108,17 +120,10 @@ int train_state_export_onnx(const TrainState *s, const char *model_path, const c
         size_t len = onnx__model_proto__get_packed_size(m);
         unsigned char *out = ir_xmalloc(len ? len : 1);
         onnx__model_proto__pack(m, out);
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-        FILE *f = fopen(tmp, "wb");
-        if (!f) rc = ir_errorf(err, "cannot create '%s': %s", tmp, strerror(errno));
-        else {
-            int ok = fwrite(out, 1, len, f) == len;
-            if (fclose(f) != 0) ok = 0;
-            if (!ok) rc = ir_errorf(err, "cannot write '%s'", tmp);
-            else if (rename(tmp, out_path))
-                rc = ir_errorf(err, "cannot rename '%s': %s", tmp, strerror(errno));
-        }
+        Bytes b = {out, len};
+        char msg[sizeof err->msg];
+        if (atomic_write_file(out_path, 0644, write_bytes, &b, msg, sizeof msg))
+            rc = ir_errorf(err, "%s", msg);
         free(out);
     }
     onnx__model_proto__free_unpacked(m, NULL);

@@ -2,6 +2,8 @@
  * and NumPy .npy (v1/v2/v3, C order, little endian). */
 #include "onnx_internal.h"
 
+#include "atomic_file.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +203,20 @@ done:
     return rc;
 }
 
+/* the .npy file's three parts, written by atomic_write_file */
+typedef struct NpyParts {
+    const unsigned char *pre;
+    const char *hdr;
+    size_t hl;
+    const IrTensor *t;
+} NpyParts;
+
+static int write_npy_parts(FILE *f, const void *ctx) {
+    const NpyParts *np = ctx;
+    return !(fwrite(np->pre, 1, 10, f) == 10 && fwrite(np->hdr, 1, np->hl, f) == np->hl &&
+             (np->t->nbytes == 0 || fwrite(np->t->data, 1, np->t->nbytes, f) == np->t->nbytes));
+}
+
 int hetc_write_npy(const char *path, const IrTensor *t, IrError *err) {
     const char *descr = NULL;
     for (size_t i = 0; i < NNPY; i++)
@@ -229,33 +245,13 @@ int hetc_write_npy(const char *path, const IrTensor *t, IrError *err) {
     size_t hl = (size_t)hn + pad + 1;
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 255),
                              (unsigned char)(hl >> 8)};
-    size_t pl = strlen(path);
-    char *tmp = ir_xmalloc(pl + 16);
-    snprintf(tmp, pl + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return ir_errorf(err, "%s: cannot create temporary file: %s", path, strerror(e));
-    }
-    FILE *f = fdopen(fd, "wb");
-    int ok = f && fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, hl, f) == hl &&
-             (t->nbytes == 0 || fwrite(t->data, 1, t->nbytes, f) == t->nbytes);
-    if (f) ok = (fclose(f) == 0) && ok;
-    else close(fd);
-    if (ok) {
-        /* mkstemp creates 0600; give the file the usual permissions */
-        mode_t um = umask(0);
-        umask(um);
-        chmod(tmp, 0666 & ~um);
-    }
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        free(tmp);
-        return ir_errorf(err, "%s: write failed: %s", path, strerror(e));
-    }
-    free(tmp);
+    NpyParts np = {pre, hdr, hl, t};
+    char msg[sizeof err->msg];
+    /* the usual permissions of a new file (mkstemp's are 0600) */
+    mode_t um = umask(0);
+    umask(um);
+    if (atomic_write_file(path, (int)(0666 & ~um), write_npy_parts, &np, msg, sizeof msg))
+        return ir_errorf(err, "%s", msg);
     return 0;
 }
 

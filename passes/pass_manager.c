@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "pass.h"
 #include "layers.h"   /* pass_layers (planner IR side) */
 #include "modules.h"  /* pass_modules */
@@ -101,26 +102,19 @@ static int make_dirs(const char *path, IrError *err) {
     return 0;
 }
 
-static int write_dump(IrGraph *g, const char *dir, const char *file, IrError *err) {
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return ir_errorf(err, "cannot write IR dump '%s': %s", tmp, strerror(errno));
+static int print_graph(FILE *f, const void *g) {
     IrPrintOptions po;
     ir_print_options_default(&po);
-    int rc = ir_print(g, f, &po);
-    if (fclose(f) != 0 && rc == 0) rc = -1;
-    if (rc != 0) {
-        unlink(tmp);
-        return ir_errorf(err, "failed writing IR dump '%s'", path);
-    }
-    /* rename is atomic: a reader never sees a half-written dump */
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return ir_errorf(err, "cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
-    }
+    return ir_print(g, f, &po);
+}
+
+/* atomic: a reader never sees a half-written dump */
+static int write_dump(IrGraph *g, const char *dir, const char *file, IrError *err) {
+    char path[4096], msg[sizeof err->msg];
+    if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path)
+        return ir_errorf(err, "IR dump '%s/%s': path too long", dir, file);
+    if (atomic_write_file(path, 0644, print_graph, g, msg, sizeof msg))
+        return ir_errorf(err, "cannot write IR dump: %s", msg);
     return 0;
 }
 
