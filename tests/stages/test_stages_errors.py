@@ -17,49 +17,29 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import time
 
-HETC, WORK = sys.argv[1], sys.argv[2]
-SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
-DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
-CL = os.path.join(SRC, "examples", "clusters")
-COMMON = ["--seq", "64", "--microbatch", "4", "--global-batch", "16", "--threads", "2"]
-failures = []
+from stagetest import CLUSTERS, DATA, StageTest
 
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg, flush=True)
-    return cond
-
-
-def run(cmd, **kw):
-    print("$", " ".join(cmd), flush=True)
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-shutil.rmtree(WORK, ignore_errors=True)
-os.makedirs(WORK)
+# no --steps: these builds only have to compile or fail
+t = StageTest("tiny_hetero.yaml")
+check = t.check
 
 # 1. a plan that cannot fit
-small = os.path.join(WORK, "small_mem.yaml")
-txt = open(os.path.join(CL, "tiny_hetero.yaml")).read()
+small = t.path("small_mem.yaml")
+txt = open(os.path.join(CLUSTERS, "tiny_hetero.yaml")).read()
 for dev in ("V100-32GB", "A100-80GB", "T4"):
     txt = txt.replace(f"device: {dev}\n", f"device: {{base: {dev}, memory_gb: 0.0001}}\n")
 open(small, "w").write(txt)
-out = os.path.join(WORK, "nofit")
-p = run([HETC, MODEL, small, *COMMON, "-o", out], timeout=300)
+out = t.path("nofit")
+p = t.compile(out, cluster=small, quiet=True, timeout=300)
 check(p.returncode != 0, "a plan that cannot fit: exit 0")
 check("memory" in p.stderr, f"a plan that cannot fit: no word of memory: {p.stderr[-400:]}")
 check(not os.path.exists(os.path.join(out, "stage_0")), "stage binaries written for a plan that cannot fit")
 
 # 2. a good build to break
-out = os.path.join(WORK, "build")
-p = run([HETC, MODEL, os.path.join(CL, "tiny_hetero.yaml"), *COMMON, "-o", out], timeout=600)
+out = t.path("build")
+p = t.compile(out)
 if not check(p.returncode == 0, f"compile failed: {p.stderr[-2000:]}"):
     sys.exit(1)
 plan = json.load(open(os.path.join(out, "plan.json")))
@@ -68,11 +48,9 @@ plan = json.load(open(os.path.join(out, "plan.json")))
 def bad_plan(name, edit, expect):
     q = json.loads(json.dumps(plan))
     edit(q)
-    path = os.path.join(WORK, name + ".json")
+    path = t.path(name + ".json")
     json.dump(q, open(path, "w"))
-    o = os.path.join(WORK, "out_" + name)
-    r = run([HETC, MODEL, os.path.join(CL, "tiny_hetero.yaml"), *COMMON, "--plan", path, "-o", o],
-            timeout=300)
+    r = t.compile(t.path("out_" + name), "--plan", path, quiet=True, timeout=300)
     check(r.returncode != 0, f"{name}: exit 0")
     check(path in r.stderr and re.search(expect, r.stderr) is not None,
           f"{name}: error should name {path} and match {expect!r}: {r.stderr[-300:]}")
@@ -95,46 +73,29 @@ bad_plan("tp0", tp0, r"stages\[0\]\.\"tp\"")
 bad_plan("dp3", dp3, r"stages\[0\]\.\"dp\"")
 
 # 3. a missing stage binary
-broken = os.path.join(WORK, "broken")
+broken = t.path("broken")
 shutil.copytree(out, broken)
 os.remove(os.path.join(broken, "stage_1"))
-p = run([os.path.join(broken, "launch.sh"), "--data", DATA, "--steps", "1"], timeout=120)
+p = t.launch(broken, 1, quiet=True, timeout=120)
 check(p.returncode != 0 and "missing stage binary" in p.stderr and "stage_1" in p.stderr,
       f"missing stage binary: {p.returncode} {p.stderr[-300:]}")
 
 # 4. a missing data file
 env = dict(os.environ, HETRT_TIMEOUT_S="20")
-p = run([os.path.join(out, "launch.sh"), "--data", os.path.join(WORK, "nope.bin"), "--steps", "1"],
-        timeout=300, env=env)
+p = t.run([os.path.join(out, "launch.sh"), "--data", t.path("nope.bin"), "--steps", "1"],
+          quiet=True, timeout=300, env=env)
 check(p.returncode != 0 and "nope.bin" in p.stderr, f"missing data: {p.returncode} {p.stderr[-400:]}")
 
 # 5. a rank that dies mid-run
-ck = os.path.join(WORK, "ckpt")
+ck = t.path("ckpt")
 cmd = [os.path.join(out, "launch.sh"), "--data", DATA, "--steps", "40", "--checkpoint-dir", ck,
        "--checkpoint-every", "1"]
-print("$", " ".join(cmd), "(SIGKILL to stage_2 after step 3)", flush=True)
-pr = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-t0, killed = time.time(), False
-while time.time() - t0 < 300:
-    line = pr.stdout.readline()
-    if not line:
-        break
-    m = re.match(r"step\s+(\d+)/", line)
-    if m and int(m.group(1)) >= 3:
-        subprocess.run(["pkill", "-KILL", "-f", os.path.join(out, "stage_2")])
-        killed = True
-        break
-try:
-    _, err = pr.communicate(timeout=300)
-except subprocess.TimeoutExpired:
-    pr.kill()
-    err = ""
-    check(False, "the job hung after a rank died")
+rc, _, err, killed = t.run_killing(cmd, os.path.join(out, "stage_2"), 3, limit_s=300, env=env)
 check(killed, "never reached step 3")
-check(pr.returncode != 0 and "launch.sh: the job failed" in err, f"dead rank not reported: {pr.returncode}")
+check(rc != 0 and "launch.sh: the job failed" in err, f"dead rank not reported: {rc}")
 # the newest complete checkpoint must load: --resume continues
-p = run(cmd[:-4] + ["--steps", "5", "--checkpoint-dir", ck, "--resume"], timeout=300, env=env)
+p = t.run(cmd[:-4] + ["--steps", "5", "--checkpoint-dir", ck, "--resume"], quiet=True, timeout=300,
+          env=env)
 check(p.returncode == 0, f"--resume after the dead rank failed: {p.stderr[-400:]}")
 
-print("FAILED" if failures else "OK", len(failures), "failures")
-sys.exit(1 if failures else 0)
+t.finish()

@@ -12,49 +12,16 @@ usage: test_stages_intra.py HETC WORKDIR
 """
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 
-HETC, WORK = sys.argv[1], sys.argv[2]
-SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
-DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
-CLUSTER = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")
-COMMON = ["--seq", "64", "--microbatch", "4", "--global-batch", "16", "--threads", "2",
-          "--steps", "25", "--lr", "3e-3", "--warmup", "3", "--lr-schedule", "cosine"]
-failures = []
+from stagetest import StageTest
 
+t = StageTest("tiny_hetero.yaml", horizon=25)
+check = t.check
 
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg, flush=True)
-    return cond
-
-
-def run(cmd):
-    print("$", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if p.returncode:
-        print(p.stdout[-2000:], p.stderr[-3000:], sep="\n", flush=True)
-    return p
-
-
-def losses(text):
-    return {int(m.group(1)): float(m.group(2)) for m in
-            re.finditer(r"^step\s+(\d+)/\d+ \| loss (\S+)", text, re.M)}
-
-
-def worst(got, ref):
-    return max((abs(v - ref[k]) / abs(ref[k]) for k, v in got.items()), default=1.0)
-
-
-shutil.rmtree(WORK, ignore_errors=True)
-os.makedirs(WORK)
-base = os.path.join(WORK, "base")
-p = run([HETC, MODEL, CLUSTER, *COMMON, "-o", base])
+base = t.path("base")
+p = t.compile(base, timeout=900)
 if not check(p.returncode == 0, "compile of the planner's plan failed"):
     sys.exit(1)
 plan = json.load(open(os.path.join(base, "plan.json")))
@@ -67,34 +34,21 @@ st[big]["tp"] = 2
 st[dp2[0]]["zero"] = 2
 for s in st:
     s["recompute"] = "full"
-edited = os.path.join(WORK, "plan.json")
+edited = t.path("plan.json")
 json.dump(plan, open(edited, "w"))
-out = os.path.join(WORK, "intra")
-p = run([HETC, MODEL, CLUSTER, *COMMON, "--plan", edited, "-o", out])
+out = t.path("intra")
+p = t.compile(out, "--plan", edited, timeout=900)
 if not check(p.returncode == 0, "compile of the edited plan failed"):
     sys.exit(1)
-ref = run([HETC, "train", MODEL, "--data", DATA, "--steps", "25", "--microbatch", "4", "--accum", "4",
-           "--seq", "64", "--lr", "3e-3", "--warmup", "3", "--lr-schedule", "cosine", "--no-checkpoint"])
-check(ref.returncode == 0, "hetc train failed")
-ref_l = losses(ref.stdout)
-ck = os.path.join(WORK, "ckpt")
-p = run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", "20", "--checkpoint-dir", ck,
-         "--checkpoint-every", "10"])
-check(p.returncode == 0, "launch.sh (TP + ZeRO-2 + recompute) failed")
-got = losses(p.stdout)
-check(sorted(got) == list(range(1, 21)), f"steps printed: {sorted(got)}")
-w = worst(got, ref_l)
-check(w <= 1e-5, f"TP + ZeRO-2 + recompute vs hetc train: {w:.3g} > 1e-5")
+ref_l = t.reference(25, accum=4)
+ck = t.path("ckpt")
+p = t.launch(out, 20, "--checkpoint-dir", ck, "--checkpoint-every", "10")
+_, w = t.expect_losses(p, "TP + ZeRO-2 + recompute", ref_l, steps=range(1, 21))
 print(f"TP=2 (stage {big}) + ZeRO-2 (stage {dp2[0]}) + full recompute: 20 steps == hetc train "
       f"to {w:.2g}", flush=True)
 shutil.rmtree(os.path.join(ck, "step_00000020"), ignore_errors=True)
-p = run([os.path.join(base, "launch.sh"), "--data", DATA, "--steps", "20", "--checkpoint-dir", ck,
-         "--resume"])
-check(p.returncode == 0, "resume under the planner's plan failed")
-more = losses(p.stdout)
-check(sorted(more) == list(range(11, 21)), f"steps after resume: {sorted(more)}")
-w2 = worst(more, ref_l)
-check(w2 <= 1e-5, f"resumed under another TP/DP/ZeRO split: {w2:.3g} > 1e-5")
+p = t.launch(base, 20, "--checkpoint-dir", ck, "--resume")
+_, w2 = t.expect_losses(p, "resumed under the planner's plan (another TP/DP/ZeRO split)", ref_l,
+                        steps=range(11, 21))
 print(f"step-10 checkpoint resumed without TP/ZeRO/recompute: steps 11..20 == hetc train to {w2:.2g}")
-print("FAILED" if failures else "OK", len(failures), "failures")
-sys.exit(1 if failures else 0)
+t.finish()

@@ -1,0 +1,175 @@
+"""Shared helpers of the stage tests (tests/stages/test_stages_*.py).
+
+Every stage test is `python3 test_stages_NAME.py HETC WORKDIR`: it compiles
+examples/gpt_tiny.onnx with `hetc compile` onto a cluster of
+examples/clusters, runs the stage binaries through the build's launch.sh
+(one MPMD mpirun) and compares the printed losses with `hetc train`, the
+single-process trainer, on the same data order and microbatching.  This
+module holds what they all do: the command lines, the loss parsing, the
+relative comparison and the failure bookkeeping.  A test makes one
+StageTest, checks with t.check(...) and ends with t.finish().
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
+DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
+CLUSTERS = os.path.join(SRC, "examples", "clusters")
+# the optimizer every stage test trains with (compile and hetc train alike)
+OPT = ["--lr", "3e-3", "--warmup", "3", "--lr-schedule", "cosine"]
+
+
+def losses(text, as_text=False):
+    """step -> loss from `step N/M | loss X` lines; as_text keeps the printed
+    digits (for comparing two stage runs exactly)."""
+    return {int(m.group(1)): (m.group(2) if as_text else float(m.group(2))) for m in
+            re.finditer(r"^step\s+(\d+)/\d+ \| loss (\S+)", text, re.M)}
+
+
+def worst_rel(got, ref):
+    """The largest relative difference of got's losses from ref's.  A step
+    ref lacks counts as 1.0, and so does an empty got: no losses never
+    compare as equal."""
+    if not got:
+        return 1.0
+    w = 0.0
+    for k, v in got.items():
+        r = float(ref.get(k, "nan"))
+        rel = abs(float(v) - r) / max(abs(r), 1e-30)
+        w = max(w, rel if rel == rel else 1.0)
+    return w
+
+
+def config_lines(binary, kind):
+    """The stage config records of one kind, from the binary's strings."""
+    data = open(binary, "rb").read()
+    return [m.decode() for m in re.findall(rb"(?m)^" + kind.encode() + rb" [^\n\x00]*", data)]
+
+
+def stages_txt(out):
+    """hetc compile's out/stages.txt memory table: stage -> its row's fields
+    (stage, ranks, slots, params, grads, optim, act/slot, scratch, arena MiB,
+    planner GiB), as text."""
+    rows = {}
+    for line in open(os.path.join(out, "stages.txt")):
+        f = line.split()
+        if len(f) >= 10 and f[0].isdigit() and f[1].isdigit():
+            rows[int(f[0])] = f
+    return rows
+
+
+class StageTest:
+    """One stage test: HETC and WORK from the command line (WORK emptied),
+    the cluster (a file of examples/clusters or a path) and the batch shape
+    its compiles and hetc train runs use.  horizon: hetc compile's --steps
+    (the cosine schedule decays over it; None leaves --steps and the
+    optimizer flags out).  model: the ONNX file compiled and trained
+    (None: MODEL, looked up at each call)."""
+
+    def __init__(self, cluster, seq=64, mb=4, gb=16, horizon=None, model=None):
+        self.hetc, self.work = sys.argv[1], sys.argv[2]
+        self.cluster, self.model = cluster, model
+        self.seq, self.mb, self.gb, self.horizon = seq, mb, gb, horizon
+        self.failures = []
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+
+    def path(self, *parts):
+        return os.path.join(self.work, *parts)
+
+    def check(self, cond, msg):
+        if not cond:
+            self.failures.append(msg)
+            print("FAIL:", msg, flush=True)
+        return cond
+
+    def run(self, cmd, quiet=False, timeout=900, **kw):
+        """Runs cmd, printing it; the tails of its output when it fails
+        unless quiet (for commands expected to fail)."""
+        print("$", " ".join(cmd), flush=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+        if p.returncode and not quiet:
+            print(p.stdout[-3000:], p.stderr[-3000:], sep="\n", flush=True)
+        return p
+
+    def compile(self, out, *extra, cluster=None, mb=None, gb=None, steps=None, quiet=False,
+                timeout=600):
+        """hetc compile of the model into out (extra before -o: --plan FILE ...).
+        cluster: a file of examples/clusters or a path."""
+        cluster = os.path.join(CLUSTERS, cluster or self.cluster)
+        steps = self.horizon if steps is None else steps
+        sched = [] if steps is None else ["--steps", str(steps), *OPT]
+        return self.run([self.hetc, self.model or MODEL, cluster, "--seq", str(self.seq),
+                         "--microbatch", str(mb or self.mb), "--global-batch", str(gb or self.gb),
+                         "--threads", "2", *sched, *extra, "-o", out], quiet=quiet, timeout=timeout)
+
+    def train(self, steps, mb=None, accum=None):
+        """`hetc train`, the oracle: one process, accum microbatches of mb rows a step."""
+        mb = mb or self.mb
+        accum = accum or self.gb // mb
+        return self.run([self.hetc, "train", self.model or MODEL, "--data", DATA, "--steps", str(steps),
+                         "--microbatch", str(mb), "--accum", str(accum), "--seq", str(self.seq),
+                         *OPT, "--no-checkpoint"], timeout=900)
+
+    def reference(self, steps, mb=None, accum=None):
+        """hetc train's losses (a failed run is a failure of the test)."""
+        ref = self.train(steps, mb, accum)
+        self.check(ref.returncode == 0, "hetc train failed")
+        return losses(ref.stdout)
+
+    def launch(self, out, steps, *extra, timeout=900, **kw):
+        """out/launch.sh on the tiny corpus for steps steps (extra: checkpoint flags)."""
+        return self.run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", str(steps),
+                         *extra], timeout=timeout, **kw)
+
+    def run_killing(self, cmd, binary, after_step, limit_s=600, **kw):
+        """Runs cmd (a launch.sh) and SIGKILLs binary's ranks once it prints
+        step after_step (a rank dying mid-run).  Returns (exit status, stdout,
+        stderr, whether it killed); the status is None and stderr empty when
+        the job hung after the kill (a failure of the test)."""
+        print("$", " ".join(cmd), f"(SIGKILL to {os.path.basename(binary)} after step {after_step})",
+              flush=True)
+        pr = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True, **kw)
+        seen, killed, t0 = "", False, time.time()
+        while not killed and time.time() - t0 < limit_s:
+            line = pr.stdout.readline()
+            if not line:
+                break
+            seen += line
+            m = re.match(r"step\s+(\d+)/", line)
+            if m and int(m.group(1)) >= after_step:
+                subprocess.run(["pkill", "-KILL", "-f", binary])
+                killed = True
+        try:
+            rest, err = pr.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(pr.pid, signal.SIGKILL)  # its own session: launch.sh and the ranks
+            pr.wait()
+            self.check(False, "the job hung after a rank died")
+            return None, seen, "", killed
+        return pr.returncode, seen + rest, err, killed
+
+    def expect_losses(self, p, label, ref, steps=None, n=None, tol=1e-5, as_text=False):
+        """A launch.sh run p that must exit 0 and print losses equal to ref's
+        to tol relative; steps: the step numbers it must print, n: how many
+        loss lines.  Returns (its losses, the largest relative difference)."""
+        self.check(p.returncode == 0, f"{label}: exit {p.returncode}")
+        got = losses(p.stdout, as_text)
+        if steps is not None:
+            self.check(sorted(got) == list(steps), f"{label}: steps {sorted(got)}")
+        if n is not None:
+            self.check(len(got) == n, f"{label}: {len(got)} loss lines of {n}")
+        w = worst_rel(got, ref)
+        self.check(w <= tol, f"{label} vs hetc train: max relative difference {w:.3g} > {tol:g}")
+        return got, w
+
+    def finish(self):
+        print("FAILED" if self.failures else "OK", len(self.failures), "failures")
+        sys.exit(1 if self.failures else 0)
