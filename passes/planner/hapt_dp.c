@@ -18,7 +18,8 @@
  *      (added by "dp-speed") prune runs of t_max with one probe
  *      (skip_bounded: the bounds are non-increasing in t_max), cut from the
  *      top after every improvement (shrink_top), bound each full-DP state
- *      by its prefix too (dp_prefix);
+ *      by its prefix too (dp_prefix); every DP enumerates its transitions
+ *      with one walk (walk_kp), which skips successors no DP could extend;
  *   4. rebuild the best plan and fill its schedule (schedule.c).
  * The result does not depend on threads or batch size: batches are formed
  * the same way for any thread count and reduced in t_max order, and a
@@ -31,6 +32,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -114,6 +116,9 @@ static int kmax_of(double mem_static, double mem_act, double mem_dev, int B)
 typedef struct CandRef {  /* sparse index entry (§5.2.2 (1)) */
     double t;
     int i;
+    int kmax;               /* Tab.kmax, INT_MAX without memory checks: with t, all the
+                               DPs read of a candidate, so they do not touch the (large,
+                               cache-missing) Tab in their loops */
 } CandRef;
 
 typedef struct Ctx {
@@ -127,7 +132,8 @@ typedef struct Ctx {
     Tab *tab;               /* [P][nsubmax][L+2][L+2] */
     double *comm;           /* [L+1][P][P] */
     /* sparse index: per (mesh, sub, k) the feasible i sorted by (t, i) */
-    int *sp_off;            /* [P][nsubmax][L+2] + 1 */
+    int *sp_off;            /* [P][L+2][nsubmax] + 1 (sp_key): the lists of one (mesh,
+                               k) lie together, in the order the DPs read them */
     CandRef *sp;
     double *tcand;          /* distinct t, ascending */
     int ntcand;
@@ -266,8 +272,8 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
      * sorted by stage time so a given t_max visits a prefix only. */
     size_t nk = (size_t)P * x->nsubmax * L2;
     for (size_t q = 0; q < nk; q++) {
-        int a = (int)(q / ((size_t)x->nsubmax * L2)), j = (int)(q / L2 % x->nsubmax),
-            k = (int)(q % L2);
+        int a = (int)(q / ((size_t)x->nsubmax * L2)), k = (int)(q / x->nsubmax % L2),
+            j = (int)(q % x->nsubmax);
         int cnt = 0;
         if (j < x->nsub[a] && k >= 1 && k <= L)
             for (int i = k; i <= L; i++)
@@ -278,15 +284,15 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
     if (!x->sp)
         return ir_errorf(err, "plan: out of memory building the sparse index");
     for (size_t q = 0; q < nk; q++) {
-        int a = (int)(q / ((size_t)x->nsubmax * L2)), j = (int)(q / L2 % x->nsubmax),
-            k = (int)(q % L2);
+        int a = (int)(q / ((size_t)x->nsubmax * L2)), k = (int)(q / x->nsubmax % L2),
+            j = (int)(q % x->nsubmax);
         CandRef *r = x->sp + x->sp_off[q];
         int cnt = 0;
         if (j < x->nsub[a] && k >= 1 && k <= L)
             for (int i = k; i <= L; i++) {
                 const Tab *t = tab_at(x, a, j, k, i);
                 if (t->feasible)
-                    r[cnt++] = (CandRef){t->t, i};
+                    r[cnt++] = (CandRef){t->t, i, x->opt->check_memory ? t->kmax : INT_MAX};
             }
         qsort(r, (size_t)cnt, sizeof *r, cmp_candref);
     }
@@ -303,51 +309,196 @@ typedef struct Order {
     int *rem_after;         /* [P] devices in the meshes after p */
 } Order;
 
-/* Iterate the candidate ends i of (mesh a, submesh j, start k) with
- * t <= t_max: with the sparse index a sorted prefix, without it a scan of
- * k..L.  The visiting order differs; the DP's tie-break makes the result
- * independent of it. */
-typedef struct CandIter {
-    const Ctx *x;
-    int a, j, k;
-    double tmax;
-    const CandRef *r;
-    int n, q;
-} CandIter;
+/* ------------------------------------------------------------ transitions */
 
-static void cand_begin(CandIter *it, const Ctx *x, int a, int j, int k, double tmax)
+/* Every DP below (dp_run, dp_relaxed, dp_prefix, dp_feasible, dp_pareto,
+ * dp_bottleneck) visits the same transitions: at layer k on mesh π_p, a
+ * candidate stage k..i on submesh j of π_p (nm = n·m devices) with
+ * t <= tmax, followed by one kind of successor, by d (the devices of π_p
+ * still free before the stage):
+ *   TR_SAME  d = nm+1..Dp, i < L: the next stage on π_p, d - nm free;
+ *   TR_NEXT  d = nm, i < L, p < P-1: π_p is done, the next stage on π_{p+1}
+ *            with all of it free;
+ *   TR_LAST  d = nm, i = L, p = P-1: the last stage (F(0, L+1, ...) = 0, c = 0).
+ * walk_kp enumerates them once, for one (k, p), and hands each (candidate,
+ * successor kind) with its whole d range to a per-transition function.  It
+ * is always inlined with a constant function, so every DP gets its own
+ * specialised loop (no call per transition: this is the search's hot path).
+ * Candidates come from the sparse index (§5.2.2 (1): a t-sorted prefix) or,
+ * without it, a scan of i = k..L; the visiting order differs, the DPs'
+ * tie-breaks make their results independent of it. */
+typedef enum { TR_SAME, TR_NEXT, TR_LAST } TransKind;
+
+typedef struct Trans {
+    TransKind kind;
+    int k, i, p, j, nm;
+    double t;               /* t_f + t_b of the stage */
+    int kmax;               /* Eq. 24: K <= kmax (INT_MAX without memory checks) */
+    int K1;                 /* with want_k1, H-1F1B's K for N_next = 1 across c:
+                               K(N) = min(B, N + K1 - 1) for N >= 1 (Eq. 1, δ of Eq. 2) */
+    double c;               /* C(i) across the boundary (TR_LAST: 0) */
+    int d0, d1;             /* the d covered (TR_NEXT, TR_LAST: d0 = d1 = nm) */
+    size_t cur;             /* (k, d0) in a [L+2][D] table; (k, d) is cur + d - d0 */
+    size_t nxt;             /* its successor (i+1, d0 - nm or all of π_{p+1}); that of
+                               (k, d) is nxt + d - d0 (TR_LAST: none) */
+} Trans;
+
+typedef void (*TransFn)(void *env, const Trans *t);
+
+/* Whether state q of a [L+2][D] table is dead: F infinite, no suffix (the
+ * DPs' own "nothing to extend" test). */
+typedef int (*DeadFn)(const void *env, size_t q);
+
+/* The d (1-based, devices of π_p free) of row k, mesh p with a live state:
+ * lo..hi (empty: lo > hi).  A transition whose successor is dead does
+ * nothing in any DP, and most are (in dp_pareto at L = 98 with intra-op
+ * choices, 95 % of the successors visited), so the walk clamps each
+ * transition's d range to the successor row's live range. */
+typedef struct Live {
+    int lo, hi;
+} Live;
+
+/* K1 for boundary cost c at tmax, remembered for the last c of each kind:
+ * C(i, a, a) and C(i, a, b) take few distinct values. */
+static inline int k1_memo(const Ctx *x, double c, double tmax, double *mc, int *mk)
 {
-    it->x = x;
-    it->a = a;
-    it->j = j;
-    it->k = k;
-    it->tmax = tmax;
-    it->q = 0;
-    if (x->opt->sparse_index) {
-        size_t q = ((size_t)a * x->nsubmax + j) * ((size_t)x->L + 2) + k;
-        it->r = x->sp + x->sp_off[q];
-        it->n = x->sp_off[q + 1] - x->sp_off[q];
-    } else {
-        it->r = NULL;
-        it->n = 0;
-        it->q = k;
+    if (c != *mc) {
+        *mk = schedule_warmup_step(SCHED_H1F1B, 1, 0, c, tmax, x->opt->eps, x->B, NULL, NULL);
+        *mc = c;
+    }
+    return *mk;
+}
+
+/* The transitions of (k, p) with t <= tmax and C(i) <= cmax (the comm bound
+ * of §5.2.1 (ii); INFINITY: none), each passed to fn(env, ...). */
+static inline __attribute__((always_inline)) void
+walk_kp(const Ctx *x, const Order *od, int k, int p, double tmax, double cmax, int want_k1,
+        const Live *lv, TransFn fn, void *env)
+{
+    const int L = x->L, a = od->mesh[p], Dp = od->Dp[p], last = p + 1 == od->P;
+    const int b = last ? a : od->mesh[p + 1];
+    const size_t row = (size_t)k * x->D + od->off[p];
+    const size_t next_all = last ? 0 : (size_t)od->off[p + 1] + od->Dp[p + 1] - 1;
+    double mc[2] = {NAN, NAN}; /* NaN: nothing remembered yet */
+    int mk[2] = {0, 0};
+    Trans t;
+    t.k = k;
+    t.p = p;
+    t.K1 = 0;
+    for (int j = 0; j < x->nsub[a]; j++) {
+        Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
+        int nm = sub.n * sub.m;
+        if (nm > Dp)
+            continue;
+        t.j = j;
+        t.nm = nm;
+        const CandRef *r = NULL;
+        int n = L - k + 1; /* scan: i = k + q */
+        if (x->opt->sparse_index) {
+            size_t q = ((size_t)a * ((size_t)L + 2) + k) * x->nsubmax + j; /* sp_off's order */
+            r = x->sp + x->sp_off[q];
+            n = x->sp_off[q + 1] - x->sp_off[q];
+        }
+        for (int q = 0; q < n; q++) {
+            int i;
+            if (r) {
+                if (!(r[q].t <= tmax))
+                    break; /* sorted by t */
+                i = r[q].i;
+                t.t = r[q].t;
+                t.kmax = r[q].kmax;
+            } else {
+                i = k + q;
+                const Tab *tb = tab_at(x, a, j, k, i);
+                if (!tb->feasible || !(tb->t <= tmax))
+                    continue;
+                t.t = tb->t;
+                t.kmax = x->opt->check_memory ? tb->kmax : INT_MAX;
+            }
+            t.i = i;
+            if (i == L) {
+                if (last) {
+                    t.kind = TR_LAST;
+                    t.c = 0.0;
+                    t.d0 = t.d1 = nm;
+                    t.cur = row + nm - 1;
+                    t.nxt = 0;
+                    fn(env, &t);
+                }
+                continue;
+            }
+            const size_t rown = (size_t)(i + 1) * x->D;
+            /* d = nm+1..Dp, successor d - nm: within the live range + nm */
+            int d0 = nm + 1, d1 = Dp;
+            if (lv) {
+                const Live *l = &lv[(size_t)(i + 1) * od->P + p];
+                d0 = l->lo + nm > d0 ? l->lo + nm : d0;
+                d1 = l->hi + nm < d1 ? l->hi + nm : d1;
+            }
+            double c = comm_at(x, i, a, a);
+            if (d0 <= d1 && !(c > cmax)) {
+                t.kind = TR_SAME;
+                t.c = c;
+                if (want_k1)
+                    t.K1 = k1_memo(x, c, tmax, &mc[0], &mk[0]);
+                t.d0 = d0;
+                t.d1 = d1;
+                t.cur = row + d0 - 1;
+                t.nxt = rown + od->off[p] + (d0 - nm - 1);
+                fn(env, &t);
+            }
+            if (last)
+                continue;
+            /* the successor has all of π_{p+1} free: the live range's top */
+            if (lv && lv[(size_t)(i + 1) * od->P + p + 1].hi != od->Dp[p + 1])
+                continue;
+            c = comm_at(x, i, a, b);
+            if (!(c > cmax)) {
+                t.kind = TR_NEXT;
+                t.c = c;
+                if (want_k1)
+                    t.K1 = k1_memo(x, c, tmax, &mc[1], &mk[1]);
+                t.d0 = t.d1 = nm;
+                t.cur = row + nm - 1;
+                t.nxt = rown + next_all;
+                fn(env, &t);
+            }
+        }
     }
 }
 
-static int cand_next(CandIter *it)
+/* walk_kp over the whole table in the backward DPs' order: k = L..1
+ * (every successor row i+1 > k is final before row k is read), all p.
+ * With dead (NULL: none), the live ranges of each row once it is final
+ * (without memory for them, the walk visits every d: the same result). */
+static inline __attribute__((always_inline)) void
+walk_back(const Ctx *x, const Order *od, double tmax, double cmax, int want_k1, TransFn fn,
+          DeadFn dead, void *env)
 {
-    if (it->r) {
-        if (it->q < it->n && it->r[it->q].t <= it->tmax)
-            return it->r[it->q++].i;
-        return -1;
+    const int P = od->P;
+    Live *lv = dead ? malloc((size_t)(x->L + 2) * P * sizeof *lv) : NULL;
+    for (int k = x->L; k >= 1; k--) {
+        for (int p = 0; p < P; p++)
+            walk_kp(x, od, k, p, tmax, cmax, want_k1, lv, fn, env);
+        for (int p = 0; lv && p < P; p++) {
+            size_t q0 = (size_t)k * x->D + od->off[p] - 1; /* d = 1 at q0 + 1 */
+            int lo = 1, hi = od->Dp[p];
+            while (lo <= hi && dead(env, q0 + lo))
+                lo++;
+            while (hi >= lo && dead(env, q0 + hi))
+                hi--;
+            if (lo > hi)
+                lo = 1, hi = 0; /* none (hi != Dp: the top is dead too) */
+            lv[(size_t)k * P + p] = (Live){lo, hi};
+        }
     }
-    while (it->q <= it->x->L) {
-        int i = it->q++;
-        const Tab *t = tab_at(it->x, it->a, it->j, it->k, i);
-        if (t->feasible && t->t <= it->tmax)
-            return i;
-    }
-    return -1;
+    free(lv);
+}
+
+/* The comm-bound limit of the DPs at tmax (INFINITY: no bound). */
+static double cmax_of(const Ctx *x, double tmax)
+{
+    return x->opt->comm_bound ? tmax : INFINITY;
 }
 
 typedef struct StageRec {
@@ -357,10 +508,15 @@ typedef struct StageRec {
 /* dp_pareto's per-state front: see there. */
 #define PARETO_MAX 8
 
+/* Pairs (s, N) packed as s << 16 | N (dp_pareto runs only where both fit
+ * 16 bits: B and the stage cap <= FRONT_LIM); the count of pairs in use
+ * lies in a separate byte array (Work.Frn), so the test "no suffix here"
+ * reads one byte, and a front is 32 bytes (half the unpacked size: the
+ * probes are bound by these reads). */
+#define FRONT_LIM 0xffff
+
 typedef struct Front {
-    int n;
-    int s[PARETO_MAX];
-    int N[PARETO_MAX];
+    uint32_t sn[PARETO_MAX];
 } Front;
 
 typedef struct Work {
@@ -372,6 +528,7 @@ typedef struct Work {
     int *Nm, *Sm;           /* [L+2][D]: dp_feasible */
     int *Ks;                /* [Smax+1]: K by stage count (schedules other than H-1F1B) */
     Front *Fr;              /* [L+2][D]: dp_pareto (H-1F1B only) */
+    unsigned char *Frn;     /* [L+2][D]: pairs in use in Fr */
     double *Fm;             /* [L+2][D]: dp_pareto's lower bound of F */
     double *H;              /* [L+2][D]: dp_prefix */
     long transitions;
@@ -399,6 +556,113 @@ static int better(double v, int n, int ch, double v0, int n0, int ch0)
     return ch < ch0;
 }
 
+typedef struct RunEnv {     /* dp_run's state for its transition function */
+    const Ctx *x;
+    const Order *od;
+    Work *w;
+    double bound;
+    const double *Gb, *Hf;
+    int h1, Kterm;
+    long trans;
+} RunEnv;
+
+/* Offer (F, N, choice) = (v, K, chv) to the state of stage count s at
+ * (k, pos) = cstate (its F index q); keep it if better. */
+static inline void run_offer(Work *w, size_t q, size_t cstate, int s, double v, int K, int chv)
+{
+    if (!better(v, K, chv, w->F[q], w->N[q], w->ch[q]))
+        return;
+    w->F[q] = v;
+    w->N[q] = K;
+    w->ch[q] = chv;
+    if (s < w->slo[cstate])
+        w->slo[cstate] = s;
+    if (s > w->shi[cstate])
+        w->shi[cstate] = s;
+}
+
+/* Eq. 14 / 18 for one transition over its d range: F(s, k, d) from
+ * F(s - 1, successor) + t + 2C(i), with Eq. 24 and the bounds. */
+static inline __attribute__((always_inline)) void run_tr(void *env, const Trans *t)
+{
+    RunEnv *e = env;
+    const Ctx *x = e->x;
+    Work *w = e->w;
+    const int L = x->L, B = x->B, S1 = x->Smax + 1, p = t->p;
+    const int terminal = t->kind == TR_LAST, kmax = t->kmax, K1 = t->K1;
+    const int chv = t->i * 256 + t->j;
+    const double w0 = 2.0 * t->c + t->t;
+    /* s stages for layers k..L: at most one per layer and per free device
+     * (d here and the meshes after p), at least one per remaining mesh */
+    const int smax0 = L - t->k + 1 < x->Smax ? L - t->k + 1 : x->Smax;
+    const int smin = e->od->P - p, rem = e->od->rem_after[p];
+    const int s_lo0 = terminal ? 1 : (smin > 2 ? smin : 2);
+    /* H-1F1B between stages: K = min(B, N + K1 - 1), and Eq. 24 (K <= kmax)
+     * as a limit on N, hoisted */
+    const int nlim = kmax >= B ? INT_MAX : kmax - K1 + 1;
+    for (int d = t->d0; d <= t->d1; d++) {
+        const size_t cstate = t->cur + (size_t)(d - t->d0), nstate = t->nxt + (size_t)(d - t->d0);
+        int s_lo = s_lo0, s_hi = 1;
+        if (!terminal) { /* only where F(s - 1, next) is finite */
+            s_hi = smax0 < d + rem ? smax0 : d + rem;
+            if (w->shi[nstate] < 0)
+                continue;
+            if (s_lo < w->slo[nstate] + 1)
+                s_lo = w->slo[nstate] + 1;
+            if (s_hi > w->shi[nstate] + 1)
+                s_hi = w->shi[nstate] + 1;
+        }
+        /* (added by "dp-speed") thr: the bound for this state's suffix; Hf
+         * (a lower bound of every prefix reaching the state) makes it
+         * tighter, Gb (a lower bound of F at the next state) skips the whole
+         * stage-count run. */
+        double thr = e->bound;
+        if (e->Hf) {
+            double h = e->Hf[cstate];
+            if (h == INF)
+                continue; /* no prefix reaches this state */
+            if (thr < INF)
+                thr = thr - h + 1e-9 * (fabs(thr) + h);
+        }
+        if (e->Gb && !terminal && thr < INF && e->Gb[nstate] + w0 >= thr)
+            continue;
+        const size_t cur = cstate * (size_t)S1;
+        if (terminal) { /* F(0, L+1, 0..0) = 0, N(0, L+1, ...) = 0: s = 1 only */
+            e->trans++;
+            if (e->Kterm <= kmax && w0 < thr) /* Eq. 24; the bound */
+                run_offer(w, cur + 1, cstate, 1, w0, e->Kterm, chv);
+            continue;
+        }
+        const double *Fn = w->F + nstate * (size_t)S1 - 1; /* F(s - 1, next) at Fn[s] */
+        const int *Nn = w->N + nstate * (size_t)S1 - 1;
+        for (int s = s_lo; s <= s_hi; s++) {
+            double fn = Fn[s];
+            if (fn == INF)
+                continue;
+            e->trans++;
+            int K;
+            if (e->h1) {
+                int nn = Nn[s];
+                if (nn > nlim)
+                    continue; /* Eq. 24 */
+                K = nn + K1 - 1 < B ? nn + K1 - 1 : B;
+            } else {
+                K = w->Ks[s];
+                if (K > kmax)
+                    continue; /* Eq. 24 */
+            }
+            double v = fn + w0;
+            if (v < thr)
+                run_offer(w, cur + s, cstate, s, v, K, chv);
+        }
+    }
+}
+
+static inline int run_dead(const void *env, size_t q)
+{
+    return ((const RunEnv *)env)->w->shi[q] < 0; /* no s with a finite F */
+}
+
 /* Full DP of Eq. 14-23 for one t_max.  Returns min_s F(s, 1, all devices)
  * (INF if infeasible); *best_s gets the s.
  * bound: partial sums >= bound are dropped (branch and bound; INF: none).
@@ -408,7 +672,7 @@ static int better(double v, int n, int ch, double v0, int n0, int ch0)
 static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, const double *Gb,
                      const double *Hf, Work *w, int *best_s)
 {
-    const int L = x->L, P = od->P, B = x->B, S1 = x->Smax + 1;
+    const int L = x->L, S1 = x->Smax + 1;
     const DpOptions *opt = x->opt;
     size_t total = widx(x, 0, L + 2, 0);
     for (size_t q = 0; q < total; q++) {
@@ -420,172 +684,17 @@ static double dp_run(const Ctx *x, const Order *od, double tmax, double bound, c
         w->slo[q] = INT_MAX;
         w->shi[q] = -1;
     }
-    const int *rem_after = od->rem_after;
-    long trans = 0;
     /* K of Eq. 23 is the warm-up this stage gets in the emitted schedule:
      * schedule_warmup_step, the same function, evaluated outside the
      * transition loop.  H-1F1B: K(N_next) = min(B, N_next + δ) for
-     * N_next >= 1, so K(n) = min(B, n + K(1) - 1) (also when K(1) = B).
-     * The others depend on s only. */
-    const int h1 = opt->schedule == SCHED_H1F1B;
-    int *Ks = w->Ks;
+     * N_next >= 1, so K(n) = min(B, n + K(1) - 1) (also when K(1) = B;
+     * Trans.K1).  The others depend on s only. */
+    RunEnv e = {x, od, w, bound, Gb, Hf, opt->schedule == SCHED_H1F1B, 0, 0};
     for (int s = 1; s <= x->Smax; s++)
-        Ks[s] = schedule_warmup_step(opt->schedule, 1, s, 0.0, tmax, opt->eps, B, NULL, NULL);
-    const int Kterm = schedule_warmup_step(opt->schedule, 0, 1, 0.0, tmax, opt->eps, B, NULL, NULL);
-    for (int k = L; k >= 1; k--) {
-        for (int p = 0; p < P; p++) {
-            int a = od->mesh[p], Dp = od->Dp[p];
-            int smin = P - p; /* every later mesh needs a stage */
-            for (int j = 0; j < x->nsub[a]; j++) {
-                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
-                int nm = sub.n * sub.m;
-                if (nm > Dp)
-                    continue;
-                CandIter it;
-                cand_begin(&it, x, a, j, k, tmax);
-                int i;
-                while ((i = cand_next(&it)) >= 0) {
-                    const Tab *tb = tab_at(x, a, j, k, i);
-                    int chv = i * 256 + j;
-                    const int kmax = opt->check_memory ? tb->kmax : INT_MAX; /* Eq. 24 */
-                    double c_prev = -1.0;
-                    int K1 = 0;
-                    for (int d = nm; d <= Dp; d++) {
-                        double c;
-                        size_t nbase; /* index of (s = 0, i+1, next pos) */
-                        size_t nstate = 0; /* (i+1, next pos) */
-                        int terminal = 0;
-                        if (d > nm) { /* next stage on the same mesh */
-                            if (i == L)
-                                continue;
-                            nstate = (size_t)(i + 1) * x->D + od->off[p] + (d - nm) - 1;
-                            nbase = widx(x, 0, i + 1, od->off[p] + (d - nm) - 1);
-                            c = comm_at(x, i, a, a);
-                        } else if (p == P - 1) { /* last device of the last mesh */
-                            if (i != L)
-                                continue;
-                            nbase = 0;
-                            c = 0.0;
-                            terminal = 1;
-                        } else { /* mesh p exhausted: next stage on π_{p+1} */
-                            if (i == L)
-                                continue;
-                            nstate = (size_t)(i + 1) * x->D + od->off[p + 1] + od->Dp[p + 1] - 1;
-                            nbase = widx(x, 0, i + 1, od->off[p + 1] + od->Dp[p + 1] - 1);
-                            c = comm_at(x, i, a, od->mesh[p + 1]);
-                        }
-                        if (opt->comm_bound && c > tmax)
-                            continue; /* constraint (ii) of §5.2.1 */
-                        double w0 = 2.0 * c + tb->t;
-                        size_t cur = widx(x, 0, k, od->off[p] + d - 1);
-                        /* s stages for layers k..L: at most one per layer and
-                         * per free device, at least one per remaining mesh */
-                        int smax = L - k + 1;
-                        if (smax > d + rem_after[p])
-                            smax = d + rem_after[p];
-                        if (smax > x->Smax)
-                            smax = x->Smax;
-                        int s_lo = terminal ? 1 : (smin > 2 ? smin : 2);
-                        int s_hi = terminal ? 1 : smax;
-                        if (!terminal) { /* only where F(s - 1, next) is finite */
-                            if (w->shi[nstate] < 0)
-                                continue;
-                            if (s_lo < w->slo[nstate] + 1)
-                                s_lo = w->slo[nstate] + 1;
-                            if (s_hi > w->shi[nstate] + 1)
-                                s_hi = w->shi[nstate] + 1;
-                        }
-                        size_t cstate = (size_t)k * x->D + od->off[p] + d - 1;
-                        /* (added by "dp-speed") thr: the bound for this state's
-                         * suffix; Hf (a lower bound of every prefix reaching the
-                         * state) makes it tighter, Gb (a lower bound of F at the
-                         * next state) skips the whole stage-count run. */
-                        double thr = bound;
-                        if (Hf) {
-                            double h = Hf[cstate];
-                            if (h == INF)
-                                continue; /* no prefix reaches this state */
-                            if (bound < INF)
-                                thr = bound - h + 1e-9 * (fabs(bound) + h);
-                        }
-                        if (Gb && !terminal && thr < INF && Gb[nstate] + w0 >= thr)
-                            continue;
-                        if (h1 && !terminal && c != c_prev) {
-                            K1 = schedule_warmup_step(SCHED_H1F1B, 1, 0, c, tmax, opt->eps, B,
-                                                      NULL, NULL);
-                            c_prev = c;
-                        }
-                        if (h1 && !terminal) {
-                            /* the hot loop, H-1F1B between stages: K = min(B, N + K1 - 1)
-                             * and Eq. 24 (K <= kmax) as a limit on N, hoisted */
-                            const double *Fn = w->F + nbase - 1;
-                            const int *Nn = w->N + nbase - 1;
-                            const int nlim = kmax >= B ? INT_MAX : kmax - K1 + 1;
-                            for (int s = s_lo; s <= s_hi; s++) {
-                                double fn = Fn[s];
-                                if (fn == INF)
-                                    continue;
-                                trans++;
-                                int nn = Nn[s];
-                                if (nn > nlim)
-                                    continue; /* Eq. 24 */
-                                int K = nn + K1 - 1 < B ? nn + K1 - 1 : B;
-                                double v = fn + w0; /* Eq. 14 / 18 */
-                                if (v >= thr)
-                                    continue;
-                                size_t q = cur + s;
-                                if (better(v, K, chv, w->F[q], w->N[q], w->ch[q])) {
-                                    w->F[q] = v;
-                                    w->N[q] = K;
-                                    w->ch[q] = chv;
-                                    if (s < w->slo[cstate])
-                                        w->slo[cstate] = s;
-                                    if (s > w->shi[cstate])
-                                        w->shi[cstate] = s;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int s = s_lo; s <= s_hi; s++) {
-                            double fn;
-                            int K;
-                            if (terminal) {
-                                fn = 0.0; /* F(0, L+1, 0..0) = 0, N(0, L+1, ...) = 0 */
-                                K = Kterm;
-                            } else {
-                                fn = w->F[nbase + s - 1];
-                                if (fn == INF)
-                                    continue;
-                                if (h1) {
-                                    int nn = w->N[nbase + s - 1];
-                                    K = nn + K1 - 1 < B ? nn + K1 - 1 : B;
-                                } else {
-                                    K = Ks[s];
-                                }
-                            }
-                            trans++;
-                            if (K > kmax)
-                                continue; /* Eq. 24 */
-                            double v = fn + w0; /* Eq. 14 / 18 */
-                            if (v >= thr)
-                                continue;
-                            size_t q = cur + s;
-                            if (better(v, K, chv, w->F[q], w->N[q], w->ch[q])) {
-                                w->F[q] = v;
-                                w->N[q] = K;
-                                w->ch[q] = chv;
-                                if (s < w->slo[cstate])
-                                    w->slo[cstate] = s;
-                                if (s > w->shi[cstate])
-                                    w->shi[cstate] = s;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    w->transitions += trans;
+        w->Ks[s] = schedule_warmup_step(opt->schedule, 1, s, 0.0, tmax, opt->eps, x->B, NULL, NULL);
+    e.Kterm = schedule_warmup_step(opt->schedule, 0, 1, 0.0, tmax, opt->eps, x->B, NULL, NULL);
+    walk_back(x, od, tmax, cmax_of(x, tmax), e.h1, run_tr, run_dead, &e);
+    w->transitions += e.trans;
     double best = INF;
     size_t b0 = widx(x, 0, 1, od->off[0] + od->Dp[0] - 1);
     *best_s = -1;
@@ -665,65 +774,50 @@ static inline void row_min_max(double *restrict g, const double *restrict h, dou
  * at tmax is such a layout, so: INF here => the full DP is infeasible at
  * tmax (monotone in tmax: the low side of (b)); with tmax = INF and no
  * filters it is a lower bound of Eq. 13's first term (the high side). */
-/* Whether a boundary of cost c after candidate tb passes the relaxed
- * filters at tmax (comm bound, Eq. 24 with the smallest K possible). */
-static int relaxed_ok(const Ctx *x, const Tab *tb, double c, int last, double tmax)
+typedef struct RowEnv {     /* dp_relaxed, dp_prefix, dp_bottleneck */
+    const Ctx *x;
+    double *G;
+    int filters, h1;        /* dp_bottleneck: filters = the comm bound */
+    int dlo;                /* dp_prefix: first d - 1 with a finite prefix there */
+} RowEnv;
+
+/* Eq. 24 with the smallest K a stage could get across this transition (the
+ * relaxed filter; the walk applied the comm bound). */
+static inline int relaxed_ok(const RowEnv *e, const Trans *t)
 {
-    if (x->opt->comm_bound && c > tmax)
-        return 0;
-    if (!x->opt->check_memory)
-        return 1;
-    int Klb = 1;
-    if (x->opt->schedule == SCHED_H1F1B && !last)
-        Klb = schedule_warmup_step(SCHED_H1F1B, 1, 2, c, tmax, x->opt->eps, x->B, NULL, NULL);
-    return Klb <= tb->kmax; /* stage_fits_memory at Klb in 1..B (kmax_of) */
+    return (e->h1 && t->kind != TR_LAST ? t->K1 : 1) <= t->kmax;
+}
+
+static inline __attribute__((always_inline)) void relaxed_tr(void *env, const Trans *t)
+{
+    RowEnv *e = env;
+    if (e->filters && !relaxed_ok(e, t))
+        return;
+    if (t->kind == TR_LAST) {
+        if (t->t < e->G[t->cur])
+            e->G[t->cur] = t->t;
+        return;
+    }
+    /* G(k, d) from G(successor of d) for d = d0..d1 */
+    row_min_add(e->G + t->cur, e->G + t->nxt, 2.0 * t->c + t->t, t->d1 - t->d0 + 1);
+}
+
+/* G infinite: INF + w stays INF (w >= 0), the row minima keep their value
+ * (dp_relaxed: only with boundary costs >= 0). */
+static inline int row_dead(const void *env, size_t q)
+{
+    return !(((const RowEnv *)env)->G[q] < INF);
 }
 
 static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters, double *G)
 {
-    const int L = x->L, D = x->D, P = od->P;
-    for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
+    const int D = x->D;
+    for (size_t q = 0; q < (size_t)(x->L + 2) * D; q++)
         G[q] = INF;
-    for (int k = L; k >= 1; k--)
-        for (int p = 0; p < P; p++) {
-            int a = od->mesh[p], Dp = od->Dp[p];
-            double *gk = &G[(size_t)k * D + od->off[p]];
-            for (int j = 0; j < x->nsub[a]; j++) {
-                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
-                int nm = sub.n * sub.m;
-                if (nm > Dp)
-                    continue;
-                CandIter it;
-                cand_begin(&it, x, a, j, k, filters ? tmax : INF);
-                int i;
-                while ((i = cand_next(&it)) >= 0) {
-                    const Tab *tb = tab_at(x, a, j, k, i);
-                    if (i == L) { /* last stage: only with the last device */
-                        if (p == P - 1 && (!filters || relaxed_ok(x, tb, 0.0, 1, tmax)))
-                            if (tb->t < gk[nm - 1])
-                                gk[nm - 1] = tb->t;
-                        continue;
-                    }
-                    /* d > nm: next stage on this mesh */
-                    double cs = comm_at(x, i, a, a);
-                    if (!filters || relaxed_ok(x, tb, cs, 0, tmax)) {
-                        double w = 2.0 * cs + tb->t;
-                        const double *gn = &G[(size_t)(i + 1) * D + od->off[p]];
-                        row_min_add(gk + nm, gn, w, Dp - nm); /* d = nm+1..Dp from d - nm */
-                    }
-                    /* d == nm: this mesh done, next stage on the next mesh */
-                    if (p + 1 < P) {
-                        double cx = comm_at(x, i, a, od->mesh[p + 1]);
-                        if (!filters || relaxed_ok(x, tb, cx, 0, tmax)) {
-                            double fn = G[(size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1];
-                            double v = fn + 2.0 * cx + tb->t;
-                            if (fn < INF && v < gk[nm - 1])
-                                gk[nm - 1] = v;
-                        }
-                    }
-                }
-            }
-        }
+    RowEnv e = {x, G, filters, filters && x->opt->check_memory && x->opt->schedule == SCHED_H1F1B,
+                0};
+    walk_back(x, od, filters ? tmax : INF, filters ? cmax_of(x, tmax) : INFINITY, e.h1,
+              relaxed_tr, x->nonneg ? row_dead : NULL, &e);
     return G[(size_t)1 * D + od->off[0] + od->Dp[0] - 1];
 }
 
@@ -734,52 +828,34 @@ static double dp_relaxed(const Ctx *x, const Order *od, double tmax, int filters
  * so H is a lower bound of it, and INF means no plan passes the state.
  * Sums run in the other direction than the full DP's, so its users allow
  * a relative slack for rounding. */
+static inline __attribute__((always_inline)) void prefix_tr(void *env, const Trans *t)
+{
+    RowEnv *e = env;
+    if (t->kind == TR_LAST || !relaxed_ok(e, t))
+        return; /* a stage ending at L ends the plan: nothing to push */
+    /* H(successor of d) from H(k, d) for d = d0..d1 with a finite H(k, d) */
+    int d0 = t->d0 > e->dlo + 1 ? t->d0 : e->dlo + 1;
+    if (d0 > t->d1)
+        return;
+    size_t sh = (size_t)(d0 - t->d0);
+    row_min_add(e->G + t->nxt + sh, e->G + t->cur + sh, 2.0 * t->c + t->t, t->d1 - d0 + 1);
+}
+
 static void dp_prefix(const Ctx *x, const Order *od, double tmax, double *H)
 {
-    const int L = x->L, D = x->D, P = od->P;
+    const int L = x->L, D = x->D;
     for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
         H[q] = INF;
     H[(size_t)1 * D + od->off[0] + od->Dp[0] - 1] = 0.0;
+    RowEnv e = {x, H, 1, x->opt->check_memory && x->opt->schedule == SCHED_H1F1B, 0};
     for (int k = 1; k < L; k++) /* a stage starting at L ends the plan: nothing to push */
-        for (int p = 0; p < P; p++) {
-            int a = od->mesh[p], Dp = od->Dp[p];
+        for (int p = 0; p < od->P; p++) {
             const double *hk = &H[(size_t)k * D + od->off[p]];
-            int dlo = 0; /* first d with a finite prefix */
-            while (dlo < Dp && hk[dlo] == INF)
-                dlo++;
-            if (dlo == Dp)
-                continue;
-            for (int j = 0; j < x->nsub[a]; j++) {
-                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
-                int nm = sub.n * sub.m;
-                if (nm > Dp)
-                    continue;
-                CandIter it;
-                cand_begin(&it, x, a, j, k, tmax);
-                int i;
-                while ((i = cand_next(&it)) >= 0) {
-                    if (i == L)
-                        continue;
-                    const Tab *tb = tab_at(x, a, j, k, i);
-                    double cs = comm_at(x, i, a, a);
-                    if (relaxed_ok(x, tb, cs, 0, tmax)) { /* d > nm: same mesh, d - nm left */
-                        double w = 2.0 * cs + tb->t;
-                        double *hn = &H[(size_t)(i + 1) * D + od->off[p]];
-                        int d0 = nm + 1 > dlo + 1 ? nm + 1 : dlo + 1;
-                        if (d0 <= Dp)
-                            row_min_add(hn + (d0 - nm - 1), hk + (d0 - 1), w, Dp - d0 + 1);
-                    }
-                    if (p + 1 < P && hk[nm - 1] < INF) { /* d == nm: on to π_{p+1} */
-                        double cx = comm_at(x, i, a, od->mesh[p + 1]);
-                        if (relaxed_ok(x, tb, cx, 0, tmax)) {
-                            double *hn = &H[(size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1];
-                            double v = hk[nm - 1] + 2.0 * cx + tb->t;
-                            if (v < *hn)
-                                *hn = v;
-                        }
-                    }
-                }
-            }
+            e.dlo = 0; /* first d - 1 with a finite prefix */
+            while (e.dlo < od->Dp[p] && hk[e.dlo] == INF)
+                e.dlo++;
+            if (e.dlo < od->Dp[p])
+                walk_kp(x, od, k, p, tmax, cmax_of(x, tmax), e.h1, NULL, prefix_tr, &e);
         }
 }
 
@@ -801,102 +877,73 @@ static void dp_prefix(const Ctx *x, const Order *od, double tmax, double *H)
  * The full DP keeps one (F, N) per state, so it may miss a feasible layout
  * (min-F substructure) but never finds one these miss: skipping a tmax that
  * fails here leaves the result unchanged. */
-static int feas_K(const Ctx *x, int n_next, int s_next, double c, double tmax, int use_s)
+typedef struct FeasEnv {    /* dp_feasible */
+    const Ctx *x;
+    int *Nm, *Sm;
+    double tmax;
+    int h1, Kterm;
+} FeasEnv;
+
+static inline __attribute__((always_inline)) void feasible_tr(void *env, const Trans *t)
 {
-    const DpOptions *opt = x->opt;
-    if (opt->schedule == SCHED_H1F1B) {
-        int n = use_s ? (s_next < x->B ? s_next : x->B) : n_next;
-        return schedule_warmup_step(SCHED_H1F1B, n, 0, c, tmax, opt->eps, x->B, NULL, NULL);
+    FeasEnv *e = env;
+    const Ctx *x = e->x;
+    const int B = x->B, kmax = t->kmax;
+    int *Nm = e->Nm, *Sm = e->Sm;
+    if (t->kind == TR_LAST) { /* Eq. 24 at the last stage's K (in 1..B: kmax agrees) */
+        if (e->Kterm <= kmax) {
+            if (e->Kterm < Nm[t->cur])
+                Nm[t->cur] = e->Kterm;
+            Sm[t->cur] = 1;
+        }
+        return;
     }
-    return schedule_warmup_step(opt->schedule, n_next, s_next + 1, c, tmax, opt->eps, x->B, NULL,
-                                NULL);
+    /* H-1F1B: K(n) = min(B, n + K1 - 1) for n >= 1 (Eq. 1 with δ fixed by
+     * c), and Eq. 24 is K <= kmax: no call per d. */
+    const int K1 = t->K1;
+    if (e->h1 && K1 > kmax)
+        return; /* every K >= K1 (n >= 1, K1 <= B) */
+    for (int d = t->d0; d <= t->d1; d++) {
+        size_t q = t->nxt + (size_t)(d - t->d0), o = t->cur + (size_t)(d - t->d0);
+        int sv = Sm[q], nv = Nm[q];
+        if (sv == INT_MAX)
+            continue; /* Nm finite implies Sm finite */
+        /* any suffix from q has N >= Nm[q] (H-1F1B) */
+        int K;
+        if (e->h1) {
+            int n = nv != INT_MAX && nv > sv ? nv : sv;
+            n = n < B ? n : B;
+            K = n + K1 - 1 < B ? n + K1 - 1 : B;
+        } else {
+            K = schedule_warmup_step(x->opt->schedule, 0, sv + 1, t->c, e->tmax, x->opt->eps, B,
+                                     NULL, NULL);
+        }
+        if (K <= kmax && sv + 1 < Sm[o])
+            Sm[o] = sv + 1;
+        if (!e->h1 || nv == INT_MAX)
+            continue;
+        K = nv + K1 - 1 < B ? nv + K1 - 1 : B;
+        if (K <= kmax && K < Nm[o])
+            Nm[o] = K;
+    }
+}
+
+static inline int feasible_dead(const void *env, size_t q)
+{
+    return ((const FeasEnv *)env)->Sm[q] == INT_MAX; /* Nm finite implies Sm finite */
 }
 
 static int dp_feasible(const Ctx *x, const Order *od, double tmax, int *Nm, int *Sm)
 {
-    const int L = x->L, D = x->D, P = od->P, B = x->B;
-    const int h1 = x->opt->schedule == SCHED_H1F1B;
-    for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
+    const int D = x->D;
+    for (size_t q = 0; q < (size_t)(x->L + 2) * D; q++)
         Nm[q] = Sm[q] = INT_MAX;
-    for (int k = L; k >= 1; k--)
-        for (int p = 0; p < P; p++) {
-            int a = od->mesh[p], Dp = od->Dp[p];
-            double mem_dev = x->c->meshes[a].dev.mem_bytes;
-            int *nk = &Nm[(size_t)k * D + od->off[p]], *sk = &Sm[(size_t)k * D + od->off[p]];
-            for (int j = 0; j < x->nsub[a]; j++) {
-                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
-                int nm = sub.n * sub.m;
-                if (nm > Dp)
-                    continue;
-                CandIter it;
-                cand_begin(&it, x, a, j, k, tmax);
-                int i;
-                while ((i = cand_next(&it)) >= 0) {
-                    const Tab *tb = tab_at(x, a, j, k, i);
-                    if (i == L) { /* terminal: the last device of the last mesh */
-                        if (p != P - 1)
-                            continue;
-                        int K = schedule_warmup_step(x->opt->schedule, 0, 1, 0.0, tmax, x->opt->eps,
-                                                     x->B, NULL, NULL);
-                        if (!x->opt->check_memory ||
-                            stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev)) {
-                            if (K < nk[nm - 1])
-                                nk[nm - 1] = K;
-                            sk[nm - 1] = 1;
-                        }
-                        continue;
-                    }
-                    for (int side = 0; side < 2; side++) {
-                        double c;
-                        int d0, d1;     /* range of d for this kind of successor */
-                        size_t nb;      /* successor of d = d0 */
-                        if (side == 0) { /* d > nm: next stage on this mesh, d - nm free */
-                            c = comm_at(x, i, a, a);
-                            d0 = nm + 1;
-                            d1 = Dp;
-                            nb = (size_t)(i + 1) * D + od->off[p];
-                        } else { /* d == nm: this mesh done, next on π_{p+1} */
-                            if (p + 1 >= P)
-                                continue;
-                            c = comm_at(x, i, a, od->mesh[p + 1]);
-                            d0 = d1 = nm;
-                            nb = (size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1;
-                        }
-                        if (x->opt->comm_bound && c > tmax)
-                            continue;
-                        /* H-1F1B: K(n) = min(B, n + K(1) - 1) for n >= 1 (Eq. 1 with
-                         * δ fixed by c), and Eq. 24 is K <= kmax (kmax_of agrees
-                         * with stage_fits_memory on 1..B): no call per d. */
-                        const int K1 = h1 ? feas_K(x, 1, 1, c, tmax, 0) : 0;
-                        const int kmax = x->opt->check_memory ? tb->kmax : INT_MAX;
-                        for (int d = d0; d <= d1; d++) {
-                            size_t q = nb + (size_t)(d - d0);
-                            int sv = Sm[q], nv = Nm[q];
-                            if (sv == INT_MAX)
-                                continue; /* Nm finite implies Sm finite */
-                            /* any suffix from q has N >= Nm[q] (H-1F1B) */
-                            int K;
-                            if (h1) {
-                                int n = nv != INT_MAX && nv > sv ? nv : sv;
-                                n = n < B ? n : B;
-                                K = n + K1 - 1 < B ? n + K1 - 1 : B;
-                            } else {
-                                K = feas_K(x, 0, sv, c, tmax, 1);
-                            }
-                            if (K <= kmax && sv + 1 < sk[d - 1])
-                                sk[d - 1] = sv + 1;
-                            if (!h1 || nv == INT_MAX)
-                                continue;
-                            K = nv + K1 - 1 < B ? nv + K1 - 1 : B;
-                            if (K <= kmax && K < nk[d - 1])
-                                nk[d - 1] = K;
-                        }
-                    }
-                }
-            }
-        }
+    FeasEnv e = {x, Nm, Sm, tmax, x->opt->schedule == SCHED_H1F1B,
+                 schedule_warmup_step(x->opt->schedule, 0, 1, 0.0, tmax, x->opt->eps, x->B, NULL,
+                                      NULL)};
+    walk_back(x, od, tmax, cmax_of(x, tmax), e.h1, feasible_tr, feasible_dead, &e);
     size_t root = (size_t)1 * D + od->off[0] + od->Dp[0] - 1;
-    if (h1 && Nm[root] == INT_MAX)
+    if (e.h1 && Nm[root] == INT_MAX)
         return 0;
     return Sm[root] != INT_MAX && Sm[root] <= x->Smax;
 }
@@ -912,111 +959,95 @@ static int dp_feasible(const Ctx *x, const Order *od, double tmax, int *Nm, int 
  * makes it binary-searchable.  Cost: like dp_feasible times the front size
  * (a few), against the full DP's whole stage-count range per transition. */
 
-/* Insert (s, N); returns 0, or -1 when the front would exceed PARETO_MAX. */
-static int front_add(Front *f, int s, int N)
+/* Insert (s, N) into the front f of *n pairs; returns 0, or -1 when the
+ * front would exceed PARETO_MAX. */
+static inline int front_add(Front *f, unsigned char *n, int s, int N)
 {
-    for (int q = 0; q < f->n; q++)
-        if (f->s[q] <= s && f->N[q] <= N)
+    const int cnt = *n;
+    for (int q = 0; q < cnt; q++)
+        if ((int)(f->sn[q] >> 16) <= s && (int)(f->sn[q] & 0xffff) <= N)
             return 0; /* dominated */
     int m = 0;
-    for (int q = 0; q < f->n; q++)
-        if (!(s <= f->s[q] && N <= f->N[q])) { /* keep what the new pair does not dominate */
-            f->s[m] = f->s[q];
-            f->N[m] = f->N[q];
-            m++;
-        }
+    for (int q = 0; q < cnt; q++) /* keep what the new pair does not dominate */
+        if (!(s <= (int)(f->sn[q] >> 16) && N <= (int)(f->sn[q] & 0xffff)))
+            f->sn[m++] = f->sn[q];
     if (m >= PARETO_MAX)
         return -1;
-    f->s[m] = s;
-    f->N[m] = N;
-    f->n = m + 1;
+    f->sn[m] = (uint32_t)s << 16 | (uint32_t)N;
+    *n = (unsigned char)(m + 1);
     return 0;
 }
 
-static int dp_pareto(const Ctx *x, const Order *od, double tmax, Front *Fr, double *Fm,
-                     int *overflow)
+typedef struct ParetoEnv {  /* dp_pareto */
+    const Ctx *x;
+    Front *Fr;
+    unsigned char *Frn;
+    double *Fm;
+    int Kterm, overflow;
+} ParetoEnv;
+
+static inline __attribute__((always_inline)) void pareto_tr(void *env, const Trans *t)
 {
-    const int L = x->L, D = x->D, P = od->P, B = x->B, Smax = x->Smax;
-    const double eps = x->opt->eps;
-    *overflow = 0;
-    for (size_t q = 0; q < (size_t)(L + 2) * D; q++) {
-        Fr[q].n = 0;
-        Fm[q] = INF;
-    }
-    for (int k = L; k >= 1; k--)
-        for (int p = 0; p < P; p++) {
-            int a = od->mesh[p], Dp = od->Dp[p];
-            double mem_dev = x->c->meshes[a].dev.mem_bytes;
-            Front *fk = &Fr[(size_t)k * D + od->off[p]];
-            double *gk = &Fm[(size_t)k * D + od->off[p]];
-            for (int j = 0; j < x->nsub[a]; j++) {
-                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
-                int nm = sub.n * sub.m;
-                if (nm > Dp)
-                    continue;
-                CandIter it;
-                cand_begin(&it, x, a, j, k, tmax);
-                int i;
-                while ((i = cand_next(&it)) >= 0) {
-                    const Tab *tb = tab_at(x, a, j, k, i);
-                    if (i == L) {
-                        if (p != P - 1)
-                            continue;
-                        int K = schedule_warmup_step(SCHED_H1F1B, 0, 1, 0.0, tmax, eps, B, NULL, NULL);
-                        if (!x->opt->check_memory ||
-                            stage_fits_memory(tb->mem_static, tb->mem_act, K, mem_dev)) {
-                            if (front_add(&fk[nm - 1], 1, K))
-                                *overflow = 1;
-                            if (tb->t < gk[nm - 1])
-                                gk[nm - 1] = tb->t;
-                        }
-                        continue;
-                    }
-                    for (int side = 0; side < 2; side++) {
-                        double c;
-                        int d0, d1;
-                        size_t nb;
-                        if (side == 0) {
-                            c = comm_at(x, i, a, a);
-                            d0 = nm + 1;
-                            d1 = Dp;
-                            nb = (size_t)(i + 1) * D + od->off[p];
-                        } else {
-                            if (p + 1 >= P)
-                                continue;
-                            c = comm_at(x, i, a, od->mesh[p + 1]);
-                            d0 = d1 = nm;
-                            nb = (size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1;
-                        }
-                        if (x->opt->comm_bound && c > tmax)
-                            continue;
-                        double w0 = 2.0 * c + tb->t;
-                        /* front N >= 1: K(N) = min(B, N + K(1) - 1); Eq. 24 as K <= kmax */
-                        const int K1 = schedule_warmup_step(SCHED_H1F1B, 1, 0, c, tmax, eps, B,
-                                                            NULL, NULL);
-                        const int kmax = x->opt->check_memory ? tb->kmax : INT_MAX;
-                        for (int d = d0; d <= d1; d++) {
-                            const Front *fn = &Fr[nb + (size_t)(d - d0)];
-                            int admitted = 0;
-                            for (int q = 0; q < fn->n; q++) {
-                                if (fn->s[q] + 1 > Smax)
-                                    continue;
-                                int K = fn->N[q] + K1 - 1 < B ? fn->N[q] + K1 - 1 : B;
-                                if (K > kmax)
-                                    continue;
-                                admitted = 1;
-                                if (front_add(&fk[d - 1], fn->s[q] + 1, K))
-                                    *overflow = 1;
-                            }
-                            double v = Fm[nb + (size_t)(d - d0)] + w0;
-                            if (admitted && v < gk[d - 1])
-                                gk[d - 1] = v;
-                        }
-                    }
-                }
-            }
+    ParetoEnv *e = env;
+    const int B = e->x->B, Smax = e->x->Smax, kmax = t->kmax;
+    Front *Fr = e->Fr;
+    unsigned char *Frn = e->Frn;
+    double *Fm = e->Fm;
+    if (t->kind == TR_LAST) { /* Eq. 24 at the last stage's K (in 1..B: kmax agrees) */
+        if (e->Kterm <= kmax) {
+            if (front_add(&Fr[t->cur], &Frn[t->cur], 1, e->Kterm))
+                e->overflow = 1;
+            if (t->t < Fm[t->cur])
+                Fm[t->cur] = t->t;
         }
-    return Fr[(size_t)1 * D + od->off[0] + od->Dp[0] - 1].n > 0;
+        return;
+    }
+    /* front N >= 1: K(N) = min(B, N + K1 - 1); Eq. 24 as K <= kmax, so
+     * nothing passes where K1 (<= B) already exceeds kmax */
+    const int K1 = t->K1;
+    if (K1 > kmax)
+        return;
+    const double w0 = 2.0 * t->c + t->t;
+    for (int d = t->d0; d <= t->d1; d++) {
+        size_t q = t->nxt + (size_t)(d - t->d0), o = t->cur + (size_t)(d - t->d0);
+        const int nq = Frn[q];
+        int admitted = 0;
+        for (int r = 0; r < nq; r++) {
+            const int sr = (int)(Fr[q].sn[r] >> 16), Nr = (int)(Fr[q].sn[r] & 0xffff);
+            if (sr + 1 > Smax)
+                continue;
+            int K = Nr + K1 - 1 < B ? Nr + K1 - 1 : B;
+            if (K > kmax)
+                continue;
+            admitted = 1;
+            if (front_add(&Fr[o], &Frn[o], sr + 1, K))
+                e->overflow = 1;
+        }
+        double v = Fm[q] + w0;
+        if (admitted && v < Fm[o])
+            Fm[o] = v;
+    }
+}
+
+static inline int pareto_dead(const void *env, size_t q)
+{
+    return ((const ParetoEnv *)env)->Frn[q] == 0; /* no suffix fits */
+}
+
+/* dp_pareto on w's tables (w->Fr set: H-1F1B with memory checks, B and the
+ * stage cap <= FRONT_LIM). */
+static int dp_pareto(const Ctx *x, const Order *od, double tmax, Work *w, int *overflow)
+{
+    const int D = x->D;
+    memset(w->Frn, 0, (size_t)(x->L + 2) * D);
+    for (size_t q = 0; q < (size_t)(x->L + 2) * D; q++)
+        w->Fm[q] = INF;
+    ParetoEnv e = {x, w->Fr, w->Frn, w->Fm,
+                   schedule_warmup_step(SCHED_H1F1B, 0, 1, 0.0, tmax, x->opt->eps, x->B, NULL, NULL),
+                   0};
+    walk_back(x, od, tmax, cmax_of(x, tmax), 1, pareto_tr, pareto_dead, &e);
+    *overflow = e.overflow;
+    return w->Frn[(size_t)1 * D + od->off[0] + od->Dp[0] - 1] > 0;
 }
 
 /* Root of Fm after dp_pareto: a lower bound of Eq. 14's F over every
@@ -1032,50 +1063,29 @@ static double pareto_lb(const Ctx *x, const Order *od, const double *Fm)
  * Every plan the full DP returns at t_max is such a layout with all of those
  * <= t_max, so Eq. 13 >= (B-1) bottleneck + LB (LB: dp_relaxed unfiltered)
  * for every plan of the order: a key to search orders by, and a cut. */
+static inline __attribute__((always_inline)) void bottleneck_tr(void *env, const Trans *t)
+{
+    RowEnv *e = env;
+    if (t->kmax < 1)
+        return; /* does not fit even K = 1 */
+    if (t->kind == TR_LAST) {
+        if (t->t < e->G[t->cur])
+            e->G[t->cur] = t->t;
+        return;
+    }
+    double w = t->t;
+    if (e->filters && t->c > w) /* filters: the comm bound */
+        w = t->c;
+    row_min_max(e->G + t->cur, e->G + t->nxt, w, t->d1 - t->d0 + 1);
+}
+
 static double dp_bottleneck(const Ctx *x, const Order *od, double *G)
 {
-    const int L = x->L, D = x->D, P = od->P;
-    const int cb = x->opt->comm_bound, mem = x->opt->check_memory;
-    for (size_t q = 0; q < (size_t)(L + 2) * D; q++)
+    const int D = x->D;
+    for (size_t q = 0; q < (size_t)(x->L + 2) * D; q++)
         G[q] = INF;
-    for (int k = L; k >= 1; k--)
-        for (int p = 0; p < P; p++) {
-            int a = od->mesh[p], Dp = od->Dp[p];
-            double *gk = &G[(size_t)k * D + od->off[p]];
-            for (int j = 0; j < x->nsub[a]; j++) {
-                Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
-                int nm = sub.n * sub.m;
-                if (nm > Dp)
-                    continue;
-                CandIter it;
-                cand_begin(&it, x, a, j, k, INF);
-                int i;
-                while ((i = cand_next(&it)) >= 0) {
-                    const Tab *tb = tab_at(x, a, j, k, i);
-                    if (mem && tb->kmax < 1)
-                        continue;
-                    if (i == L) {
-                        if (p == P - 1 && tb->t < gk[nm - 1])
-                            gk[nm - 1] = tb->t;
-                        continue;
-                    }
-                    double cs = comm_at(x, i, a, a), w = tb->t;
-                    if (cb && cs > w)
-                        w = cs;
-                    const double *gn = &G[(size_t)(i + 1) * D + od->off[p]];
-                    row_min_max(gk + nm, gn, w, Dp - nm);
-                    if (p + 1 < P) {
-                        double cx = comm_at(x, i, a, od->mesh[p + 1]), wx = tb->t;
-                        if (cb && cx > wx)
-                            wx = cx;
-                        double fn = G[(size_t)(i + 1) * D + od->off[p + 1] + od->Dp[p + 1] - 1];
-                        double v = fn > wx ? fn : wx;
-                        if (v < gk[nm - 1])
-                            gk[nm - 1] = v;
-                    }
-                }
-            }
-        }
+    RowEnv e = {x, G, x->opt->comm_bound, 0, 0};
+    walk_back(x, od, INF, INFINITY, 0, bottleneck_tr, row_dead, &e);
     return G[(size_t)1 * D + od->off[0] + od->Dp[0] - 1];
 }
 
@@ -1108,7 +1118,7 @@ static int exact_low(const Ctx *x, const Order *od, int lo0, int limit, Work *w)
     int hi = lo0, step = 1, prev = lo0 - 1; /* prev: known infeasible (or lo0 - 1) */
     for (;;) {
         double t0 = cpu_s();
-        int ok = dp_pareto(x, od, x->tcand[hi], w->Fr, w->Fm, &o);
+        int ok = dp_pareto(x, od, x->tcand[hi], w, &o);
         w->n_pareto++;
         w->t_low += cpu_s() - t0;
         if (o)
@@ -1125,7 +1135,7 @@ static int exact_low(const Ctx *x, const Order *od, int lo0, int limit, Work *w)
     while (a < b) {
         int mid = a + (b - a) / 2;
         double t0 = cpu_s();
-        int ok = dp_pareto(x, od, x->tcand[mid], w->Fr, w->Fm, &o);
+        int ok = dp_pareto(x, od, x->tcand[mid], w, &o);
         w->n_pareto++;
         w->t_low += cpu_s() - t0;
         if (o)
@@ -1166,7 +1176,7 @@ static void *probe_main(void *arg)
         j->w->t_low += cpu_s() - t0;
     } else if (j->pareto) {
         double t0 = cpu_s();
-        j->ok = dp_pareto(j->x, j->od, j->tmax, j->w->Fr, j->w->Fm, &j->ovf);
+        j->ok = dp_pareto(j->x, j->od, j->tmax, j->w, &j->ovf);
         j->w->n_pareto++;
         j->w->t_low += cpu_s() - t0;
     } else {
@@ -1184,22 +1194,25 @@ static int probe_one(const Ctx *x, const Order *od, double tmax, Work *w, int pa
     return pj.ok;
 }
 
-/* dp_pareto at tmax on ws[0] and, beside it on a second thread where there
- * is one, dp_relaxed on ws[1]: returns whether dp_pareto holds, *ovf, and
- * *lb = the larger of the two lower bounds of F at tmax. */
-static int probe_pair(const Ctx *x, const Order *od, double tmax, Work *ws, int nthreads,
-                      int *ovf, double *lb)
+/* dp_pareto at tmax on w: returns whether it holds, *ovf, and *lb = a lower
+ * bound of F at tmax where it holds.  Its bound needs no dp_relaxed beside it
+ * (as it had, on a second thread): the Pareto DP's transitions are a subset
+ * of the relaxed DP's (an admitted front entry has K >= K1, the relaxed
+ * filter; the last stages are the same), summed in the same order, so by
+ * induction over the rows its Fm >= the relaxed G at every state, and the
+ * larger of the two is Fm.  Only where a front overflowed is the relaxed DP
+ * run, its bound taken as before (at least 0).  Where dp_pareto fails
+ * (exactly infeasible) *lb is INF, which no caller reads. */
+static int probe_bound(const Ctx *x, const Order *od, double tmax, Work *w, int *ovf, double *lb)
 {
-    ProbeJob pr = {x, od, tmax, nthreads > 1 ? &ws[1] : &ws[0], 0, 2, 0, 0};
-    pthread_t th;
-    int started = nthreads > 1 && pthread_create(&th, NULL, probe_main, &pr) == 0;
-    int ok = probe_one(x, od, tmax, &ws[0], 1, ovf);
-    double pl = ok && !*ovf ? pareto_lb(x, od, ws[0].Fm) : 0.0;
-    if (started)
-        pthread_join(th, NULL);
-    else
-        probe_main(&pr);
-    *lb = pr.val > pl ? pr.val : pl;
+    int ok = probe_one(x, od, tmax, w, 1, ovf);
+    if (!*ovf) {
+        *lb = ok ? pareto_lb(x, od, w->Fm) : INF;
+        return ok;
+    }
+    ProbeJob pr = {x, od, tmax, w, 0, 2, 0, 0}; /* the relaxed DP */
+    probe_main(&pr);
+    *lb = pr.val > 0.0 ? pr.val : 0.0;
     return ok;
 }
 
@@ -1340,7 +1353,7 @@ static void slot_eval(const Batch *b, Work *w, Slot *sl)
         int ovf;
         if (w->Fr && b->best < INF && !sl->lbt_known) {
             w->n_pareto++;
-            int ok = dp_pareto(x, b->od, sl->tmax, w->Fr, w->Fm, &ovf);
+            int ok = dp_pareto(x, b->od, sl->tmax, w, &ovf);
             if (!ovf && (!ok || (double)(x->B - 1) * sl->tmax + pareto_lb(x, b->od, w->Fm) >=
                                     b->best)) {
                 sl->pruned = 1;
@@ -1381,13 +1394,12 @@ static void slot_eval(const Batch *b, Work *w, Slot *sl)
  * pruned and halves when not.  Returns how many t_max from q on are pruned
  * (candidates below `hi` only); where the answer is 0, *lbt0 gets
  * relaxed(t_q) for the slot (or *known stays 0). */
-static int skip_bounded(const Ctx *x, const Order *od, int q, int hi, double best, Work *ws,
-                        int nthreads, int *span_io, double *lbt0, int *known)
+static int skip_bounded(const Ctx *x, const Order *od, int q, int hi, double best, Work *w,
+                        int *span_io, double *lbt0, int *known)
 {
     *known = 0;
     if (!x->opt->prune_tmax || best == INF || q >= hi)
         return 0;
-    Work *w = &ws[0];
     double t0 = cpu_s();
     int n = 0, span = *span_io > 1 ? *span_io : 1;
     while (q + n < hi) {
@@ -1397,13 +1409,13 @@ static int skip_bounded(const Ctx *x, const Order *od, int q, int hi, double bes
         double v;
         int infeasible = 0;
         if (w->Fr) {
-            /* with dp_pareto beside it (H-1F1B, memory checked): its bound
+            /* with dp_pareto (H-1F1B, memory checked): its bound
              * of F is non-increasing in t_max as well (every layout that
              * fits at t fits at t' > t with warm-ups no larger, and its
              * front is exact when it did not overflow), and exact
              * infeasibility at t_r holds for every smaller t_max */
             int ovf;
-            int ok = probe_pair(x, od, x->tcand[r], ws, nthreads, &ovf, &v);
+            int ok = probe_bound(x, od, x->tcand[r], w, &ovf, &v);
             infeasible = !ok && !ovf;
         } else {
             v = dp_relaxed(x, od, x->tcand[r], 1, w->G);
@@ -1435,13 +1447,12 @@ static int skip_bounded(const Ctx *x, const Order *od, int q, int hi, double bes
  * dp_pareto at the probe, both non-increasing in t_max), so every t_max with
  * (B-1) t + LB >= best goes; repeat while the cut moves.  Returns the new
  * top (lo: nothing left), or top unchanged where a front overflowed. */
-static int shrink_top(const Ctx *x, const Order *od, int lo, int top, double best, Work *ws,
-                      int nthreads)
+static int shrink_top(const Ctx *x, const Order *od, int lo, int top, double best, Work *w)
 {
     while (top > lo) {
         int ovf;
         double lbt;
-        int ok = probe_pair(x, od, x->tcand[top - 1], ws, nthreads, &ovf, &lbt);
+        int ok = probe_bound(x, od, x->tcand[top - 1], w, &ovf, &lbt);
         if (ovf)
             return top;
         if (!ok)
@@ -1815,13 +1826,18 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
         ws[t].Nm = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Nm);
         ws[t].Sm = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Sm);
         ws[t].Ks = malloc((size_t)(x.Smax + 2) * sizeof *ws[t].Ks);
-        int pareto = opt.schedule == SCHED_H1F1B && opt.check_memory && opt.prune_tmax;
+        /* dp_pareto's packed pairs hold s <= Smax and N <= B (else the
+         * search goes without it, as with another schedule: same plan) */
+        int pareto = opt.schedule == SCHED_H1F1B && opt.check_memory && opt.prune_tmax &&
+                     x.B <= FRONT_LIM && x.Smax <= FRONT_LIM;
         if (pareto) {
             ws[t].Fr = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Fr);
+            ws[t].Frn = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Frn);
             ws[t].Fm = malloc((size_t)(L + 2) * x.D * sizeof *ws[t].Fm);
         }
         if (!ws[t].F || !ws[t].N || !ws[t].ch || !ws[t].G || !ws[t].H || !ws[t].slo || !ws[t].shi ||
-            !ws[t].Nm || !ws[t].Sm || !ws[t].Ks || (pareto && (!ws[t].Fr || !ws[t].Fm))) {
+            !ws[t].Nm || !ws[t].Sm || !ws[t].Ks ||
+            (pareto && (!ws[t].Fr || !ws[t].Frn || !ws[t].Fm))) {
             ir_errorf(err, "plan: out of memory for the DP table (%zu states)", wsz);
             goto done;
         }
@@ -1920,7 +1936,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
             } else if (cut > 0 && use_pareto) {
                 int ovf;
                 double lbt;
-                any = probe_pair(&x, &od, x.tcand[cut - 1], ws, opt.threads, &ovf, &lbt);
+                any = probe_bound(&x, &od, x.tcand[cut - 1], &ws[0], &ovf, &lbt);
                 if (ovf)
                     use_pareto = 0;
                 /* (added by "dp-speed") the cut from the top: every t_max
@@ -1944,7 +1960,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
                         any = 0;
                         break;
                     }
-                    any = probe_pair(&x, &od, x.tcand[cut - 1], ws, opt.threads, &ovf, &lbt);
+                    any = probe_bound(&x, &od, x.tcand[cut - 1], &ws[0], &ovf, &lbt);
                     if (ovf) { /* fall back to the relaxed probe at this cut */
                         use_pareto = 0;
                         break;
@@ -2032,7 +2048,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
                     }
                     int known;
                     double lbt = 0;
-                    int n = skip_bounded(&x, &od, q, hi, best, ws, opt.threads, &span, &lbt,
+                    int n = skip_bounded(&x, &od, q, hi, best, &ws[0], &span, &lbt,
                                          &known);
                     if (n > 0) {
                         if (stats)
@@ -2087,7 +2103,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
                     else
                         top = mid + 1;
                 }
-                qend = shrink_top(&x, &od, q, top, best, ws, opt.threads);
+                qend = shrink_top(&x, &od, q, top, best, &ws[0]);
             }
         }
         if (pg) { /* the rest of this order's candidates were cut by the high side */
@@ -2153,6 +2169,7 @@ done:
             free(ws[t].Nm);
             free(ws[t].Sm);
             free(ws[t].Fr);
+            free(ws[t].Frn);
             free(ws[t].Fm);
             free(ws[t].Ks);
         }
