@@ -263,116 +263,453 @@ static int try_mlp(Ts *t, IrNode *l2) {
     return 1;
 }
 
-/* q, k, v of an Attention back through single-reader layout ops */
-typedef struct Chain {
-    IrNode *split_reshape; /* the Reshape [.., D] -> [.., H, Dh] */
-    IrNode *src;           /* Split or Linear at the chain's root */
-    int src_out;           /* which output of src */
-    int64_t heads;
-} Chain;
+/* a single-reader in-range parameter Linear producing v (NULL if not) */
+static IrNode *sole_linear(Ts *t, IrValue *v) {
+    IrNode *l = v ? v->producer : NULL;
+    return l && tps_linear_ok(t->c, l) && tps_uses(t->c, v) == 1 && tps_in_range(t, l) ? l : NULL;
+}
 
-static int walk_chain(const IrGraph *c, IrValue *v, Chain *ch) {
-    memset(ch, 0, sizeof *ch);
-    int r = v->shape.rank;
-    if (r < 3) return -1;
-    ch->heads = v->shape.dims[r - 3];
-    while (v->producer && (v->producer->op == IR_OP_TRANSPOSE || v->producer->op == IR_OP_RESHAPE)) {
-        IrNode *p = v->producer;
-        if (tps_uses(c, v) != 1) return -1;
-        if (p->op == IR_OP_RESHAPE) {
-            if (ch->split_reshape || p->out[0]->shape.rank != p->in[0]->shape.rank + 1) return -1;
-            ch->split_reshape = p;
+/* gated MLP (SwiGLU, GeGLU): down(act(gate(x)) * up(x)), the Mul's
+ * operands in either order.  Element j of the Mul needs column j of gate
+ * and of up only, so both are column-parallel over the same columns and
+ * down is row-parallel over those rows (Megatron's MLP split, twice on the
+ * column side). */
+static int try_gated_mlp(Ts *t, IrNode *l2) {
+    IrGraph *c = t->c;
+    IrValue *h = l2->in[0];
+    IrNode *m = h->producer;
+    if (!m || m->op != IR_OP_MUL || m->nin != 2 || tps_uses(c, h) != 1) return 0;
+    for (int o = 0; o < 2; o++) {
+        IrValue *av = m->in[o], *uv = m->in[1 - o];
+        IrNode *act = av->producer, *gate, *up;
+        if (!act || !tps_is_act(act->op) || tps_uses(c, av) != 1) continue;
+        if (!(gate = sole_linear(t, act->in[0])) || !(up = sole_linear(t, uv)) || gate == up)
+            continue;
+        /* no broadcasting inside the pattern: both halves are [.., n] */
+        if (!ir_shape_equal(&av->shape, &uv->shape) || !ir_shape_equal(&av->shape, &h->shape))
+            continue;
+        int64_t n = tps_last_dim(h), k2 = l2->in[1]->shape.dims[0];
+        if (n != k2 || n % t->tp) return t->res->skipped++, 0;
+        if (t->dry) {
+            TpPattern *p = tps_add_found(t, TP_PATTERN_GATED_MLP, l2);
+            p->column[p->ncolumn++] = gate;
+            p->column[p->ncolumn++] = up;
+            tps_add_inner(p, act);
+            tps_add_inner(p, m);
+            return 1;
         }
-        v = p->in[0];
+        int64_t st = t->rank * (n / t->tp), ln = n / t->tp;
+        tps_column_linear(t, gate, 1, &st, &ln);
+        tps_column_linear(t, up, 1, &st, &ln);
+        tps_row_linear(t, l2, st, ln);
+        t->res->mlp++;
+        return 1;
     }
-    if (!v->producer || !ch->split_reshape || tps_uses(c, v) != 1) return -1;
-    ch->src = v->producer;
-    ch->src_out = v->producer_slot;
     return 0;
+}
+
+/* ------------------------------------------------------------ head sets
+ *
+ * Attention is split over one of its batch-like axes (the heads).  Each of
+ * q, k and v reaches the Attention from its column-parallel root (a Linear,
+ * or one output of the fused QKV Split) through a small subgraph: the
+ * head-split Reshape and layout ops, and in LLaMA-style models rotary
+ * embedding (Mul/Add by cos/sin tables, Slice/Neg/Concat over the head
+ * dim) and the GQA repeat of k/v heads (Unsqueeze, Expand, Reshape).
+ *
+ * Rank r's value of every value in the subgraph must be the unsharded
+ * value restricted to the r-th of tp equal contiguous blocks of one axis
+ * (its "sharded axis"; at the root, the Linear's output columns).  That is
+ * tracked forward op by op, and an op is accepted only where it provably
+ * keeps it:
+ *  - elementwise ops (Add Sub Mul Div, Neg, activations) whose other
+ *    operands are inside the subgraph with the same shape and axis, or are
+ *    gradient-free outside values (constants, or computed from constants
+ *    and integer inputs only) that broadcast over the sharded axis;
+ *  - Transpose (the axis follows perm), Unsqueeze, Slice and Concat on
+ *    other axes;
+ *  - Expand whose target keeps the sharded extent (it is divided by tp) or
+ *    says 1 there;
+ *  - Reshape where the sharded axis is the outermost factor of an output
+ *    axis that merges it with following axes or splits it (the head-split
+ *    [.., H*Dh] -> [.., H, Dh], the GQA merge [.., Hkv, rep, ..] ->
+ *    [.., Hkv*rep, ..], the heads merge): a contiguous block of the one is
+ *    a contiguous block of the other when tp divides the output extent,
+ *    which is divided by tp in the target.
+ * For GQA this keeps q head h with kv head h / rep: rank r holds q heads
+ * [r H/tp, (r+1) H/tp) and kv heads [r Hkv/tp, (r+1) Hkv/tp), so tp must
+ * divide Hkv (else the attention stays replicated).  Every value inside a
+ * subgraph must have its readers inside it (the last one: the Attention
+ * only); anything else leaves the pattern replicated. */
+#define HS_MAX 40
+typedef struct HeadSet {
+    IrNode *node[HS_MAX]; /* graph order once hs_track ran */
+    int axis[HS_MAX];     /* sharded axis of node's output */
+    int tidx[HS_MAX];     /* Reshape/Expand: target element divided by tp, -1 none */
+    int n;
+    IrNode *root;         /* Linear or Split */
+    int root_out;
+    int end_axis;         /* sharded axis of the last value */
+} HeadSet;
+
+static int hs_has(const HeadSet *hs, const IrNode *p) {
+    for (int i = 0; i < hs->n; i++)
+        if (hs->node[i] == p) return i;
+    return -1;
+}
+
+static int hs_elementwise(IrOp op) {
+    return op == IR_OP_ADD || op == IR_OP_SUB || op == IR_OP_MUL || op == IR_OP_DIV ||
+           op == IR_OP_NEG || tps_is_act(op);
+}
+
+/* a value with no gradient whose data every rank has whole: a constant, an
+ * integer input, or computed from those only */
+static int hs_no_grad(const IrValue *v, int depth) {
+    if (!v) return 1;
+    if (v->kind == IR_VK_CONST) return 1;
+    if (v->kind == IR_VK_PARAM) return 0;
+    if (!v->producer) return v->kind == IR_VK_INPUT && v->dtype != IR_F32 && v->dtype != IR_F16 &&
+                              v->dtype != IR_BF16;
+    if (depth > 24) return 0;
+    for (int i = 0; i < v->producer->nin; i++)
+        if (!hs_no_grad(v->producer->in[i], depth + 1)) return 0;
+    return 1;
+}
+
+/* the inputs of p that carry the sharded data (the others must be i64
+ * constants: shapes, axes, slice bounds) */
+static int hs_data_input(const IrNode *p, int i) {
+    switch (p->op) {
+    case IR_OP_RESHAPE: case IR_OP_EXPAND: case IR_OP_UNSQUEEZE: case IR_OP_SLICE:
+        return i == 0;
+    default: return 1;
+    }
+}
+
+/* collect the subgraph from v back to its root; -1: not a head set */
+static int hs_collect(Ts *t, IrValue *v, HeadSet *hs) {
+    IrNode *p = v ? v->producer : NULL;
+    if (!p || p->dead) return -1;
+    if (p->op == IR_OP_LINEAR || p->op == IR_OP_SPLIT) {
+        if (hs->root && (hs->root != p || hs->root_out != v->producer_slot)) return -1;
+        hs->root = p, hs->root_out = v->producer_slot;
+        return 0;
+    }
+    if (hs_has(hs, p) >= 0) return 0;
+    int ok = hs_elementwise(p->op) || p->op == IR_OP_TRANSPOSE || p->op == IR_OP_RESHAPE ||
+             p->op == IR_OP_EXPAND || p->op == IR_OP_UNSQUEEZE || p->op == IR_OP_SLICE ||
+             p->op == IR_OP_CONCAT;
+    if (!ok || p->nout != 1 || hs->n == HS_MAX) return -1;
+    hs->node[hs->n++] = p;
+    int inside = 0;
+    for (int i = 0; i < p->nin; i++) {
+        IrValue *u = p->in[i];
+        if (!hs_data_input(p, i)) {
+            int64_t k;
+            if (u && !tps_const_i64(u, &k)) return -1;
+            continue;
+        }
+        if (!u) return -1;
+        if (p->op != IR_OP_CONCAT && hs_no_grad(u, 0)) continue; /* checked in hs_track */
+        if (hs_collect(t, u, hs)) return -1;
+        inside++;
+    }
+    return inside ? 0 : -1;
+}
+
+static int hs_cmp(const void *a, const void *b) {
+    const int *x = a, *y = b;
+    return (*x > *y) - (*x < *y);
+}
+
+/* the sharded axis of v (produced in hs or by its root), -1 if not there */
+static int hs_axis_of(const HeadSet *hs, const IrValue *v) {
+    if (v->producer == hs->root && v->producer_slot == hs->root_out) return v->shape.rank - 1;
+    int i = hs_has(hs, v->producer);
+    return i >= 0 ? hs->axis[i] : -1;
+}
+
+static int64_t prod(const int64_t *d, int n) {
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) p *= d[i];
+    return p;
+}
+
+/* Reshape: the output axis holding the sharded input axis s as its
+ * outermost factor (merged with following axes or split), -1 if none */
+static int hs_reshape_axis(const IrShape *in, int s, const IrShape *out, int tp) {
+    int64_t pre = prod(in->dims, s), qin = pre * in->dims[s];
+    for (int b = 0; b < out->rank; b++) {
+        if (prod(out->dims, b) != pre || out->dims[b] == 1) continue;
+        int64_t qout = pre * out->dims[b];
+        int fits = 0;
+        for (int k = s; k < in->rank && !fits; k++) fits = prod(in->dims, k + 1) == qout; /* merge */
+        for (int k = b; k < out->rank && !fits; k++) fits = prod(out->dims, k + 1) == qin; /* split */
+        return fits && out->dims[b] % tp == 0 ? b : -1;
+    }
+    return -1;
+}
+
+/* Transpose: the output axis of input axis s (-1 if perm is malformed) */
+static int perm_axis(const IrNode *p, int s) {
+    const int64_t *perm = NULL;
+    int rk = p->out[0]->shape.rank, np = ir_attr_ints(p, "perm", &perm), o = -1;
+    if (perm && np != rk) return -1;
+    for (int k = 0; k < rk; k++)
+        if ((perm ? perm[k] : rk - 1 - k) == s) o = k;
+    return o;
+}
+
+/* forward over hs in graph order: every node's sharded axis and target
+ * retargets; end is the value reaching the Attention (or the row Linear) */
+static int hs_track(Ts *t, HeadSet *hs, const IrValue *end) {
+    IrGraph *c = t->c;
+    int idx[HS_MAX];
+    IrNode *sorted[HS_MAX];
+    for (int i = 0; i < hs->n; i++) idx[i] = ir_node_index(c, hs->node[i]);
+    qsort(idx, (size_t)hs->n, sizeof *idx, hs_cmp);
+    for (int i = 0; i < hs->n; i++) sorted[i] = c->nodes[idx[i]];
+    memcpy(hs->node, sorted, sizeof *sorted * (size_t)hs->n);
+    if (!hs->root || hs->root->out[hs->root_out]->shape.rank < 1 ||
+        tps_last_dim(hs->root->out[hs->root_out]) % t->tp)
+        return -1;
+    for (int i = 0; i < hs->n; i++) {
+        IrNode *p = hs->node[i];
+        const IrShape *os = &p->out[0]->shape;
+        int s = -1, orank = os->rank;
+        hs->tidx[i] = -1;
+        /* the sharded data inputs agree on the axis; other operands of
+         * elementwise ops broadcast over it */
+        for (int j = 0; j < p->nin; j++) {
+            IrValue *u = p->in[j];
+            if (!hs_data_input(p, j) || !u) continue;
+            int a = hs_axis_of(hs, u);
+            if (a < 0) {
+                if (!hs_elementwise(p->op) || !hs_no_grad(u, 0)) return -1;
+                continue;
+            }
+            if (s >= 0 && a != s) return -1;
+            if (hs_elementwise(p->op) && !ir_shape_equal(&u->shape, os)) return -1;
+            s = a;
+        }
+        if (s < 0) return -1;
+        const IrShape *is = &p->in[0]->shape;
+        int out_axis = s;
+        if (hs_elementwise(p->op)) {
+            for (int j = 0; j < p->nin; j++) {
+                IrValue *u = p->in[j];
+                if (hs_axis_of(hs, u) >= 0) continue;
+                int pos = s - (orank - u->shape.rank);
+                if (pos >= 0 && u->shape.dims[pos] != 1) return -1;
+            }
+        } else if (p->op == IR_OP_TRANSPOSE) {
+            out_axis = perm_axis(p, s);
+        } else if (p->op == IR_OP_SLICE || p->op == IR_OP_CONCAT) {
+            int64_t na = 0, all[IR_MAX_RANK];
+            const int64_t *ax = NULL;
+            if (p->op == IR_OP_CONCAT) {
+                all[0] = ir_attr_int(p, "axis", 0), ax = all, na = 1;
+            } else if (p->nin > 3 && p->in[3]) {
+                ax = tps_const_i64(p->in[3], &na);
+            } else {
+                tps_const_i64(p->in[1], &na); /* no axes: the first len(starts) axes */
+                for (int k = 0; k < na && k < IR_MAX_RANK; k++) all[k] = k;
+                ax = all;
+            }
+            for (int k = 0; k < na; k++)
+                if ((ax[k] < 0 ? ax[k] + orank : ax[k]) == s) return -1;
+        } else if (p->op == IR_OP_UNSQUEEZE) {
+            int64_t na = 0;
+            const int64_t *ax = tps_const_i64(p->in[1], &na);
+            out_axis = -1;
+            if (!ax) return -1;
+            for (int o = 0, k = 0; o < orank; o++) {
+                int ins = 0;
+                for (int a = 0; a < na; a++) ins |= (ax[a] < 0 ? ax[a] + orank : ax[a]) == o;
+                if (ins) continue;
+                if (k++ == s) out_axis = o;
+            }
+        } else if (p->op == IR_OP_EXPAND) {
+            int64_t nt = 0;
+            const int64_t *tg = tps_const_i64(p->in[1], &nt);
+            out_axis = s + (orank - is->rank);
+            if (!tg) return -1;
+            int ti = out_axis - (orank - (int)nt);
+            if (ti >= 0) {
+                if (tg[ti] == is->dims[s]) hs->tidx[i] = ti;
+                else if (tg[ti] != 1) return -1;
+            }
+        } else if (p->op == IR_OP_RESHAPE) {
+            int64_t nt = 0;
+            const int64_t *tg = tps_const_i64(p->in[1], &nt);
+            out_axis = hs_reshape_axis(is, s, os, t->tp);
+            if (out_axis < 0 || !tg || nt != orank || ir_attr_int(p, "allowzero", 0)) return -1;
+            for (int k = 0; k < nt; k++)
+                if (tg[k] == 0 && k == s && k != out_axis) return -1; /* copies the sharded dim */
+            if (tg[out_axis] > 0) hs->tidx[i] = out_axis;
+            else if (tg[out_axis] == 0 && out_axis != s) return -1;
+            /* -1 (inferred) or 0 (copied from the sharded input axis): follows */
+        }
+        if (out_axis < 0 || os->dims[out_axis] % t->tp) return -1;
+        hs->axis[i] = out_axis;
+    }
+    hs->end_axis = hs_axis_of(hs, end);
+    if (hs->end_axis < 0) return -1;
+    /* closed: the subgraph's values are read inside it only */
+    IrValue *rv = hs->root->out[hs->root_out];
+    for (int i = -1; i < hs->n; i++) {
+        IrValue *v = i < 0 ? rv : hs->node[i]->out[0];
+        int inside = 0;
+        for (int k = 0; k < hs->n; k++)
+            for (int j = 0; j < hs->node[k]->nin; j++) inside += hs->node[k]->in[j] == v;
+        if (v == end) inside++; /* its one reader outside: the Attention / row Linear */
+        if (inside != tps_uses(c, v)) return -1;
+    }
+    return 0;
+}
+
+/* divide target element tidx of a Reshape/Expand by tp (a new constant) */
+static void hs_retarget(Ts *t, IrNode *p, int tidx) {
+    int64_t n = 0;
+    const int64_t *d = tps_const_i64(p->in[1], &n);
+    int64_t *nd = ir_xmalloc(sizeof *nd * (size_t)n);
+    memcpy(nd, d, sizeof *nd * (size_t)n);
+    nd[tidx] /= t->tp;
+    char nm[1200];
+    snprintf(nm, sizeof nm, "tp/shape/%s", p->name);
+    p->in[1] = ir_const_i64s(t->c, nm, (int)n, nd);
+    free(nd);
+}
+
+static void hs_apply(Ts *t, const HeadSet *hs) {
+    for (int i = 0; i < hs->n; i++)
+        if (hs->tidx[i] >= 0) hs_retarget(t, hs->node[i], hs->tidx[i]);
+}
+
+static void hs_add_inner(TpPattern *p, const HeadSet *hs) {
+    for (int i = 0; i < hs->n; i++) tps_add_inner(p, hs->node[i]);
+}
+
+/* Attention -> Transpose/Reshape chain (os, collected backward) -> row
+ * Linear l2: the Attention's sharded axis s must end as l2's input
+ * features, whose rows tp divides */
+static int out_track(Ts *t, HeadSet *os, int s, IrNode *l2) {
+    int a = s;
+    for (int lo = 0, hi = os->n - 1; lo < hi; lo++, hi--) { /* graph order */
+        IrNode *x = os->node[lo];
+        os->node[lo] = os->node[hi], os->node[hi] = x;
+    }
+    for (int i = 0; i < os->n; i++) {
+        IrNode *p = os->node[i];
+        os->tidx[i] = -1;
+        if (p->op == IR_OP_TRANSPOSE) {
+            a = perm_axis(p, a);
+        } else {
+            int64_t nt = 0;
+            const int64_t *tg = tps_const_i64(p->in[1], &nt);
+            int b = hs_reshape_axis(&p->in[0]->shape, a, &p->out[0]->shape, t->tp);
+            if (b < 0 || !tg || nt != p->out[0]->shape.rank || ir_attr_int(p, "allowzero", 0))
+                return -1;
+            for (int k = 0; k < nt; k++)
+                if (tg[k] == 0 && (k == a || k == b)) return -1;
+            if (tg[b] > 0) os->tidx[i] = b; /* -1: inferred, follows */
+            a = b;
+        }
+        if (a < 0) return -1;
+        os->axis[i] = a;
+    }
+    return a == l2->in[0]->shape.rank - 1 && l2->in[1]->shape.dims[0] % t->tp == 0 ? 0 : -1;
 }
 
 static int try_attention(Ts *t, IrNode *l2) {
     IrGraph *c = t->c;
-    IrValue *h = l2->in[0];
-    IrNode *merge = h->producer;
-    if (!merge || merge->op != IR_OP_RESHAPE || tps_uses(c, h) != 1) return 0;
-    IrValue *tv = merge->in[0];
-    IrNode *tr = tv->producer;
-    if (!tr || tr->op != IR_OP_TRANSPOSE || tps_uses(c, tv) != 1) return 0;
-    IrValue *o = tr->in[0];
-    IrNode *at = o->producer;
-    if (!at || at->op != IR_OP_ATTENTION || tps_uses(c, o) != 1) return 0;
-    Chain ch[3];
+    /* the output side: Attention -> layout ops -> row Linear, every value
+     * single-reader (tracked like q, k, v from the Attention's output) */
+    HeadSet os;
+    memset(&os, 0, sizeof os);
+    IrValue *v = l2->in[0];
+    while (v->producer && tps_uses(c, v) == 1 &&
+           (v->producer->op == IR_OP_TRANSPOSE || v->producer->op == IR_OP_RESHAPE) &&
+           os.n < HS_MAX) {
+        os.node[os.n++] = v->producer;
+        v = v->producer->in[0];
+    }
+    IrNode *at = v->producer;
+    if (!at || at->op != IR_OP_ATTENTION || tps_uses(c, v) != 1 || os.n == 0) return 0;
+    HeadSet hs[3];
+    memset(hs, 0, sizeof hs);
     for (int j = 0; j < 3; j++)
-        if (walk_chain(c, at->in[j], &ch[j])) return t->res->skipped++, 0;
-    for (int j = 0; j < 3; j++)
-        if (ch[j].heads % t->tp || !tps_retarget_ok(t, ch[j].split_reshape, 2))
+        if (hs_collect(t, at->in[j], &hs[j]) || hs_track(t, &hs[j], at->in[j]))
             return t->res->skipped++, 0;
-    if (!tps_retarget_ok(t, merge, 1) || l2->in[1]->shape.dims[0] % t->tp)
-        return t->res->skipped++, 0;
-    int fused = ch[0].src->op == IR_OP_SPLIT;
-    TpPattern *pat = NULL; /* dry mode: filled once every check has passed */
+    /* the Attention is independent over its leading axes: q, k, v split
+     * along the same one, with the same extent (heads after the GQA repeat) */
+    int r = at->in[0]->shape.rank, s = hs[0].end_axis;
+    for (int j = 0; j < 3; j++)
+        if (hs[j].end_axis != s || s >= r - 2 ||
+            at->in[j]->shape.dims[s] != at->in[0]->shape.dims[s])
+            return t->res->skipped++, 0;
+    /* the output side from the Attention's axis s to the row Linear's rows */
+    if (out_track(t, &os, s, l2)) return t->res->skipped++, 0;
+    int fused = hs[0].root->op == IR_OP_SPLIT;
+    IrNode *s0 = hs[0].root, *l1 = NULL;
+    int64_t st[3], ln[3], nsz[3];
     if (fused) {
-        IrNode *s = ch[0].src;
-        IrValue *x = s->in[0];
-        IrNode *l1 = x->producer;
+        IrValue *x = s0->in[0];
+        l1 = x->producer;
         int64_t ns = 0;
-        const int64_t *sz = s->nin > 1 ? tps_const_i64(s->in[1], &ns) : NULL;
-        int ax = (int)ir_attr_int(s, "axis", 0);
+        const int64_t *sz = s0->nin > 1 ? tps_const_i64(s0->in[1], &ns) : NULL;
+        int ax = (int)ir_attr_int(s0, "axis", 0);
         if (ax < 0) ax += x->shape.rank;
-        if (ch[1].src != s || ch[2].src != s || s->nout != 3 || !sz || ns != 3 ||
-            (l1 && !tps_in_range(t, l1)) ||
-            ax != x->shape.rank - 1 || !l1 || !tps_linear_ok(c, l1) || tps_uses(c, x) != 1)
+        if (hs[1].root != s0 || hs[2].root != s0 || s0->nout != 3 || !sz || ns != 3 ||
+            hs[0].root_out != 0 || hs[1].root_out != 1 || hs[2].root_out != 2 ||
+            ax != x->shape.rank - 1 || !l1 || !tps_linear_ok(c, l1) || !tps_in_range(t, l1) ||
+            tps_uses(c, x) != 1)
             return t->res->skipped++, 0;
-        int64_t st[3], ln[3], nsz[3], off = 0;
+        int64_t off = 0;
         for (int i = 0; i < 3; i++) {
             if (sz[i] % t->tp) return t->res->skipped++, 0;
-            ln[i] = sz[i] / t->tp;
+            ln[i] = nsz[i] = sz[i] / t->tp;
             st[i] = off + t->rank * ln[i];
-            nsz[i] = ln[i];
             off += sz[i];
-        }
-        if (t->dry) {
-            pat = tps_add_found(t, TP_PATTERN_ATTENTION, l2);
-            pat->column[pat->ncolumn++] = l1;
-            tps_add_inner(pat, s);
-        } else {
-            for (int j = 0; j < 3; j++) tps_retarget(t, ch[j].split_reshape, 2);
-            char nm[1200];
-            snprintf(nm, sizeof nm, "tp/sizes/%s", s->name);
-            s->in[1] = ir_const_i64s(c, nm, 3, nsz);
-            tps_column_linear(t, l1, 3, st, ln);
         }
     } else {
         for (int j = 0; j < 3; j++) {
-            IrNode *l1 = ch[j].src;
-            if (!tps_linear_ok(c, l1) || tps_last_dim(l1->out[0]) % t->tp || !tps_in_range(t, l1))
+            IrNode *lj = hs[j].root;
+            if (lj->op != IR_OP_LINEAR || !tps_linear_ok(c, lj) || !tps_in_range(t, lj))
                 return t->res->skipped++, 0;
-        }
-        if (t->dry) {
-            pat = tps_add_found(t, TP_PATTERN_ATTENTION, l2);
-            for (int j = 0; j < 3; j++) pat->column[pat->ncolumn++] = ch[j].src;
-        }
-        if (!t->dry) for (int j = 0; j < 3; j++) tps_retarget(t, ch[j].split_reshape, 2);
-        for (int j = 0; j < 3 && !t->dry; j++) {
-            int64_t n = tps_last_dim(ch[j].src->out[0]);
-            int64_t st = t->rank * (n / t->tp), ln = n / t->tp;
-            tps_column_linear(t, ch[j].src, 1, &st, &ln);
+            for (int k = 0; k < j; k++)
+                if (hs[k].root == lj) return t->res->skipped++, 0;
         }
     }
     if (t->dry) {
-        /* the layout chains of q, k, v (their single-reader ops), then the
-         * head-parallel core up to the merge */
-        for (int j = 0; j < 3; j++)
-            for (IrValue *v = at->in[j]; v->producer && v->producer != ch[j].src;
-                 v = v->producer->in[0])
-                tps_add_inner(pat, v->producer);
+        TpPattern *pat = tps_add_found(t, TP_PATTERN_ATTENTION, l2);
+        if (fused) {
+            pat->column[pat->ncolumn++] = l1;
+            tps_add_inner(pat, s0);
+        } else {
+            for (int j = 0; j < 3; j++) pat->column[pat->ncolumn++] = hs[j].root;
+        }
+        /* q, k, v's subgraphs, then the head-parallel core up to the merge */
+        for (int j = 0; j < 3; j++) hs_add_inner(pat, &hs[j]);
         tps_add_inner(pat, at);
-        tps_add_inner(pat, tr);
-        tps_add_inner(pat, merge);
+        hs_add_inner(pat, &os);
         return 1;
     }
-    tps_retarget(t, merge, 1);
+    for (int j = 0; j < 3; j++) hs_apply(t, &hs[j]);
+    if (fused) {
+        char nm[1200];
+        snprintf(nm, sizeof nm, "tp/sizes/%s", s0->name);
+        s0->in[1] = ir_const_i64s(c, nm, 3, nsz);
+        tps_column_linear(t, l1, 3, st, ln);
+    } else {
+        for (int j = 0; j < 3; j++) {
+            int64_t n = tps_last_dim(hs[j].root->out[0]);
+            int64_t st1 = t->rank * (n / t->tp), ln1 = n / t->tp;
+            tps_column_linear(t, hs[j].root, 1, &st1, &ln1);
+        }
+    }
+    hs_apply(t, &os);
     int64_t d = l2->in[1]->shape.dims[0];
     tps_row_linear(t, l2, t->rank * (d / t->tp), d / t->tp);
     t->res->attention++;
@@ -400,7 +737,7 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
         for (int i = 0; i < n0; i++) {
             IrNode *l2 = orig[i];
             if (!tps_linear_ok(t.c, l2) || !tps_in_range(&t, l2)) continue;
-            if (!try_mlp(&t, l2)) try_attention(&t, l2);
+            if (!try_mlp(&t, l2) && !try_gated_mlp(&t, l2)) try_attention(&t, l2);
         }
         free(orig);
         if (tps_vocab(&t, err) < 0) {
@@ -439,7 +776,7 @@ int tp_shard_find(const IrGraph *g, int tp, int first, int last, TpPattern **out
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *l2 = g->nodes[i];
         if (l2->dead || !tps_linear_ok(t.c, l2) || !tps_in_range(&t, l2)) continue;
-        if (!try_mlp(&t, l2)) try_attention(&t, l2);
+        if (!try_mlp(&t, l2) && !try_gated_mlp(&t, l2)) try_attention(&t, l2);
     }
     if (tps_vocab(&t, err) < 0) {
         free(t.found);

@@ -7,10 +7,9 @@ forward all-reduces (after attention-out and MLP-out, row-parallel) and 2
 backward ones (at the inputs of QKV and of MLP-in, the column-parallel
 groups: Q, K, V share one input); the embedding, LM head and loss are not
 sharded (no vocabulary parallelism by default: replicated, no all-reduce, no
-sharded share).  The LLaMA block is not sharded at all: rotary embedding sits
-between its q/k Linears and Attention and its SwiGLU MLP is not
-Linear -> activation -> Linear, the two patterns tp_shard matches (changed on
-purpose: the planner used to cost TP for it that no stage binary runs).
+sharded share).  A LLaMA block shards the same way (2 + 2): its attention
+with rotary embedding and GQA (k/v heads repeated) splits over the kv heads,
+and its SwiGLU MLP's gate and up Linears form one column-parallel group.
 usage: test_intra_ir.py INTRA_IR_TOOL SRC_DIR"""
 import json
 import os
@@ -83,6 +82,6 @@ with tempfile.TemporaryDirectory() as tmp:
                     "--layers", "3", "--hidden", "64", "--ffn", "128", "--heads", "4", "--kv-heads", "2",
                     "--vocab", "96", "--seq", "16", "-o", m], check=True, capture_output=True)
     hidden_bytes["llama"] = 2 * 16 * 64 * 4
-    verify("llama", run(m, 2, 16), 0)
+    verify("llama", run(m, 2, 16), 2)
 print("intra_ir:", "FAIL" if fails else "ok")
 sys.exit(1 if fails else 0)
