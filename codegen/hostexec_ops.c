@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "hk.h"
+#include "hk_train.h"
 #include "hostexec_train.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -589,8 +590,24 @@ static int run_gather(HxCall *c) {
 }
 
 static int run_embedding(HxCall *c) {
-    if (IN_V(c, 0)->shape.rank != 2) return fail(c, "Embedding table must be [V,D]%s", "");
-    return gather_axis(c, 0, "token ids");
+    const IrValue *t = IN_V(c, 0), *ids = IN_V(c, 1);
+    if (t->shape.rank != 2) return fail(c, "Embedding table must be [V,D]%s", "");
+    if (!ir_node_attr(c->n, "vocab_start") && !ir_node_attr(c->n, "vocab_size"))
+        return gather_axis(c, 0, "token ids");
+    /* a vocab-parallel shard (tp_shard_vocab.c): rows [vocab_start, +V) of
+     * vocab_size; other ranks' ids give 0 rows */
+    char e[HK_ERRLEN];
+    int64_t V = t->shape.dims[0], D = t->shape.dims[1];
+    int64_t st = ir_attr_int(c->n, "vocab_start", 0), vs = ir_attr_int(c->n, "vocab_size", V);
+    if (st < 0 || st + V > vs)
+        return ir_errorf(c->err, "vocab_start %lld + %lld rows passes vocab_size %lld",
+                         (long long)st, (long long)V, (long long)vs);
+    if (numel(OUT_V(c, 0)) != numel(ids) * D)
+        return fail(c, "output shape does not match the gathered shape%s", "");
+    if (hk_embedding_shard_f32((HkDType)ids->dtype, c->in[1], numel(ids), c->in[0], st, V, vs, D,
+                               c->out[0], e))
+        return ir_errorf(c->err, "token ids '%s': %s", ids->name, e);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the table */
@@ -649,6 +666,9 @@ static const HxOpEntry table[IR_OP_COUNT] = {
     /* training ops: codegen/hostexec_train.c */
     [IR_OP_CROSS_ENTROPY] = {hxt_run_cross_entropy, hxt_chk_f32, 0, 0, 1},
     [IR_OP_CROSS_ENTROPY_GRAD] = {hxt_run_cross_entropy_grad, hxt_chk_f32, 0, 0, 5},
+    [IR_OP_VOCAB_CE_STATS] = {hxt_run_vocab_ce_stats, hxt_chk_f32, 0, 0, 5},
+    [IR_OP_VOCAB_CROSS_ENTROPY] = {hxt_run_vocab_cross_entropy, hxt_chk_f32, 0, 0, 13},
+    [IR_OP_VOCAB_CROSS_ENTROPY_GRAD] = {hxt_run_vocab_cross_entropy_grad, hxt_chk_f32, 0, 0, 29},
     [IR_OP_LINEAR_GRAD] = {hxt_run_linear_grad, hxt_chk_f32, 0, 0, HX_ALL},
     [IR_OP_LAYER_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL},
     [IR_OP_RMS_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL},

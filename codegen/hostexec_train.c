@@ -60,15 +60,18 @@ static int ce_dims(HxCall *c, int64_t *N, int64_t *V) {
     return 0;
 }
 
+/* the losses' attrs: ignore rows whose target is ignore_index (torch's
+ * default -100) when use_ignore */
+static int ce_use_ignore(const HxCall *c) { return (int)ir_attr_int(c->n, "use_ignore", 0); }
+static int64_t ce_ignore_index(const HxCall *c) { return ir_attr_int(c->n, "ignore_index", -100); }
+
 int hxt_run_cross_entropy(HxCall *c) {
     char e[HK_ERRLEN];
     int64_t N, V;
     if (ce_dims(c, &N, &V)) return -1;
     if (numel(OUT_V(c, 0)) != 1) return ir_errorf(c->err, "loss must be a scalar");
     if (hk_cross_entropy_fwd_f32(c->in[0], (HkDType)IN_V(c, 1)->dtype, c->in[1], N, V,
-                                 (int)ir_attr_int(c->n, "use_ignore", 0),
-                                 ir_attr_int(c->n, "ignore_index", -100), c->out[0], NULL, NULL,
-                                 e))
+                                 ce_use_ignore(c), ce_ignore_index(c), c->out[0], NULL, NULL, e))
         return kfail(c, e);
     return 0;
 }
@@ -79,9 +82,53 @@ int hxt_run_cross_entropy_grad(HxCall *c) {
     if (ce_dims(c, &N, &V) || same_shape(c, 0, 0)) return -1;
     if (numel(IN_V(c, 2)) != 1) return ir_errorf(c->err, "dloss must be a scalar");
     if (hk_cross_entropy_bwd_f32(c->in[0], (HkDType)IN_V(c, 1)->dtype, c->in[1], NULL, N, V,
-                                 (int)ir_attr_int(c->n, "use_ignore", 0),
-                                 ir_attr_int(c->n, "ignore_index", -100),
-                                 *(const float *)c->in[2], c->out[0], e))
+                                 ce_use_ignore(c), ce_ignore_index(c), *(const float *)c->in[2],
+                                 c->out[0], e))
+        return kfail(c, e);
+    return 0;
+}
+
+/* the vocab-parallel loss ops (ir/ops.def): logits [N, Vl] of the rank's
+ * columns [vocab_start, +Vl) of vocab_size, M [N], stats [N, 2] */
+static int vocab_dims(HxCall *c, int64_t *N, int64_t *Vl, int64_t *st, int64_t *vs) {
+    if (ce_dims(c, N, Vl)) return -1;
+    *st = ir_attr_int(c->n, "vocab_start", 0);
+    *vs = ir_attr_int(c->n, "vocab_size", *Vl);
+    if (numel(IN_V(c, 2)) != *N) return ir_errorf(c->err, "row max must hold one f32 a row");
+    if (c->n->nin > 3 && numel(IN_V(c, 3)) != 2 * *N)
+        return ir_errorf(c->err, "stats must be [rows, 2]");
+    return 0;
+}
+
+int hxt_run_vocab_ce_stats(HxCall *c) {
+    char e[HK_ERRLEN];
+    int64_t N, Vl, st, vs;
+    if (vocab_dims(c, &N, &Vl, &st, &vs)) return -1;
+    if (hk_vocab_ce_stats_f32(c->in[0], (HkDType)IN_V(c, 1)->dtype, c->in[1], c->in[2], N, Vl,
+                              st, vs, ce_use_ignore(c), ce_ignore_index(c), c->out[0], e))
+        return kfail(c, e);
+    return 0;
+}
+
+int hxt_run_vocab_cross_entropy(HxCall *c) {
+    char e[HK_ERRLEN];
+    int64_t N, Vl, st, vs;
+    if (vocab_dims(c, &N, &Vl, &st, &vs)) return -1;
+    if (numel(OUT_V(c, 0)) != 1) return ir_errorf(c->err, "loss must be a scalar");
+    if (hk_vocab_ce_loss_f32(c->in[3], c->in[2], (HkDType)IN_V(c, 1)->dtype, c->in[1], N, vs,
+                             ce_use_ignore(c), ce_ignore_index(c), c->out[0], e))
+        return kfail(c, e);
+    return 0;
+}
+
+int hxt_run_vocab_cross_entropy_grad(HxCall *c) {
+    char e[HK_ERRLEN];
+    int64_t N, Vl, st, vs;
+    if (vocab_dims(c, &N, &Vl, &st, &vs) || same_shape(c, 0, 0)) return -1;
+    if (numel(IN_V(c, 4)) != 1) return ir_errorf(c->err, "dloss must be a scalar");
+    if (hk_vocab_ce_bwd_f32(c->in[0], (HkDType)IN_V(c, 1)->dtype, c->in[1], c->in[2], c->in[3],
+                            N, Vl, st, vs, ce_use_ignore(c), ce_ignore_index(c),
+                            *(const float *)c->in[4], c->out[0], e))
         return kfail(c, e);
     return 0;
 }
@@ -184,8 +231,13 @@ int hxt_run_embedding_grad(HxCall *c) {
     int64_t V = t->shape.dims[0], D = t->shape.dims[1];
     if (numel(IN_V(c, 2)) != numel(ids) * D || same_shape(c, 0, 0))
         return ir_errorf(c->err, "dy must be [..., D] over the ids");
-    if (hk_embedding_backward_f32((HkDType)ids->dtype, c->in[1], numel(ids), c->in[2], V, D,
-                                  c->out[0], 0, e))
+    /* a vocab-parallel shard: rows [vocab_start, +V) of vocab_size */
+    int64_t st = ir_attr_int(c->n, "vocab_start", 0), vs = ir_attr_int(c->n, "vocab_size", V);
+    if (st < 0 || st + V > vs)
+        return ir_errorf(c->err, "vocab_start %lld + %lld rows passes vocab_size %lld",
+                         (long long)st, (long long)V, (long long)vs);
+    if (hk_embedding_backward_shard_f32((HkDType)ids->dtype, c->in[1], numel(ids), c->in[2], st,
+                                        V, vs, D, c->out[0], 0, e))
         return kfail(c, e);
     return 0;
 }

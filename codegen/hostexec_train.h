@@ -8,6 +8,9 @@
 
 int hxt_run_cross_entropy(HxCall *c);
 int hxt_run_cross_entropy_grad(HxCall *c);
+int hxt_run_vocab_ce_stats(HxCall *c);
+int hxt_run_vocab_cross_entropy(HxCall *c);
+int hxt_run_vocab_cross_entropy_grad(HxCall *c);
 int hxt_run_linear_grad(HxCall *c);
 int hxt_run_norm_grad(HxCall *c);       /* LayerNormGrad and RMSNormGrad */
 int hxt_run_attention_grad(HxCall *c);

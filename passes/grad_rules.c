@@ -103,6 +103,14 @@ static int g_unary(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
 static int g_identity(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     return contrib(c, n, 0, DY, err);
 }
+/* TpAllReduce sum: identity (Megatron's g).  A max is only ever the
+ * vocab-parallel loss's shift, which its rule does not differentiate */
+static int g_tp_all_reduce(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    const char *op = ir_attr_string(n, "op", "sum");
+    if (strcmp(op, "sum"))
+        return ir_errorf(err, "TpAllReduce op '%s' has no gradient (only 'sum' does)", op);
+    return contrib(c, n, 0, DY, err);
+}
 /* TpCopy replicates x over the TP ranks, each rank using it for its shard:
  * dx is the sum of the ranks' partial gradients (Megatron's f) */
 static int g_tp_copy(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
@@ -242,7 +250,9 @@ static int emb_grad(AdCtx *c, IrNode *n, IrValue *table, IrValue *ids, IrValue *
                     IrError *err, int slot) {
     IrValue *in[3] = {table, ids, dy};
     IrValue *o = ad_value(c, table, table->dtype, &table->shape);
-    ad_emit(c, IR_OP_EMBEDDING_GRAD, 3, in, 1, &o);
+    IrNode *b = ad_emit(c, IR_OP_EMBEDDING_GRAD, 3, in, 1, &o);
+    copy_attr(b, n, "vocab_start"); /* a vocab-parallel shard's rows (tp_shard_vocab.c) */
+    copy_attr(b, n, "vocab_size");
     return contrib(c, n, slot, o, err);
 }
 static int g_embedding(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
@@ -259,6 +269,18 @@ static int g_cross_entropy(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *e
     IrNode *b = ad_emit(c, IR_OP_CROSS_ENTROPY_GRAD, 3, in, 1, &o);
     copy_attr(b, n, "use_ignore");
     copy_attr(b, n, "ignore_index");
+    return contrib(c, n, 0, o, err);
+}
+/* the vocab-parallel loss (ir/ops.def): the rank's slice of softmax -
+ * onehot from the all-reduced stats; the row max and the stats get no
+ * gradient (the loss does not depend on the shift M, and the logits'
+ * gradient already accounts for the stats' dependence on them) */
+static int g_vocab_cross_entropy(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *in[5] = {X(0), X(1), X(2), X(3), DY};
+    IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
+    IrNode *b = ad_emit(c, IR_OP_VOCAB_CROSS_ENTROPY_GRAD, 5, in, 1, &o);
+    const char *attrs[] = {"vocab_start", "vocab_size", "use_ignore", "ignore_index"};
+    for (int i = 0; i < 4; i++) copy_attr(b, n, attrs[i]);
     return contrib(c, n, 0, o, err);
 }
 
@@ -333,7 +355,7 @@ static const GradRule rules[IR_OP_COUNT] = {
     [IR_OP_IDENTITY] = R(g_identity, 1), [IR_OP_DROPOUT] = R(g_identity, 1),
     /* TpAllReduce's output is replicated and each rank's loss replica seeds
      * it: the gradient passes through (Megatron's g) */
-    [IR_OP_TP_ALL_REDUCE] = R(g_identity, 1), [IR_OP_TP_COPY] = R(g_tp_copy, 1),
+    [IR_OP_TP_ALL_REDUCE] = R(g_tp_all_reduce, 1), [IR_OP_TP_COPY] = R(g_tp_copy, 1),
     [IR_OP_MATMUL] = R(g_matmul, 3), [IR_OP_REDUCE_MEAN] = R(g_reduce, 1),
     [IR_OP_REDUCE_SUM] = R(g_reduce, 1), [IR_OP_SOFTMAX] = R(g_softmax, 1),
     [IR_OP_LOG_SOFTMAX] = R(g_softmax, 1), [IR_OP_RESHAPE] = R(g_reshape, 1),
@@ -346,6 +368,7 @@ static const GradRule rules[IR_OP_COUNT] = {
     [IR_OP_GELU] = R(g_unary, 1), [IR_OP_SILU] = R(g_unary, 1),
     [IR_OP_ATTENTION] = R(g_attention, 7), [IR_OP_EMBEDDING] = R(g_embedding, 1),
     [IR_OP_CROSS_ENTROPY] = R(g_cross_entropy, 1),
+    [IR_OP_VOCAB_CROSS_ENTROPY] = R(g_vocab_cross_entropy, 1),
 };
 
 const GradRule *grad_rule(IrOp op) {

@@ -129,6 +129,11 @@ static const OpCostRule op_rules[IR_OP_COUNT] = {
      * fwd_flops is the op's own cost; backward ops have no backward (0). */
     [IR_OP_CROSS_ENTROPY] = {R_IN_ELEMS, 5, 1, 0, 1, 0},       /* log-softmax + pick over logits */
     [IR_OP_CROSS_ENTROPY_GRAD] = {R_IN_ELEMS, 5, 0, 0, 0, 0},
+    /* vocab-parallel loss (tp_shard_vocab.c): exp-sum over the rank's logits;
+     * the loss itself reads [rows, 2]; its gradient as CrossEntropyGrad's */
+    [IR_OP_VOCAB_CE_STATS] = {R_IN_ELEMS, 4, 1, 0, 1, 0},
+    [IR_OP_VOCAB_CROSS_ENTROPY] = {R_IN_ELEMS, 1, 1, 0, 1, 0},
+    [IR_OP_VOCAB_CROSS_ENTROPY_GRAD] = {R_IN_ELEMS, 5, 0, 0, 0, 0},
     [IR_OP_LINEAR_GRAD] = {R_LINEAR_GRAD, 0, 0, 1, 0, 0},      /* dx and dW: two GEMMs */
     [IR_OP_LAYER_NORM_GRAD] = {R_IN_ELEMS, 8, 0, 0, 0, 0},
     [IR_OP_RMS_NORM_GRAD] = {R_IN_ELEMS, 6, 0, 0, 0, 0},

@@ -329,10 +329,10 @@ int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *
         if (tp_shard_layers(fwd, tp, spec->tp_rank, spec->first_layer[s], spec->last_layer[s],
                             &tr, err))
             return ir_error_prefix(err, "partition stage %d (tp %d)", s, tp);
-        if (!tr.mlp && !tr.attention) {
+        if (!tr.mlp && !tr.attention && !tr.vocab_embed && !tr.vocab_head) {
             tp_shard_free(&tr);
-            return ir_errorf(err, "partition stage %d: tp %d, but no attention or MLP pattern "
-                             "tp divides was found in the model", s, tp);
+            return ir_errorf(err, "partition stage %d: tp %d, but no attention, MLP or "
+                             "vocabulary pattern tp divides was found in the model", s, tp);
         }
         fwd = tr.graph;
     }

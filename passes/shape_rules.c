@@ -750,6 +750,9 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     /* training ops: passes/shape_rules_train.c */
     [IR_OP_CROSS_ENTROPY] = rule_cross_entropy,
     [IR_OP_CROSS_ENTROPY_GRAD] = rule_cross_entropy_grad,
+    [IR_OP_VOCAB_CE_STATS] = rule_vocab_ce_stats,
+    [IR_OP_VOCAB_CROSS_ENTROPY] = rule_vocab_cross_entropy,
+    [IR_OP_VOCAB_CROSS_ENTROPY_GRAD] = rule_vocab_cross_entropy_grad,
     [IR_OP_LINEAR_GRAD] = rule_linear_grad, [IR_OP_LAYER_NORM_GRAD] = rule_grad_like_inputs,
     [IR_OP_RMS_NORM_GRAD] = rule_grad_like_inputs, [IR_OP_ATTENTION_GRAD] = rule_grad_like_inputs,
     [IR_OP_UNARY_GRAD] = rule_grad_like_inputs, [IR_OP_SOFTMAX_GRAD] = rule_grad_like_inputs,

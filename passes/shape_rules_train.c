@@ -50,6 +50,54 @@ int rule_cross_entropy_grad(IrNode *n, IrError *err) {
     return 0;
 }
 
+/* the vocab-parallel loss ops (ir/ops.def): logits [...,Vl], targets [...],
+ * M [...] (the row max), stats [...,2]; Vl and vocab_start inside vocab_size */
+static int vocab_ce_check(IrNode *n, int nin, IrError *err) {
+    for (int i = 0; i < nin; i++)
+        if (need(n, i, err)) return -1;
+    if (rule_cross_entropy(n, err)) return -1; /* logits / targets as CrossEntropy's */
+    const IrValue *lg = n->in[0], *m = n->in[2];
+    IrShape rows = lg->shape;
+    rows.rank--;
+    if (m->dtype != IR_F32 || !ir_shape_equal(&rows, &m->shape))
+        return node_errorf(err, n, "row max '%s' %s must be f32 of the logits' shape %s without "
+                           "the vocabulary axis", m->name, SH(&m->shape), SH(&lg->shape));
+    int64_t vl = lg->shape.dims[lg->shape.rank - 1], st = ir_attr_int(n, "vocab_start", 0);
+    int64_t vs = ir_attr_int(n, "vocab_size", vl);
+    if (st < 0 || st + vl > vs)
+        return node_errorf(err, n, "vocab_start %lld + %lld logits passes vocab_size %lld",
+                           (long long)st, (long long)vl, (long long)vs);
+    if (nin > 3) {
+        const IrValue *s = n->in[3];
+        IrShape want = rows;
+        want.dims[want.rank++] = 2;
+        if (s->dtype != IR_F32 || !ir_shape_equal(&want, &s->shape))
+            return node_errorf(err, n, "stats '%s' %s must be f32 %s", s->name, SH(&s->shape),
+                               SH(&want));
+    }
+    return 0;
+}
+
+int rule_vocab_ce_stats(IrNode *n, IrError *err) {
+    if (vocab_ce_check(n, 3, err)) return -1;
+    IrShape s = n->in[2]->shape;
+    s.dims[s.rank++] = 2;
+    put(n, 0, IR_F32, &s);
+    return 0;
+}
+
+int rule_vocab_cross_entropy(IrNode *n, IrError *err) {
+    return vocab_ce_check(n, 4, err); /* the scalar loss: put by rule_cross_entropy */
+}
+
+int rule_vocab_cross_entropy_grad(IrNode *n, IrError *err) {
+    if (vocab_ce_check(n, 5, err)) return -1;
+    if (ir_shape_numel(&n->in[4]->shape) != 1)
+        return node_errorf(err, n, "dloss '%s' must be a scalar", n->in[4]->name);
+    put(n, 0, IR_F32, &n->in[0]->shape);
+    return 0;
+}
+
 int rule_linear_grad(IrNode *n, IrError *err) {
     for (int i = 0; i < 3; i++)
         if (need(n, i, err)) return -1;

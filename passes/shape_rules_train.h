@@ -7,6 +7,9 @@
 
 int rule_cross_entropy(IrNode *n, IrError *err);
 int rule_cross_entropy_grad(IrNode *n, IrError *err);
+int rule_vocab_ce_stats(IrNode *n, IrError *err);
+int rule_vocab_cross_entropy(IrNode *n, IrError *err);
+int rule_vocab_cross_entropy_grad(IrNode *n, IrError *err);
 int rule_linear_grad(IrNode *n, IrError *err);
 /* every output i has the dtype and shape of input i (norm / attention grads,
  * also UnaryGrad, SoftmaxGrad, EmbeddingGrad whose only output is like in0) */

@@ -141,6 +141,18 @@ int hk_attention_backward_f32(const float *q, const float *k, const float *v,
  * untouched: ids are checked before any write). */
 int hk_embedding_backward_f32(HkDType idt, const void *ids, int64_t n, const float *dy,
                               int64_t V, int64_t D, float *dtable, int accum, char *err);
+/* Vocabulary-parallel embedding (a TP rank holds rows [start, start + V) of
+ * a table of Vfull rows): y[i,:] = table[ids[i] - start,:] when the
+ * (normalized) id falls in the rank's rows, else 0; the all-reduce sum
+ * over the ranks gives the full lookup.  Ids outside [-Vfull, Vfull) -> -1. */
+int hk_embedding_shard_f32(HkDType idt, const void *ids, int64_t n, const float *table,
+                           int64_t start, int64_t V, int64_t Vfull, int64_t D, float *y,
+                           char *err);
+/* Its backward: dtable[ids[i] - start,:] += dy[i,:] for the rank's ids
+ * (start 0, Vfull V: hk_embedding_backward_f32). */
+int hk_embedding_backward_shard_f32(HkDType idt, const void *ids, int64_t n, const float *dy,
+                                    int64_t start, int64_t V, int64_t Vfull, int64_t D,
+                                    float *dtable, int accum, char *err);
 
 /* ------------------------------------------------------------ loss */
 /* Fused softmax cross entropy over logits [N,V] and integer targets [N]
@@ -159,6 +171,32 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
 int hk_cross_entropy_bwd_f32(const float *logits, HkDType tdt, const void *targets,
                              const float *lse, int64_t N, int64_t V, int use_ignore,
                              int64_t ignore_index, float dloss, float *dlogits, char *err);
+
+/* Vocabulary-parallel cross entropy (Megatron-LM, Shoeybi et al. 2019,
+ * Sec. 3: the LM head's logits split over the vocabulary across the TP
+ * ranks; passes/tp_shard.h).  A rank holds logits [N, Vl], columns
+ * [start, start + Vl) of the full vocabulary of Vfull; M[i] is the row max
+ * over ALL ranks (an all-reduce max of the local maxima), only a shift for
+ * stability.  Targets are checked against [0, Vfull) (or ignored).
+ * stats: the rank's partial sums, [N, 2]: stats[i,0] = sum_j exp(z_ij -
+ * M_i), stats[i,1] = z_{i, t_i - start} when this rank owns t_i, else 0;
+ * the all-reduce sum of stats over the ranks gives the full row's. */
+int hk_vocab_ce_stats_f32(const float *logits, HkDType tdt, const void *targets,
+                          const float *rowmax, int64_t N, int64_t Vl, int64_t start,
+                          int64_t Vfull, int use_ignore, int64_t ignore_index, float *stats,
+                          char *err);
+/* The loss from the all-reduced stats: mean over counted rows of
+ * M_i + log S_i - z_{i,t_i} (= lse_i - z_{i,t_i}); NaN when none counts. */
+int hk_vocab_ce_loss_f32(const float *stats, const float *rowmax, HkDType tdt,
+                         const void *targets, int64_t N, int64_t Vfull, int use_ignore,
+                         int64_t ignore_index, float *loss, char *err);
+/* The rank's slice of dlogits: dloss/count * (exp(z_ij - M_i) / S_i -
+ * [j + start == t_i]) on counted rows, 0 on ignored ones: no communication
+ * (the all-reduced stats carry the full softmax denominator). */
+int hk_vocab_ce_bwd_f32(const float *logits, HkDType tdt, const void *targets,
+                        const float *rowmax, const float *stats, int64_t N, int64_t Vl,
+                        int64_t start, int64_t Vfull, int use_ignore, int64_t ignore_index,
+                        float dloss, float *dlogits, char *err);
 
 /* ------------------------------------------------------------ optimizers */
 /* One torch.optim.AdamW step (amsgrad=False, maximize=False) on n elements;

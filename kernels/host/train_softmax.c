@@ -122,27 +122,117 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
     return 0;
 }
 
-int hk_cross_entropy_bwd_f32(const float *logits, HkDType tdt, const void *targets,
-                             const float *lse, int64_t N, int64_t V, int use_ignore,
-                             int64_t ignore_index, float dloss, float *dlogits, char *err)
+/* one row of the mean loss's gradient, w * (softmax(row) - onehot(t)), l
+ * the row's log-sum-exp over the whole vocabulary; a t outside [0, n) (a
+ * column of another TP rank) has no onehot term here */
+static void ce_row_grad(const float *row, int64_t n, double l, int64_t t, double w, float *d)
+{
+    for (int64_t j = 0; j < n; j++)
+        d[j] = (float)(w * exp((double)row[j] - l));
+    if (t >= 0 && t < n)
+        d[t] = (float)(w * (exp((double)row[t] - l) - 1.0));
+}
+
+/* the mean loss's gradient scale: dloss over the rows counted (0 when
+ * every row is ignored); -1 on bad targets */
+static int ce_grad_scale(HkDType tdt, const void *targets, int64_t N, int64_t V, int use_ignore,
+                         int64_t ignore_index, float dloss, double *w, char *err)
 {
     int64_t count = check_targets(tdt, targets, N, V, use_ignore, ignore_index, err);
     if (count < 0)
         return -1;
-    double w = count ? (double)dloss / (double)count : 0.0;
+    *w = count ? (double)dloss / (double)count : 0.0;
+    return 0;
+}
+
+/* row i's target into *t; 1 when the loss ignores the row */
+static int ce_row_ignored(HkDType tdt, const void *targets, int64_t i, int use_ignore,
+                          int64_t ignore_index, int64_t *t)
+{
+    *t = 0;
+    target_at(tdt, targets, i, t);
+    return use_ignore && *t == ignore_index;
+}
+
+int hk_cross_entropy_bwd_f32(const float *logits, HkDType tdt, const void *targets,
+                             const float *lse, int64_t N, int64_t V, int use_ignore,
+                             int64_t ignore_index, float dloss, float *dlogits, char *err)
+{
+    double w;
+    if (ce_grad_scale(tdt, targets, N, V, use_ignore, ignore_index, dloss, &w, err))
+        return -1;
+    for (int64_t i = 0; i < N; i++) {
+        const float *row = logits + i * V;
+        int64_t t = 0;
+        if (ce_row_ignored(tdt, targets, i, use_ignore, ignore_index, &t))
+            memset(dlogits + i * V, 0, sizeof(float) * (size_t)V);
+        else
+            ce_row_grad(row, V, lse ? (double)lse[i] : row_lse(row, V), t, w, dlogits + i * V);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ vocab-parallel */
+int hk_vocab_ce_stats_f32(const float *logits, HkDType tdt, const void *targets,
+                          const float *rowmax, int64_t N, int64_t Vl, int64_t start,
+                          int64_t Vfull, int use_ignore, int64_t ignore_index, float *stats,
+                          char *err)
+{
+    if (Vl < 1 || start < 0 || start + Vl > Vfull)
+        return bad(err, "vocab-parallel cross entropy: the rank's columns must lie in the "
+                        "vocabulary");
+    if (check_targets(tdt, targets, N, Vfull, use_ignore, ignore_index, err) < 0)
+        return -1;
+    for (int64_t i = 0; i < N; i++) {
+        const float *row = logits + i * Vl;
+        double s = 0, m = rowmax[i];
+        for (int64_t j = 0; j < Vl; j++)
+            s += exp((double)row[j] - m);
+        int64_t t = 0;
+        target_at(tdt, targets, i, &t);
+        int own = !(use_ignore && t == ignore_index) && t >= start && t < start + Vl;
+        stats[2 * i] = (float)s;
+        stats[2 * i + 1] = own ? row[t - start] : 0.0f;
+    }
+    return 0;
+}
+
+int hk_vocab_ce_loss_f32(const float *stats, const float *rowmax, HkDType tdt,
+                         const void *targets, int64_t N, int64_t Vfull, int use_ignore,
+                         int64_t ignore_index, float *loss, char *err)
+{
+    int64_t count = check_targets(tdt, targets, N, Vfull, use_ignore, ignore_index, err);
+    if (count < 0)
+        return -1;
+    double total = 0;
     for (int64_t i = 0; i < N; i++) {
         int64_t t = 0;
         target_at(tdt, targets, i, &t);
-        float *d = dlogits + i * V;
-        if (use_ignore && t == ignore_index) {
-            memset(d, 0, sizeof(float) * (size_t)V);
+        if (use_ignore && t == ignore_index)
+            continue;
+        total += (double)rowmax[i] + log((double)stats[2 * i]) - (double)stats[2 * i + 1];
+    }
+    *loss = count ? (float)(total / (double)count) : NAN;
+    return 0;
+}
+
+int hk_vocab_ce_bwd_f32(const float *logits, HkDType tdt, const void *targets,
+                        const float *rowmax, const float *stats, int64_t N, int64_t Vl,
+                        int64_t start, int64_t Vfull, int use_ignore, int64_t ignore_index,
+                        float dloss, float *dlogits, char *err)
+{
+    double w;
+    if (ce_grad_scale(tdt, targets, N, Vfull, use_ignore, ignore_index, dloss, &w, err))
+        return -1;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = 0;
+        if (ce_row_ignored(tdt, targets, i, use_ignore, ignore_index, &t)) {
+            memset(dlogits + i * Vl, 0, sizeof(float) * (size_t)Vl);
             continue;
         }
-        const float *row = logits + i * V;
-        double l = lse ? (double)lse[i] : row_lse(row, V);
-        for (int64_t j = 0; j < V; j++)
-            d[j] = (float)(w * exp((double)row[j] - l));
-        d[t] = (float)(w * (exp((double)row[t] - l) - 1.0));
+        /* l: the full row's lse; the target may lie in another rank's columns */
+        double l = (double)rowmax[i] + log((double)stats[2 * i]);
+        ce_row_grad(logits + i * Vl, Vl, l, t - start, w, dlogits + i * Vl);
     }
     return 0;
 }

@@ -3,32 +3,49 @@
  * The planner costs exactly what the stage binaries run: the patterns come
  * from tp_shard's own matchers (tp_shard_find, passes/tp_shard.h), so a
  * layer's TP benefit and collectives are those of the Megatron MLPs
- * (Linear -> activation -> Linear) and attention blocks (fused or separate
- * QKV Linears -> layout ops -> Attention -> output Linear, heads split) that
- * tp_shard shards, and nothing else: a layer without such a pattern (the
- * embedding, the LM head and loss, LayerNorms, an attention with rotary
- * embedding between its q/k Linears and Attention, a SwiGLU MLP) is
- * replicated under TP, its full cost on every TP rank.
+ * (Linear -> activation -> Linear), gated MLPs (SwiGLU: gate and up
+ * column-parallel over the same columns, down row-parallel) and attention
+ * blocks (fused or separate QKV Linears -> any head-agnostic q/k/v subgraph:
+ * layout ops, rotary embedding, a GQA repeat of the kv heads -> Attention
+ * -> output Linear, heads split; tp must divide the kv heads) that tp_shard
+ * shards, and nothing else: a layer without such a pattern (the norms, an
+ * attention whose q/k/v path is not provably head-agnostic or whose kv
+ * heads tp does not divide; the embedding, LM head and loss unless
+ * vocabulary-parallel, below) is replicated under TP, its full cost on
+ * every TP rank.
  *
- * Per pattern: its column-parallel Linears (MLP-in, QKV) and the nodes
- * between them and the row-parallel Linear produce sharded values; the row
- * Linear's output is a partial sum, one forward all-reduce (TpAllReduce);
- * each distinct input of a column-parallel Linear needs one backward
- * all-reduce of its gradient (TpCopy: Q, K, V share one).  Sharded
- * parameters: the column Linears' weights and biases and the row Linear's
- * weight (its bias is added once, after the sum).  So a GPT block reads as
- * 2 forward + 2 backward all-reduces.
+ * Per pattern: its column-parallel Linears (MLP-in, gate and up, QKV) and
+ * the nodes between them and the row-parallel Linear produce sharded
+ * values; the row Linear's output is a partial sum, one forward all-reduce
+ * (TpAllReduce); each distinct input of a column-parallel Linear needs one
+ * backward all-reduce of its gradient (TpCopy: Q, K, V share one, as do
+ * gate and up).  Sharded parameters: the column Linears' weights and biases
+ * and the row Linear's weight (its bias is added once, after the sum).  So
+ * a GPT or LLaMA block reads as 2 forward + 2 backward all-reduces.
  *
  * tp_divides: tp_shard leaves a pattern replicated when tp does not divide
  * its dims (heads, hidden, ffn); the planner then does not offer that tp
  * for a stage holding the layer (cost_model.c), rather than cost a mix.
  *
- * vocab_parallel (planning-only studies, default off: the stage binaries do
- * not run it): a parameter Embedding is vocabulary-parallel (one forward
- * all-reduce of its output) and a Linear whose output feeds a CrossEntropy
- * (through single-reader reshapes) is a column-parallel LM head with a
- * vocabulary-parallel loss (two small forward all-reduces of per-row max
- * and sum; one backward all-reduce of the head's input). */
+ * Vocabulary parallelism (tp_shard_vocab.c, executed by the stage
+ * binaries; default on, layer_intra_from_ir_opts(.., vocab_parallel = 0, ..)
+ * leaves it out for comparisons): a parameter Embedding of token ids is
+ * vocabulary-parallel (its table split by rows; one forward all-reduce of
+ * its output) and the LM head feeding CrossEntropy is column-parallel over
+ * the vocabulary (one backward all-reduce of its input) with a
+ * vocabulary-parallel loss (forward all-reduces of the row max, rows x 4
+ * bytes, and of the (sum exp, target logit) stats, rows x 8 bytes).  Costed
+ * only where tp_shard would shard them whatever the plan, so the per-layer
+ * figures hold for every stage range and tp the planner may offer:
+ *  - the graph shows its loss (a VOCAB_HEAD pattern was found: hetc plan
+ *    reads the model before the loss pass, so there nothing is costed and
+ *    the stage binaries' vocabulary sharding only makes the run cheaper
+ *    than planned);
+ *  - untied: a table the head reads too (tie-weights) is sharded only by a
+ *    stage holding both ends, replicated otherwise (tp_shard_vocab.c);
+ *  - every tp up to 2^(TP_BITS-1) divides the vocabulary: tp_shard leaves
+ *    an undivided one replicated while the stage's blocks still shard, so
+ *    it must neither clear tp_divides nor be costed as sharded. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,32 +112,92 @@ static int node_layer(const IrNode *n)
     return n->layer_id - 1;
 }
 
-/* the column-parallel LM head under vocab_parallel: a parameter Linear
- * whose output reaches a CrossEntropy's logits through single-reader
- * reshapes (NULL if n is not such a CrossEntropy) */
-static const IrNode *vocab_head(const IrGraph *g, const IrNode *ce)
-{
-    if (ce->op != IR_OP_CROSS_ENTROPY || ce->nin < 1 || !ce->in[0])
-        return NULL;
-    const IrValue *v = ce->in[0];
-    while (v->producer && v->producer->op == IR_OP_RESHAPE && ir_value_num_uses(g, v) == 1)
-        v = v->producer->in[0];
-    const IrNode *h = v->producer;
-    if (!h || h->op != IR_OP_LINEAR || h->nin < 2 || !h->in[1] || h->in[1]->kind != IR_VK_PARAM ||
-        ir_value_num_uses(g, v) != 1)
-        return NULL;
-    return h;
-}
-
 static int64_t last_dim(const IrValue *v)
 {
     return v && v->shape.rank > 0 ? v->shape.dims[v->shape.rank - 1] : 0;
 }
 
+/* the vocabulary of a vocab pattern: the table's rows, the head's columns */
+static int64_t vocab_of(const TpPattern *p)
+{
+    return p->kind == TP_PATTERN_VOCAB_EMBED ? p->row->in[0]->shape.dims[0]
+                                             : last_dim(p->column[0]->out[0]);
+}
+
+/* a head reading its weight through the tie Transpose, or an embedding
+ * whose table has another reader (the head's tie) */
+static int vocab_tied(const IrGraph *g, const TpPattern *p)
+{
+    if (p->kind == TP_PATTERN_VOCAB_HEAD)
+        return p->column[0]->in[1]->kind != IR_VK_PARAM;
+    return ir_value_num_uses(g, p->row->in[0]) > 1;
+}
+
+/* is vocab pattern p costed (the header's rules)?  has_head: the graph
+ * has its loss */
+static int vocab_costed(const IrGraph *g, const TpPattern *p, int has_head)
+{
+    int64_t v = vocab_of(p);
+    return has_head && !vocab_tied(g, p) && v > 0 && v % (1 << (TP_BITS - 1)) == 0;
+}
+
+/* the layers (0-based) of a vocab pattern: the embedding's; the head's to
+ * its loss's (a loss without a layer runs with the head) */
+static int vocab_span(const TpPattern *p, int L, int *lo, int *hi)
+{
+    const IrNode *a = p->kind == TP_PATTERN_VOCAB_EMBED ? p->row : p->column[0];
+    *lo = *hi = node_layer(a);
+    if (p->kind == TP_PATTERN_VOCAB_HEAD && p->row->layer_id >= 1)
+        *hi = node_layer(p->row);
+    if (*hi < *lo) {
+        int t = *lo;
+        *lo = *hi, *hi = t;
+    }
+    return *lo < 0 || *hi >= L ? -1 : 0;
+}
+
+/* a vocab pattern's costs (the header); sh, cg as in the caller */
+static void vocab_cost(const TpPattern *p, LayerIntra *out, int L, unsigned char *sh,
+                       unsigned char *cg, int maxv)
+{
+    if (p->kind == TP_PATTERN_VOCAB_EMBED) {
+        const IrNode *e = p->row;
+        LayerIntra *li = &out[node_layer(e)];
+        li->tp_patterns++;
+        li->tp_param_bytes += numel(e->in[0]);
+        li->ar_fwd++;
+        li->ar_fwd_bytes += numel_bytes(e->out[0]);
+        return;
+    }
+    const IrNode *h = p->column[0], *ce = p->row;
+    const IrValue *hx = h->in[0];
+    LayerIntra *lh = &out[node_layer(h)];
+    lh->tp_patterns++;
+    lh->tp_flops += linear_flops(h);
+    lh->tp_param_bytes += numel(h->in[1]);
+    if (h->nin > 2 && h->in[2])
+        lh->tp_param_bytes += numel(h->in[2]);
+    if (h->out[0]->id <= maxv)
+        sh[h->out[0]->id] = 1; /* the vocabulary-sharded logits */
+    for (int j = 0; j < p->ninner; j++)
+        if (p->inner[j]->out[0]->id <= maxv)
+            sh[p->inner[j]->out[0]->id] = 1;
+    if (hx && hx->id <= maxv && !cg[hx->id] && is_act(hx)) {
+        cg[hx->id] = 1;
+        lh->ar_bwd++;
+        lh->ar_bwd_bytes += numel_bytes(hx);
+    }
+    int l = ce->layer_id >= 1 && ce->layer_id <= L ? node_layer(ce) : node_layer(h);
+    const IrValue *z = ce->in[0];
+    double rows = numel(z) / (double)(last_dim(z) > 0 ? last_dim(z) : 1);
+    out[l].ar_fwd += 2; /* the row max (4 bytes a row) and the stats (8) */
+    out[l].ar_fwd_bytes += rows * 4 + rows * 8;
+}
+
 int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerIntra *out,
                         IrError *err)
 {
-    return layer_intra_from_ir_opts(g, layers, L, 0, out, err);
+    return layer_intra_from_ir_opts(g, layers, L, 1, out, err);
 }
 
 int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, int vocab_parallel,
@@ -157,9 +234,25 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
     }
     for (int l = 0; l < L; l++)
         span_lo[l] = span_hi[l] = l;
+    int has_head = 0;
+    for (int q = 0; q < np; q++)
+        has_head |= pat[q].kind == TP_PATTERN_VOCAB_HEAD;
     for (int q = 0; q < np; q++) {
         const TpPattern *p = &pat[q];
         int lo, hi;
+        int vocab = p->kind == TP_PATTERN_VOCAB_EMBED || p->kind == TP_PATTERN_VOCAB_HEAD;
+        if (vocab) {
+            if (!vocab_parallel || !vocab_costed(g, p, has_head) || vocab_span(p, L, &lo, &hi))
+                continue;
+            for (int l = lo; l <= hi; l++) {
+                if (lo < span_lo[l])
+                    span_lo[l] = lo;
+                if (hi > span_hi[l])
+                    span_hi[l] = hi;
+            }
+            vocab_cost(p, out, L, sh, cg, maxv);
+            continue;
+        }
         if (pattern_span(p, L, &lo, &hi))
             continue; /* not placed in layers: never inside one stage's range */
         /* each node's costs go to its own layer; the pattern is counted
@@ -231,8 +324,16 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
         memset(cnt, 0, (size_t)L * sizeof *cnt);
         for (int q = 0; q < nt; q++) {
             int lo, hi;
-            if (!pattern_span(&pt[q], L, &lo, &hi))
-                cnt[node_layer(pt[q].row)]++;
+            const TpPattern *p = &pt[q];
+            if (p->kind == TP_PATTERN_VOCAB_EMBED || p->kind == TP_PATTERN_VOCAB_HEAD) {
+                /* costed ones are found at every tp (64 | V), in their
+                 * layer as counted above */
+                if (vocab_parallel && vocab_costed(g, p, has_head) && !vocab_span(p, L, &lo, &hi))
+                    cnt[node_layer(p->kind == TP_PATTERN_VOCAB_EMBED ? p->row : p->column[0])]++;
+                continue;
+            }
+            if (!pattern_span(p, L, &lo, &hi))
+                cnt[node_layer(p->row)]++;
         }
         for (int l = 0; l < L; l++)
             if (cnt[l] == out[l].tp_patterns)
@@ -249,44 +350,6 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
         LayerIntra *li = (l >= 0 && l < L) ? &out[l] : NULL;
         const IrValue *x = n->nin > 0 ? n->in[0] : NULL;
         const IrValue *y = n->nout > 0 ? n->out[0] : NULL;
-        if (vocab_parallel && li && n->op == IR_OP_EMBEDDING && x && x->kind == IR_VK_PARAM &&
-            x->shape.rank == 2) {
-            li->tp_patterns++;
-            li->tp_param_bytes += numel(x);
-            li->ar_fwd++;
-            li->ar_fwd_bytes += numel_bytes(y);
-            for (int b = 1; b < TP_BITS; b++)
-                if (x->shape.dims[0] % (1 << b))
-                    li->tp_divides &= ~(1u << b);
-        }
-        const IrNode *h = vocab_parallel ? vocab_head(g, n) : NULL;
-        int hl = h ? h->layer_id - 1 : -1;
-        if (h && hl >= 0 && hl < L && h->out[0]->id <= maxv && !sh[h->out[0]->id]) {
-            LayerIntra *lh = &out[hl];
-            const IrValue *hx = h->in[0];
-            lh->tp_patterns++;
-            lh->tp_flops += linear_flops(h);
-            lh->tp_param_bytes += numel(h->in[1]);
-            if (h->nin > 2 && h->in[2])
-                lh->tp_param_bytes += numel(h->in[2]);
-            for (const IrValue *v = x; v; v = v->producer && v->producer != h ? v->producer->in[0] : NULL)
-                if (v->id <= maxv)
-                    sh[v->id] = 1; /* the vocabulary-sharded logits */
-            if (hx && hx->id <= maxv && !cg[hx->id] && is_act(hx)) {
-                cg[hx->id] = 1;
-                lh->ar_bwd++;
-                lh->ar_bwd_bytes += numel_bytes(hx);
-            }
-            int64_t vocab = last_dim(h->out[0]);
-            for (int b = 1; b < TP_BITS; b++)
-                if (vocab <= 0 || vocab % (1 << b))
-                    lh->tp_divides &= ~(1u << b);
-            if (li && x && x->shape.rank > 0) { /* the loss: row max and sum */
-                double rows = numel(x) / (double)(last_dim(x) > 0 ? last_dim(x) : 1);
-                li->ar_fwd += 2;
-                li->ar_fwd_bytes += 2 * rows * 4;
-            }
-        }
         if (n->op == IR_OP_MATMUL && is_act(x) && n->nin > 1 && is_act(n->in[1])) {
             /* an activation x activation MatMul: attention written out (not a
              * pattern tp_shard shards: replicated under TP) */

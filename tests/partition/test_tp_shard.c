@@ -40,10 +40,7 @@ typedef struct Dims {
 static IrGraph *block(const Dims *d) {
     IrGraph *g = ir_graph_new("block");
     int64_t D = d->H * d->Dh, x3[3] = {d->B, d->T, D};
-    IrShape xs = ir_shape_make(3, x3);
-    IrValue *x = ir_value_new(g, "x", IR_F32, &xs, IR_VK_INPUT);
-    x->shape_known = 1;
-    ir_graph_add_input(g, x);
+    IrValue *x = tp_sim_input_x(g, d->B, d->T, D);
     int64_t dD[1] = {D}, dF[1] = {d->F}, d3D[1] = {3 * D};
     IrValue *in[4];
     in[0] = x, in[1] = tp_sim_param(g, "ln1.g", 1, dD, 1.0), in[2] = tp_sim_param(g, "ln1.b", 1, dD, 0.1);
@@ -108,15 +105,7 @@ static IrGraph *block(const Dims *d) {
     IrValue *m = tp_sim_op1(g, IR_OP_LINEAR, "mlp.proj", 3, in);
     in[0] = r1, in[1] = m;
     IrValue *y = tp_sim_op1(g, IR_OP_ADD, "y", 2, in);
-    ir_graph_add_output(g, y);
-    PassContext ctx;
-    IrError err = {{0}};
-    pass_context_default(&ctx);
-    if (pass_run_pipeline(g, "shape-infer", &ctx, &err)) {
-        fprintf(stderr, "FAIL block: %s\n", err.msg);
-        exit(1);
-    }
-    return g;
+    return tp_sim_output(g, y, "block");
 }
 
 static double worst_all;
@@ -158,72 +147,27 @@ static void check_skip(void) {
 /* the example GPT (canonical IR from the ONNX importer): every block's
  * attention and MLP are found and sharded, and the ranks' merged forward
  * gives the unsharded logits */
+static void gpt_counts(const TpShardResult *r, int rank, const char *what, void *arg) {
+    int blocks = *(const int *)arg;
+    CHECK(r->attention == blocks && r->mlp == blocks && r->skipped == 0,
+          "%s rank %d: %d attention, %d mlp, %d skipped of %d blocks", what, rank, r->attention,
+          r->mlp, r->skipped, blocks);
+}
+
 static void check_gpt(const char *path, int tp) {
-    IrError err = {{0}};
-    HetcImportOptions io;
-    hetc_import_options_default(&io);
-    io.batch = 2, io.seq = 8;
-    IrGraph *g = hetc_import_onnx(path, &io, &err), *m = NULL;
-    PassContext ctx;
-    pass_context_default(&ctx);
-    if (!g || pass_run_pipeline(g, pass_default_pipeline(), &ctx, &err)) {
-        CHECK(0, "%s: %s", path, err.msg);
-        if (g) ir_graph_free(g);
-        return;
-    }
+    IrGraph *g = tp_sim_import(path, 8, 0, NULL);
+    if (!g) return;
     int blocks = 0;
     for (int i = 0; i < g->nnodes; i++) blocks += g->nodes[i]->op == IR_OP_ATTENTION;
-    TpShardResult *res = calloc((size_t)tp, sizeof *res);
-    IrGraph **rg = calloc((size_t)tp, sizeof *rg);
-    IrTensor **ro = NULL, **mo = NULL;
-    int nro = 0, nmo = 0, ok = 1;
-    for (int r = 0; r < tp && ok; r++) {
-        ok = !tp_shard(g, tp, r, &res[r], &err);
-        CHECK(ok, "gpt tp %d rank %d: %s", tp, r, err.msg);
-        if (!ok) break;
-        rg[r] = res[r].graph;
-        CHECK(res[r].attention == blocks && res[r].mlp == blocks && res[r].skipped == 0,
-              "gpt tp %d rank %d: %d attention, %d mlp, %d skipped of %d blocks", tp, r,
-              res[r].attention, res[r].mlp, res[r].skipped, blocks);
-    }
-    if (ok && !(m = tp_sim_merge_ranks(rg, tp, &err))) CHECK(ok = 0, "gpt merge: %s", err.msg);
-    if (ok && pass_run_pipeline(m, "shape-infer", &ctx, &err)) CHECK(ok = 0, "gpt merged: %s", err.msg);
-    if (ok) {
-        IrValue *iv = g->inputs[0];
-        int64_t n = ir_shape_numel(&iv->shape);
-        IrTensor *in = ir_tensor_new(iv->name, iv->dtype, &iv->shape);
-        for (int64_t i = 0; i < n; i++) {
-            int64_t tok = tp_sim_irand(0, 200);
-            if (iv->dtype == IR_I64) ((int64_t *)in->data)[i] = tok;
-            else ((int32_t *)in->data)[i] = (int32_t)tok;
-        }
-        ok = !hexec_run(g, &in, 1, &ro, &nro, &err) && !hexec_run(m, &in, 1, &mo, &nmo, &err);
-        CHECK(ok, "gpt run: %s", err.msg);
-        ir_tensor_free(in);
-    }
-    double worst = 0;
-    for (int i = 0; ok && i < nro; i++)
-        for (int r = 0; r < tp; r++) {
-            char nm[1200];
-            snprintf(nm, sizeof nm, "r%d/%s", r, ro[i]->name);
-            IrTensor *t = tp_sim_find(mo, nmo, nm);
-            int64_t n = 1;
-            for (int k = 0; k < ro[i]->shape.rank; k++) n *= ro[i]->shape.dims[k];
-            if (!t || ro[i]->dtype != IR_F32) continue;
-            double e = tp_sim_rel(t->data, ro[i]->data, n);
-            if (e > worst) worst = e;
-            CHECK(e <= 1e-5, "gpt tp %d rank %d output '%s': %.3g", tp, r, ro[i]->name, e);
-        }
-    if (ok)
+    char what[64];
+    snprintf(what, sizeof what, "gpt tp %d", tp);
+    TpShardResult r0;
+    double worst = tp_sim_run_logits(g, tp, 200, what, gpt_counts, &blocks, &r0);
+    if (worst >= 0)
         printf("gpt_tiny tp=%d: %d blocks, attention and MLP sharded in each (%d TpAllReduce, %d "
                "TpCopy per rank), logits of every rank == unsharded to %.2e\n", tp, blocks,
-               res[0].allreduce, res[0].copies, worst);
-    for (int i = 0; i < nro; i++) ir_tensor_free(ro[i]);
-    for (int i = 0; i < nmo; i++) ir_tensor_free(mo[i]);
-    free(ro), free(mo);
-    for (int r = 0; r < tp; r++) tp_shard_free(&res[r]);
-    free(res), free(rg);
-    if (m) ir_graph_free(m);
+               r0.allreduce, r0.copies, worst);
+    if (worst > worst_all) worst_all = worst;
     ir_graph_free(g);
 }
 
@@ -232,29 +176,14 @@ static void check_gpt(const char *path, int tp) {
  * graphs, merged, give the unsharded stage's loss, boundary gradient and
  * parameter gradients */
 static void check_tp_stage(const char *path) {
+    int L = 0;
+    IrGraph *g = tp_sim_import(path, 8, TP_SIM_LAYERS | TP_SIM_LOSS, &L), *m = NULL;
+    if (!g) return;
     IrError err = {{0}};
-    HetcImportOptions io;
-    hetc_import_options_default(&io);
-    io.batch = 2, io.seq = 8;
-    IrGraph *g = hetc_import_onnx(path, &io, &err), *m = NULL;
     PassContext ctx;
     pass_context_default(&ctx);
-    ModuleOptions mo;
-    LayerOptions lo;
-    module_options_default(&mo);
-    layer_options_default(&lo);
-    PlanLayer *layers = NULL;
-    LayerSummary sum;
-    if (!g || pass_run_pipeline(g, pass_default_pipeline(), &ctx, &err) ||
-        modules_detect(g, &mo, NULL, &err) || layers_build(g, &lo, &layers, &sum, &err) ||
-        pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss(g, &ctx, &err)) {
-        CHECK(0, "%s: %s", path, err.msg);
-        if (g) ir_graph_free(g);
-        return;
-    }
-    free(layers);
     enum { TP = 2 };
-    int L = sum.L, first[2] = {1, L / 2 + 1}, last[2] = {L / 2, L}, dp[2] = {1, 1};
+    int first[2] = {1, L / 2 + 1}, last[2] = {L / 2, L}, dp[2] = {1, 1};
     int tp1[2] = {1, 1}, tp2[2] = {1, TP};
     PartSpec sp = {.nstages = 2, .first_layer = first, .last_layer = last, .dp = dp, .rows = 2,
                    .tp = tp1};
@@ -323,15 +252,10 @@ static void check_tp_stage(const char *path) {
     }
     if (ok) { /* lowering: TpAllReduce -> hetrt_tp_allreduce, tp / tpshard config records */
         PartStage all[2] = {s0, st[0]};
-        static const LeSched sc[] = {{'F', 0}, {'B', 0}};
-        LowerOpts lo2 = {.nstages = 2, .dp = dp, .rows = 2, .seq = 8, .accum = 1, .nslots = 1,
-                         .sched = sc, .nsched = 2, .optimizer = "adamw", .lr = 1e-3,
-                         .lr_schedule = "constant", .steps = 1, .layers = L,
-                         .all_stages = all, .nall_stages = 2};
         LeProgram p;
         char *cfg = NULL;
         MemPlan mp;
-        if (lower_stage(&st[0], &lo2, &p, &cfg, &mp, &err)) {
+        if (tp_sim_lower(&st[0], all, 2, dp, L, &p, &cfg, &mp, &err)) {
             CHECK(0, "lower TP stage: %s", err.msg);
         } else {
             int nar = 0, calls = 0, nodes = 0;
@@ -368,6 +292,13 @@ static void check_tp_stage(const char *path) {
     ir_graph_free(g);
 }
 
+/* the example GPT: whole at tp 2 and 4, then as a stage */
+static void check_model(const char *p) {
+    check_gpt(p, 2);
+    check_gpt(p, 4);
+    check_tp_stage(p);
+}
+
 int main(int argc, char **argv) {
     for (int tpi = 0; tpi < 2; tpi++) {
         int tp = tpi ? 4 : 2;
@@ -378,18 +309,6 @@ int main(int argc, char **argv) {
         }
     }
     check_skip();
-    if (argc > 1) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/examples/gpt_tiny.onnx", argv[1]);
-        check_gpt(p, 2);
-        check_gpt(p, 4);
-        check_tp_stage(p);
-    }
-    printf("worst relative error %.2e\n", worst_all);
-    if (tp_sim_fails) {
-        fprintf(stderr, "%d failures\n", tp_sim_fails);
-        return 1;
-    }
-    printf("ok\n");
-    return 0;
+    tp_sim_model(argc, argv, "examples/gpt_tiny.onnx", check_model);
+    return tp_sim_finish(worst_all);
 }

@@ -16,8 +16,9 @@
  *  - TP as executed: on a hand-built Embedding -> MLP (Linear, Gelu,
  *    Linear; ffn 12) -> LM head -> CrossEntropy graph over 4 layers, the
  *    IR reading shards the MLP only (tp_shard's pattern) and the cost model
- *    offers tp > 1 only to ranges holding the whole MLP with tp | 12; with
- *    vocab_parallel (vocab 6) the embedding and head too, tp | 6.
+ *    offers tp > 1 only to ranges holding the whole MLP with tp | 12; the
+ *    vocabulary-parallel embedding and head + loss are read too (default)
+ *    when untied and 64 | V (V = 128), not for V = 6 or a tied head.
  */
 #include <math.h>
 #include <stdio.h>
@@ -218,8 +219,13 @@ static void test_laws(const ClusterSpec *c)
           "full recompute: one microbatch's activations while recomputing");
     CHECK(fabs(sel->mem_act - (act - attn) / 4) < 1e-6 * act, "selective drops attention internals");
     CHECK(sel->t_b > base->t_b && sel->t_b < full->t_b, "selective: between none and full");
-    CHECK(z1->t_sync == base->t_sync && z2->t_sync == base->t_sync, "RS + AG = all-reduce volume");
-    CHECK(base->t_f + base->t_b == z1->t_f + z1->t_b, "ZeRO does not change t_f + t_b");
+    CHECK(z1->t_sync == base->t_sync, "ZeRO-1: RS + AG = all-reduce volume");
+    /* ZeRO-2 reduce-scatters every microbatch's gradients in its backward:
+     * half the all-reduce moves into t_b, the all-gather stays in t_sync */
+    CHECK(fabs(z2->t_sync - base->t_sync / 2) < 1e-12 * base->t_sync, "ZeRO-2: t_sync = AG");
+    CHECK(fabs(z2->t_b - base->t_b - base->t_sync / 2) < 1e-12 * (base->t_b + base->t_sync),
+          "ZeRO-2: t_b + one RS");
+    CHECK(base->t_f + base->t_b == z1->t_f + z1->t_b, "ZeRO-1 does not change t_f + t_b");
     /* compute-bound layers: tp 2 halves the time of dp 2 x tp 2 vs dp 4 x tp 1: equal */
     CHECK(fabs((tp2->t_f - base->t_f) / base->t_f) < 1e-9, "dp x tp = 4 both: same FLOPs per device");
     cost_model_free(cm);
@@ -366,9 +372,14 @@ static unsigned offered(CostModel *cm, int k, int i)
     return bits;
 }
 
-static void test_executed_tp(const ClusterSpec *c)
+/* vocab V; tied: the head reads Transpose(wte) (tie-weights' form).  The
+ * vocabulary-parallel embedding and head + loss are costed (by default:
+ * tp_shard_vocab.c shards them in the stage binaries) when untied and
+ * 64 | V (every tp the reading checks divides it); otherwise replicated
+ * and the MLP alone decides the offered tps. */
+static void test_executed_tp(const ClusterSpec *c, int64_t V, int tied)
 {
-    enum { B = 2, S = 4, D = 8, F = 12, V = 6, NL = 4 };
+    enum { B = 2, S = 4, D = 8, F = 12, NL = 4 };
     IrGraph *g = ir_graph_new("mlp");
     IrValue *ids = val(g, "ids", IR_I64, 2, B, S, 0, IR_VK_INPUT);
     IrValue *lab = val(g, "labels", IR_I64, 2, B, S, 0, IR_VK_INPUT);
@@ -377,7 +388,8 @@ static void test_executed_tp(const ClusterSpec *c)
     IrValue *b1 = val(g, "fc.b", IR_F32, 1, F, 0, 0, IR_VK_PARAM);
     IrValue *w2 = val(g, "proj.w", IR_F32, 2, F, D, 0, IR_VK_PARAM);
     IrValue *b2 = val(g, "proj.b", IR_F32, 1, D, 0, 0, IR_VK_PARAM);
-    IrValue *wh = val(g, "head.w", IR_F32, 2, D, V, 0, IR_VK_PARAM);
+    IrValue *wh = tied ? val(g, "head.w", IR_F32, 2, D, V, 0, IR_VK_ACT)
+                       : val(g, "head.w", IR_F32, 2, D, V, 0, IR_VK_PARAM);
     IrValue *x = val(g, "x", IR_F32, 3, B, S, D, IR_VK_ACT);
     IrValue *a = val(g, "a", IR_F32, 3, B, S, F, IR_VK_ACT);
     IrValue *h = val(g, "h", IR_F32, 3, B, S, F, IR_VK_ACT);
@@ -386,6 +398,10 @@ static void test_executed_tp(const ClusterSpec *c)
     IrValue *loss = val(g, "loss", IR_F32, 0, 0, 0, 0, IR_VK_ACT);
     ir_graph_add_input(g, ids);
     ir_graph_add_input(g, lab);
+    if (tied) {
+        IrNode *t = node(g, IR_OP_TRANSPOSE, "tie/transpose", 0, 1, (IrValue *[]){emb}, wh);
+        ir_node_set_ints(t, "perm", 2, (const int64_t[]){1, 0});
+    }
     node(g, IR_OP_EMBEDDING, "emb", 1, 2, (IrValue *[]){emb, ids}, x);
     node(g, IR_OP_LINEAR, "fc", 2, 3, (IrValue *[]){x, w1, b1}, a);
     node(g, IR_OP_GELU, "gelu", 2, 1, (IrValue *[]){a}, h);
@@ -397,15 +413,19 @@ static void test_executed_tp(const ClusterSpec *c)
     const double tok = B * S, lin1 = 2 * tok * D * F, lin2 = 2 * tok * F * D, linh = 2 * tok * D * V;
     PlanLayer ly[NL];
     const double fwd[NL] = {tok * D, lin1 + 8 * tok * F, lin2, linh + 4 * tok * V};
-    const double par[NL] = {V * D, D * F + F, F * D + D, D * V};
+    const double par[NL] = {V * D, D * F + F, F * D + D, tied ? 0 : D * V};
     for (int l = 0; l < NL; l++)
         ly[l] = (PlanLayer){.fwd_flops = fwd[l], .bwd_flops = 2 * fwd[l], .param_bytes = 2 * par[l],
                             .act_bytes = 4 * tok * D, .out_bytes = 4 * tok * D, .heavy_ops = 1,
                             .sig = (uint64_t)(l + 1), .first_node = -1, .last_node = -1};
     LayerIntra li[NL], lv[NL];
     IrError err = {{0}};
-    CHECK(layer_intra_from_ir(g, ly, NL, li, &err) == 0, "layer_intra_from_ir: %s", err.msg);
-    CHECK(layer_intra_from_ir_opts(g, ly, NL, 1, lv, &err) == 0, "vocab_parallel: %s", err.msg);
+    char what[64];
+    snprintf(what, sizeof what, "V %lld%s", (long long)V, tied ? " tied" : "");
+    /* lv: the default reading; li: without vocabulary parallelism */
+    CHECK(layer_intra_from_ir(g, ly, NL, lv, &err) == 0, "layer_intra_from_ir: %s", err.msg);
+    CHECK(layer_intra_from_ir_opts(g, ly, NL, 0, li, &err) == 0, "no vocab_parallel: %s", err.msg);
+    const int vocab = !tied && V % 64 == 0;
     /* Megatron MLP over layers 2-3: column fc (its input's gradient all-reduced), row proj
      * (its output all-reduced forward; its bias replicated) */
     CHECK(li[1].tp_patterns == 0 && li[2].tp_patterns == 1, "one pattern, counted at proj");
@@ -422,26 +442,40 @@ static void test_executed_tp(const ClusterSpec *c)
           li[2].tp_divides);
     for (int l = 0; l < NL; l += 3) /* embedding, head + loss: replicated */
         CHECK(li[l].tp_patterns == 0 && li[l].ar_fwd == 0 && li[l].ar_bwd == 0 &&
-              li[l].tp_flops_frac == 0 && li[l].tp_param_frac == 0 && li[l].tp_act_frac == 0,
-              "layer %d replicated", l + 1);
-    /* vocab_parallel: + the embedding (fwd AR) and the head (bwd AR of y) with the loss's two */
-    CHECK(lv[0].tp_patterns == 1 && lv[0].ar_fwd == 1 && lv[0].tp_param_frac == 1 &&
-          (lv[0].tp_divides & 0x7) == 0x3, "vocab-parallel embedding, tp | 6");
-    CHECK(lv[3].tp_patterns == 1 && lv[3].ar_fwd == 2 && lv[3].ar_bwd == 1 &&
-          lv[3].ar_bwd_bytes == 4 * tok * D && lv[3].tp_param_frac == 1 &&
-          fabs(lv[3].tp_flops_frac - linh / fwd[3]) < 1e-12 && (lv[3].tp_divides & 0x7) == 0x3,
-          "vocab-parallel head and loss");
-    CHECK(lv[2].tp_patterns == 1 && lv[2].ar_fwd == li[2].ar_fwd, "the MLP unchanged");
+                  li[l].tp_flops_frac == 0 && li[l].tp_param_frac == 0 && li[l].tp_act_frac == 0,
+              "%s, no vocab_parallel: layer %d replicated", what, l + 1);
+    for (int l = 0; l < NL; l++) /* the MLP layers read the same either way */
+        CHECK(!memcmp(&li[l], &lv[l], sizeof li[l]) || l == 0 || l == 3,
+              "%s: layer %d differs with vocab_parallel", what, l + 1);
+    if (vocab) {
+        /* the embedding (table split, fwd AR of its output), the head (weight split,
+         * bwd AR of y) and the loss's row max (4 bytes a row) and stats (8) */
+        CHECK(lv[0].tp_patterns == 1 && lv[0].ar_fwd == 1 && lv[0].ar_fwd_bytes == 4 * tok * D &&
+                  lv[0].ar_bwd == 0 && lv[0].tp_param_frac == 1 && lv[0].tp_divides == 0x7f &&
+                  lv[0].tp_span_before == 0 && lv[0].tp_span_after == 0,
+              "%s: vocab-parallel embedding", what);
+        double act = 4 * tok * V / (4 * tok * V + 4); /* logits sharded, not the loss */
+        CHECK(lv[3].tp_patterns == 1 && lv[3].ar_fwd == 2 && lv[3].ar_fwd_bytes == 12 * tok &&
+                  lv[3].ar_bwd == 1 && lv[3].ar_bwd_bytes == 4 * tok * D &&
+                  lv[3].tp_param_frac == 1 && fabs(lv[3].tp_flops_frac - linh / fwd[3]) < 1e-12 &&
+                  fabs(lv[3].tp_act_frac - act) < 1e-12 && lv[3].tp_divides == 0x7f &&
+                  lv[3].tp_span_before == 0 && lv[3].tp_span_after == 0,
+              "%s: vocab-parallel head and loss (ar_fwd %d, %g bytes, act %g)", what,
+              lv[3].ar_fwd, lv[3].ar_fwd_bytes, lv[3].tp_act_frac);
+    } else {
+        for (int l = 0; l < NL; l += 3)
+            CHECK(!memcmp(&li[l], &lv[l], sizeof li[l]), "%s: layer %d replicated", what, l + 1);
+    }
 
     CostOptions o;
     cost_options_default(&o);
     o.max_tp = 8;
     o.intra = li;
     IrError e2 = {{0}};
+    const unsigned tp124 = 1u << 1 | 1u << 2 | 1u << 4, tp1 = 1u << 1;
     CostModel *cm = cost_model_new(c, ly, NL, &o, &e2);
     CHECK(cm != NULL, "cost model: %s", e2.msg);
     if (cm) {
-        const unsigned tp124 = 1u << 1 | 1u << 2 | 1u << 4, tp1 = 1u << 1;
         CHECK(offered(cm, 2, 3) == tp124 && offered(cm, 1, 4) == tp124 && offered(cm, 1, 3) == tp124,
               "the whole MLP: tp 1, 2, 4 (%#x)", offered(cm, 2, 3));
         CHECK(offered(cm, 1, 1) == tp1 && offered(cm, 4, 4) == tp1, "no pattern: tp 1 only");
@@ -452,10 +486,12 @@ static void test_executed_tp(const ClusterSpec *c)
     o.intra = lv;
     cm = cost_model_new(c, ly, NL, &o, &e2);
     if (cm) {
-        const unsigned tp12 = 1u << 1 | 1u << 2;
-        CHECK(offered(cm, 4, 4) == tp12 && offered(cm, 1, 1) == tp12 && offered(cm, 1, 4) == tp12,
-              "vocab-parallel: tp | 6 only (%#x)", offered(cm, 1, 4));
-        CHECK(offered(cm, 2, 3) == (tp12 | 1u << 4), "the MLP alone: tp 4 too");
+        /* vocab-parallel: the embedding / head layers alone shard something too */
+        unsigned alone = vocab ? tp124 : tp1;
+        CHECK(offered(cm, 1, 1) == alone && offered(cm, 4, 4) == alone,
+              "%s: embedding / head alone (%#x %#x)", what, offered(cm, 1, 1), offered(cm, 4, 4));
+        CHECK(offered(cm, 2, 3) == tp124 && offered(cm, 1, 4) == tp124, "%s: the MLP: tp 4 too", what);
+        CHECK(offered(cm, 2, 2) == tp1 && offered(cm, 1, 2) == tp1, "%s: a cut MLP", what);
         cost_model_free(cm);
     }
     o.intra = NULL;
@@ -465,7 +501,8 @@ static void test_executed_tp(const ClusterSpec *c)
         cost_model_free(cm);
     }
     ir_graph_free(g);
-    printf("executed TP: MLP layers 2-3 offered tp 1/2/4, cut or pattern-free ranges tp 1\n");
+    printf("executed TP (%s): MLP layers 2-3 offered tp 1/2/4, cut ranges tp 1; vocab-parallel "
+           "embedding and head %s\n", what, vocab ? "costed (tp 1/2/4 alone)" : "replicated");
 }
 
 int main(void)
@@ -482,7 +519,9 @@ int main(void)
     test_laws(&c);
     test_monotone(&c);
     test_restricted_and_dp(&c);
-    test_executed_tp(&c);
+    test_executed_tp(&c, 6, 0);   /* 64 does not divide the vocabulary: replicated */
+    test_executed_tp(&c, 128, 0); /* costed */
+    test_executed_tp(&c, 128, 1); /* tied: replicated unless one stage holds both */
     cluster_free(&c);
     if (failures)
         printf("%d failures\n", failures);

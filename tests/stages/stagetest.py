@@ -9,6 +9,7 @@ module holds what they all do: the command lines, the loss parsing, the
 relative comparison and the failure bookkeeping.  A test makes one
 StageTest, checks with t.check(...) and ends with t.finish().
 """
+import json
 import os
 import re
 import shutil
@@ -64,6 +65,25 @@ def stages_txt(out):
     return rows
 
 
+def three_stages(plan, tps):
+    """plan (a plan.json of a three-mesh cluster, as a dict) re-cut into
+    three stages, one a mesh in sorted order: the embedding (layer 1) | the
+    blocks | the final norm, head and loss (the last layer), DP 1, under
+    the TP degrees tps[0..2].  A new dict; plan is not changed."""
+    by_mesh = {s["mesh"]: s for s in plan["stages"]}
+    last = max(s["layers"][1] for s in plan["stages"])
+    q = json.loads(json.dumps(plan))
+    meshes = sorted(by_mesh)
+    st = []
+    for k, (lay, wu) in enumerate((([1, 1], 2), ([2, last - 1], 2), ([last, last], 1))):
+        s = dict(by_mesh[meshes[k]])
+        s.update(index=k, layers=lay, dp=1, tp=tps[k], zero=0, recompute="none",
+                 submesh=[1, tps[k]], warmup=wu)
+        st.append(s)
+    q["stages"] = st
+    return q
+
+
 class StageTest:
     """One stage test: HETC and WORK from the command line (WORK emptied),
     the cluster (a file of examples/clusters or a path) and the batch shape
@@ -108,6 +128,26 @@ class StageTest:
         return self.run([self.hetc, self.model or MODEL, cluster, "--seq", str(self.seq),
                          "--microbatch", str(mb or self.mb), "--global-batch", str(gb or self.gb),
                          "--threads", "2", *sched, *extra, "-o", out], quiet=quiet, timeout=timeout)
+
+    def planned(self, out):
+        """hetc compile with the planner's own plan into out: its plan.json
+        as a dict (the template of hand-edited plans), None when the compile
+        failed (a failure of the test)."""
+        p = self.compile(out)
+        if not self.check(p.returncode == 0, f"hetc compile exit {p.returncode}"):
+            return None
+        return json.load(open(os.path.join(out, "plan.json")))
+
+    def plan(self, out, label="hetc plan"):
+        """hetc plan of the model onto the cluster (the compiles' batch
+        shape) into out: its plan.json as a dict, None when it failed (a
+        failure of the test)."""
+        p = self.run([self.hetc, "plan", self.model or MODEL, os.path.join(CLUSTERS, self.cluster),
+                      "--seq", str(self.seq), "--microbatch", str(self.mb), "--global-batch",
+                      str(self.gb), "-o", out])
+        if not self.check(p.returncode == 0, f"{label} exit {p.returncode}"):
+            return None
+        return json.load(open(os.path.join(out, "plan.json")))
 
     def train(self, steps, mb=None, accum=None):
         """`hetc train`, the oracle: one process, accum microbatches of mb rows a step."""
@@ -169,6 +209,32 @@ class StageTest:
         w = worst_rel(got, ref)
         self.check(w <= tol, f"{label} vs hetc train: max relative difference {w:.3g} > {tol:g}")
         return got, w
+
+    def expect_run(self, out, steps, ref, label, *extra, shown=None, tol=1e-5,
+                   falling="loss is not falling"):
+        """out/launch.sh for steps steps (extra: checkpoint flags): it must
+        exit 0 and print steps losses equal to ref's to tol relative, the
+        last below the first.  Prints the comparison (as shown, default
+        label).  Returns (its losses, the largest relative difference)."""
+        p = self.launch(out, steps, *extra)
+        got, w = self.expect_losses(p, label, ref, n=steps, tol=tol)
+        print(f"{shown or label}: {len(got)} steps == hetc train to {w:.2g} relative "
+              f"(step 1 {got.get(1)}, step {steps} {got.get(steps)})", flush=True)
+        self.check(got.get(steps, 99) < got.get(1, 0), falling)
+        return got, w
+
+    def expect_resume(self, out, ckpt, copy, step, ref, name, prefix=""):
+        """A copy (at copy) of the checkpoint directory ckpt resumed by
+        out/launch.sh up to step: it must print step `step` alone, its loss
+        equal to ref's to 1e-5 relative.  Checkpoints are stored unsharded,
+        so out may split the model differently from the run that wrote
+        them.  Returns its losses."""
+        shutil.copytree(ckpt, copy)
+        p = self.launch(out, step, "--checkpoint-dir", copy, "--resume")
+        more, w = self.expect_losses(p, f"{prefix}resume under {name}", ref, steps=[step])
+        print(f"{prefix}resumed under {name}: step {step} loss {more.get(step)} == hetc train "
+              f"to {w:.2g}", flush=True)
+        return more
 
     def finish(self):
         print("FAILED" if self.failures else "OK", len(self.failures), "failures")

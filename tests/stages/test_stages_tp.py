@@ -14,7 +14,6 @@ usage: test_stages_tp.py HETC WORKDIR
 """
 import json
 import os
-import shutil
 import sys
 
 from stagetest import StageTest, config_lines
@@ -27,10 +26,9 @@ check = t.check
 
 # the planner's plan (TP = 1 everywhere: hetc compile plans without TP unless --max-tp)
 out1 = t.path("build_tp1")
-p = t.compile(out1)
-if not check(p.returncode == 0, f"hetc compile exit {p.returncode}"):
+plan = t.planned(out1)
+if plan is None:
     sys.exit(1)
-plan = json.load(open(os.path.join(out1, "plan.json")))
 check(all(s["tp"] == 1 for s in plan["stages"]), "hetc compile planned TP without --max-tp")
 
 # hand-edited: two stages, TP = 2 and DP 2 x TP 2
@@ -61,19 +59,10 @@ ref_l = t.reference(STEPS + 1)
 check(len(ref_l) == STEPS + 1, f"hetc train printed {len(ref_l)} steps")
 
 ck = t.path("ckpt")
-p = t.launch(out2, STEPS, "--checkpoint-dir", ck)
-tp_l, w = t.expect_losses(p, "TP 2 run", ref_l, n=STEPS)
-print(f"TP 2 run: {len(tp_l)} steps == hetc train to {w:.2g} relative "
-      f"(step 1 {tp_l.get(1)}, step {STEPS} {tp_l.get(STEPS)})", flush=True)
-check(tp_l.get(STEPS, 99) < tp_l.get(1, 0), "loss is not falling")
+t.expect_run(out2, STEPS, ref_l, "TP 2 run", "--checkpoint-dir", ck)
 
 # the checkpoint is unsharded: it resumes under TP = 1 and under TP = 2
 for name, out in (("TP 1", out1), ("TP 2", out2)):
-    ck2 = t.path("ckpt_" + name.replace(" ", ""))
-    shutil.copytree(ck, ck2)
-    p = t.launch(out, STEPS + 1, "--checkpoint-dir", ck2, "--resume")
-    more, w2 = t.expect_losses(p, f"resume under {name}", ref_l, steps=[STEPS + 1])
-    print(f"resumed under {name}: step {STEPS + 1} loss {more.get(STEPS + 1)} == hetc train "
-          f"to {w2:.2g}", flush=True)
+    t.expect_resume(out, ck, t.path("ckpt_" + name.replace(" ", "")), STEPS + 1, ref_l, name)
 
 t.finish()

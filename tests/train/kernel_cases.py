@@ -105,3 +105,57 @@ dx[1:3, 1::2] = dy
 case("SliceGrad", [I(dy), C(i64([4, 6])), C(i64([1, -5])), C(i64([3, 6])), C(i64([0, 1])),
                    C(i64([1, 2]))], [dx])
 
+
+# Vocabulary-parallel loss (passes/tp_shard_vocab.c): one rank's columns
+# [st, st + Vl) of V = 7 logits, M the row max of the WHOLE row (what the
+# all-reduce max gives), targets inside, outside the slice, ignored
+lg = rnd((2, 3, 7))
+tg = i64([[1, 6, -100], [4, 3, 5]])
+st, Vl = 3, 3
+va = {"vocab_start": st, "vocab_size": 7, "use_ignore": 1, "ignore_index": -100}
+z = lg.reshape(-1, 7).astype(f64)
+M = z.max(-1)
+t1 = tg.reshape(-1)
+loc = z[:, st:st + Vl]
+own = (t1 >= st) & (t1 < st + Vl)
+stats = np.stack([np.exp(loc - M[:, None]).sum(-1),
+                  np.where(own, z[np.arange(6), np.clip(t1, 0, 6)], 0)], -1)
+case("VocabCeStats", [I(lg[..., st:st + Vl].copy()), I(tg), I(M.reshape(2, 3).astype(np.float32))],
+     [stats.reshape(2, 3, 2).astype(np.float32)], va)
+# the loss from the summed (whole-row) stats: mean of M + log S - z_t
+m = t1 != -100
+full = np.stack([np.exp(z - M[:, None]).sum(-1), z[np.arange(6), np.clip(t1, 0, 6)]], -1)
+loss = np.mean((M + np.log(full[:, 0]) - full[:, 1])[m])
+fs = full.reshape(2, 3, 2).astype(np.float32)
+Mf = M.reshape(2, 3).astype(np.float32)
+case("VocabCrossEntropy", [I(lg[..., st:st + Vl].copy()), I(tg), I(Mf), I(fs)],
+     [np.array(loss, np.float32)], va)
+dl = np.float32(0.7)
+oh = np.zeros_like(z)
+oh[np.where(m)[0], t1[m]] = 1
+g = ((sm(z) - oh) * m[:, None] * dl / m.sum())[:, st:st + Vl]
+case("VocabCrossEntropyGrad", [I(lg[..., st:st + Vl].copy()), I(tg), I(Mf), I(fs), I(np.array(dl))],
+     [g.reshape(2, 3, Vl).astype(np.float32)], va)
+case("VocabCeStats", [I(lg[..., st:st + Vl].copy()), I(i64([[1, 7, 2], [0, 3, 5]])), I(Mf)],
+     [np.zeros((2, 3, 2), np.float32)], va, error="outside [0, 7)")
+
+# vocab-parallel Embedding / EmbeddingGrad: rows [2, 5) of a 6-row table;
+# other ranks' ids give 0 rows / no gradient
+tab = rnd((6, 3))
+ids = i64([[5, 1], [2, -2]])  # -2 is row 4
+lo = tab[2:5]
+want = np.zeros((2, 2, 3), np.float32)
+for k, i in enumerate(ids.reshape(-1)):
+    r = (i + 6 if i < 0 else i) - 2
+    if 0 <= r < 3:
+        want.reshape(-1, 3)[k] = lo[r]
+ea = {"vocab_start": 2, "vocab_size": 6}
+case("Embedding", [C(lo), I(ids)], [want], ea)
+dy = rnd((2, 2, 3))
+dt = np.zeros((3, 3), f64)
+for k, i in enumerate(ids.reshape(-1)):
+    r = (i + 6 if i < 0 else i) - 2
+    if 0 <= r < 3:
+        dt[r] += dy.reshape(-1, 3)[k]
+case("EmbeddingGrad", [I(lo), I(ids), I(dy)], [dt.astype(np.float32)], ea)
+case("Embedding", [C(lo), I(i64([[0, 6]]))], [want[:1]], ea, error="outside")

@@ -200,6 +200,27 @@ static int build(IrOp op, IrGraph *g, Rng *r, IrValue **ys) {
         ir_node_set_int(last(g), "ignore_index", -100);
         return 1;
     }
+    case IR_OP_VOCAB_CROSS_ENTROPY: {
+        /* one rank holding the whole vocabulary (tp_shard_vocab.c's
+         * decomposition, tp 1): M and the stats are not differentiated */
+        in[0] = param(g, r, "logits", 3, D(2, 3, 5), 0.2, 1.5, 1);
+        int64_t t[6] = {1, 4, -100, 0, 2, 4}; /* one ignored row */
+        IrShape s = ir_shape_make(2, D(2, 3));
+        in[1] = ir_const_new(g, NULL, IR_I64, &s, t);
+        IrValue *ax[2] = {in[0], ci64(g, 1, D(-1))};
+        IrValue *m = node(g, IR_OP_REDUCE_MAX, 2, ax, IR_F32);
+        ir_node_set_int(last(g), "keepdims", 0);
+        in[2] = node(g, IR_OP_TP_ALL_REDUCE, 1, &m, IR_F32);
+        ir_node_set_string(last(g), "op", "max");
+        in[3] = node(g, IR_OP_VOCAB_CE_STATS, 3, in, IR_F32);
+        ir_node_set_int(last(g), "use_ignore", 1);
+        ir_node_set_int(last(g), "ignore_index", -100);
+        ys[0] = node(g, op, 4, in, IR_F32);
+        ir_node_set_int(last(g), "use_ignore", 1);
+        ir_node_set_int(last(g), "ignore_index", -100);
+        ir_node_set_int(last(g), "vocab_size", 5);
+        return 1;
+    }
     default:
         return -1; /* no case: fails the test */
     }
