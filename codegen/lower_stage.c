@@ -20,6 +20,7 @@ const LeExtern lower_hetrt_externs[] = {
     {"hetrt_loss", LE_I32, 1, {LE_PTR}},
     {"hetrt_copy", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
     {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
+    {"hetrt_accum_scatter", LE_I32, 4, {LE_I32, LE_PTR, LE_PTR, LE_I64}},
 };
 const int lower_hetrt_nexterns = (int)(sizeof lower_hetrt_externs / sizeof lower_hetrt_externs[0]);
 /* a TP stage also calls the TP all-reduce (stage_abi.h); kept out of the
@@ -33,7 +34,9 @@ const LeExtern lower_hetrt_externs_tp[] = {
     {"hetrt_loss", LE_I32, 1, {LE_PTR}},
     {"hetrt_copy", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
     {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
+    {"hetrt_accum_scatter", LE_I32, 4, {LE_I32, LE_PTR, LE_PTR, LE_I64}},
     {"hetrt_tp_allreduce", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
+    {"hetrt_tp_allreduce_max", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
 };
 const int lower_hetrt_nexterns_tp =
     (int)(sizeof lower_hetrt_externs_tp / sizeof lower_hetrt_externs_tp[0]);
@@ -313,7 +316,12 @@ static int node_call(const MemPlan *mp, const PartStage *st, int graph, int fn, 
         if (n->in[0]->dtype != IR_F32)
             return ir_errorf(err, "stage %d: TpAllReduce '%s' of %s (f32 only)", st->stage,
                              n->name, ir_dtype_name(n->in[0]->dtype));
-        c->fn = "hetrt_tp_allreduce";
+        /* op "max": the vocab-parallel loss's row max (tp_shard_vocab.c) */
+        const char *op = ir_attr_string(n, "op", "sum");
+        if (strcmp(op, "sum") && strcmp(op, "max"))
+            return ir_errorf(err, "stage %d: TpAllReduce '%s': op '%s' (sum or max)", st->stage,
+                             n->name, op);
+        c->fn = strcmp(op, "max") ? "hetrt_tp_allreduce" : "hetrt_tp_allreduce_max";
         c->nargs = 3;
         c->args[2] = i64_arg(ir_shape_numel(&n->in[0]->shape));
         return ptr_loc(mp, st, graph, n->out[0], "TpAllReduce output", &c->args[0], err) ||
@@ -371,6 +379,13 @@ static int action_call(const MemPlan *mp, const PartStage *st, int fn, const MpA
         c->fn = "hetrt_loss", c->nargs = 1;
         return ptr_loc(mp, st, 0, mp->loss, "loss", &c->args[0], err);
     case MP_ACCUM:
+        if (mp->zero >= 2) { /* ZeRO-2: reduce-scatter into this rank's gradient shard */
+            c->fn = "hetrt_accum_scatter", c->nargs = 4;
+            c->args[0] = i32_arg(a->index); /* the param record's index */
+            c->args[1] = arena_arg(p->acc_off);
+            c->args[3] = i64_arg(p->numel);
+            return ptr_loc(mp, st, 0, p->grad, "gradient", &c->args[2], err);
+        }
         c->fn = "hetrt_accum", c->nargs = 3;
         c->args[0] = arena_arg(p->acc_off);
         c->args[2] = i64_arg(p->numel);
@@ -388,7 +403,7 @@ static int action_call(const MemPlan *mp, const PartStage *st, int fn, const MpA
     case MP_ZERO:
         c->fn = "hetrt_zero", c->nargs = 2;
         c->args[0] = arena_arg(p->acc_off);
-        c->args[1] = i64_arg(p->bytes);
+        c->args[1] = i64_arg(p->acc_len * 4); /* the whole tensor, or the ZeRO-2 shard */
         return 0;
     }
     return ir_errorf(err, "stage %d: internal: action kind %d", st->stage, (int)a->kind);

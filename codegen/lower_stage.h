@@ -7,7 +7,8 @@
  *     forward   hetrt_tokens, hetrt_recv (act), hetrt_node per phase-fwd
  *               node, hetrt_send (act), hetrt_loss (last stage)
  *     backward  hetrt_recv (grad), hetrt_node per phase-bwd node,
- *               hetrt_accum per parameter, hetrt_send (grad)
+ *               hetrt_accum per parameter (ZeRO-2: hetrt_accum_scatter,
+ *               into the rank's gradient shard), hetrt_send (grad)
  *     update    hetrt_node per update-graph node, hetrt_copy of upd/... into
  *               the parameter / state, hetrt_zero of the accumulators
  *   and the descriptor's texts: both graphs as canonical IR text (every
@@ -65,7 +66,7 @@ char *lower_config_name(const char *name);
 /* The hetrt_* entries generated code calls (stage_abi.h), as externs. */
 extern const LeExtern lower_hetrt_externs[];
 extern const int lower_hetrt_nexterns;
-/* the same plus hetrt_tp_allreduce: the externs of a stage with tp > 1 */
+/* the same plus hetrt_tp_allreduce(_max): the externs of a stage with tp > 1 */
 extern const LeExtern lower_hetrt_externs_tp[];
 extern const int lower_hetrt_nexterns_tp;
 

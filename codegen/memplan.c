@@ -78,6 +78,8 @@ static int plan_params(const PartStage *st, MemPlan *mp, IrError *err) {
         if (value_bytes(pv, st->stage, "train", &p->bytes, err)) return -1;
         p->numel = p->bytes / 4;
         p->zlen = st->zero ? part_zero_len(p->numel, st->dp) : p->numel;
+        /* ZeRO-2 keeps only this rank's gradient shard between microbatches */
+        p->acc_len = st->zero >= 2 ? p->zlen : p->numel;
         char nm[1200];
         snprintf(nm, sizeof nm, "grad/%s", pn);
         p->grad = ir_graph_find_value(t, nm);
@@ -112,7 +114,7 @@ static int plan_params(const PartStage *st, MemPlan *mp, IrError *err) {
     mp->param_bytes = off;
     for (int i = 0; i < mp->nparams; i++) {
         mp->params[i].acc_off = off;
-        off += align_up(mp->params[i].bytes);
+        off += align_up(mp->params[i].acc_len * 4);
     }
     mp->grad_bytes = off - mp->param_bytes;
     for (int i = 0; i < mp->nparams; i++) {
@@ -690,6 +692,20 @@ int memplan_build(const PartStage *st, int nslots, MemPlan *mp, IrError *err) {
                           st->stage, i, n->name, ir_op_name(n->op), n->in[k]->name);
                 goto fail;
             }
+    }
+    /* ZeRO-2: hetrt_accum_scatter reduce-scatters grad/P in place, so it
+     * must be a backward scratch value (dead after that call), never a
+     * constant, a parameter or a slot value */
+    for (int p = 0; st->zero >= 2 && p < mp->nparams; p++) {
+        const IrValue *gv = mp->params[p].grad;
+        if (mp->train_loc[gv->id].region != HETC_BUF_ARENA || gv->kind == IR_VK_PARAM ||
+            !gv->producer || gv->producer->phase != IR_PHASE_BWD) {
+            ir_errorf(err,
+                      "stage %d: zero 2: '%s' is not computed by the backward (the gradient "
+                      "reduce-scatter needs it in backward scratch)",
+                      st->stage, gv->name);
+            goto fail;
+        }
     }
     ActList al[MP_NFN] = {{0}};
     int rc = order_train(st, mp, IR_PHASE_FWD, &al[0], err);

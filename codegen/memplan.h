@@ -7,7 +7,13 @@
  *   [params][grad accumulators][optimizer state][scalars][scratch][slot 0]...[slot K-1]
  *
  *  - params: each PartParam, f32, its PARAM value's shape;
- *  - accumulators: one f32 buffer per param (hetrt_accum target);
+ *  - accumulators: one f32 buffer per param (hetrt_accum target); with
+ *    ZeRO-2 (st->zero >= 2) only zlen elements: this DP rank's slice of
+ *    the DP-summed gradient, which the backward's hetrt_accum_scatter
+ *    reduce-scatters every microbatch's full gradient into (the full
+ *    grad/P lives in backward scratch only, from its producer to that
+ *    call), so the persistent gradient memory is 1/dp (ZeRO-1 keeps the
+ *    whole tensor and reduce-scatters once per step);
  *  - optimizer state: m and v (AdamW) or buf (SGD momentum, stored as m)
  *    per param, as the update graph declares them (opt/m/P, opt/v/P,
  *    opt/buf/P); with ZeRO (st->zero > 0) each of zlen elements (this DP
@@ -87,6 +93,8 @@ typedef struct MpParam {
                            * padded slice part_zero_len(numel, dp) */
     int64_t zp_off;       /* the update graph's parameter: param_off, or with ZeRO the slice
                            * buffer (zlen f32) the runtime fills from / gathers into P */
+    int64_t acc_len;      /* elements of the accumulator at acc_off: numel, or zlen with
+                           * ZeRO-2 (the gradient shard) */
     IrValue *grad;        /* the train graph's "grad/P" output */
     IrValue *upd[3];      /* update outputs upd/P, upd/{m,buf}/P, upd/v/P (NULL: none) */
 } MpParam;
@@ -125,7 +133,8 @@ void memplan_free(MemPlan *mp);
 const MpLoc *memplan_loc(const MemPlan *mp, const PartStage *st, int graph, const IrValue *v);
 
 /* "params B grads B optstate B scalars B scratch B (bwd B, update B)
- *  slots K x B total B" on f. */
+ *  slots K x B total B" on f (one line, bytes; `grads` is the persistent
+ *  gradient memory: the accumulators, 1/dp of them under ZeRO-2). */
 void memplan_report(const MemPlan *mp, FILE *f);
 
 #endif

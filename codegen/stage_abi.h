@@ -87,6 +87,14 @@ int32_t hetrt_send(int32_t xfer, const void *src);
 int32_t hetrt_tokens(int32_t which, void *dst, int32_t dtype);
 /* acc[i] += g[i] / accum (accum: microbatches per step), f32. */
 int32_t hetrt_accum(void *acc, const void *g, int64_t n);
+/* ZeRO-2 (a stage whose config says `zero 2`; it calls this instead of
+ * hetrt_accum): g holds n f32, this microbatch's whole gradient of the
+ * parameter of `param` record number `param` (config order); it is
+ * reduce-scattered over the stage's DP group in place (g is backward
+ * scratch, dead after this call) and this DP rank's range
+ * rt_row_split(n, dp, dp_rank) is added to acc[0 ..) / accum, so acc holds
+ * only the rank's gradient shard (zslice len elements). */
+int32_t hetrt_accum_scatter(int32_t param, void *acc, void *g, int64_t n);
 /* Record this microbatch's (scaled) loss, an f32 scalar. */
 int32_t hetrt_loss(const void *loss);
 int32_t hetrt_copy(void *dst, const void *src, int64_t bytes);
@@ -96,6 +104,9 @@ int32_t hetrt_copy(void *dst, const void *src, int64_t bytes);
  * graph's TpAllReduce nodes (forward: row-parallel outputs; backward: the
  * input gradients of column-parallel Linears). */
 int32_t hetrt_tp_allreduce(void *dst, const void *src, int64_t n);
+/* The same with the maximum (TpAllReduce op "max": the vocab-parallel
+ * loss's row max, passes/tp_shard_vocab.c). */
+int32_t hetrt_tp_allreduce_max(void *dst, const void *src, int64_t n);
 int32_t hetrt_zero(void *dst, int64_t bytes);
 
 /* Runtime entry point called by the generated main. */

@@ -50,6 +50,17 @@ int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const cha
     return rt_allreduce(&rt->ctx, rt->shared_comm[shared], buf, (size_t)n, MPI_FLOAT, MPI_SUM,
                         what);
 }
+int stage_be_tp_allreduce(StageRt *rt, float *buf, int64_t n, StageRedOp op, const char *what) {
+    return rt_allreduce(&rt->ctx, rt->ctx.tp_comm, buf, (size_t)n, MPI_FLOAT, stage_red_mpi(op),
+                        what);
+}
+int stage_be_reduce_scatter(StageRt *rt, float *buf, int64_t n, const char *what) {
+    return rt_dp_reduce_scatter_f32(&rt->ctx, buf, (size_t)n, what);
+}
+int stage_be_allgather(StageRt *rt, const float *slice, float *full, int64_t n,
+                       const char *what) {
+    return rt_dp_allgather_f32(&rt->ctx, slice, full, (size_t)n, what);
+}
 const void *stage_be_const(StageRt *rt, IrValue *v, IrError *err) {
     return ir_value_data(v, err);
 }

@@ -80,11 +80,19 @@ static const char *state_kind(const StageRt *rt, int k) {
     return k == 0 ? (rt->cfg.sgd ? "buf" : "m") : "v";
 }
 
+/* dst <- src: into the arena (the backend's copy), or host memory */
+static int put(StageRt *rt, void *dst, const void *src, size_t n, int host) {
+    if (!host) return stage_be_put(rt, dst, src, n);
+    if (n) memcpy(dst, src, n);
+    return 0;
+}
+
 /* Copy one tensor out of a loaded layer, checking dtype and size against
  * the parameter (errors name tensor and file).  A TP-sharded parameter's
- * tensor is the unsharded one: this rank's slice goes into the arena. */
+ * tensor is the unsharded one: this rank's slice goes into the arena (or
+ * into host memory at dst when host). */
 static int load_one(StageRt *rt, const RtCkptLayer *l, const char *path, const char *name,
-                    const StageParam *p, float *dst) {
+                    const StageParam *p, float *dst, int host) {
     const RtCkptLoaded *t = rt_ckpt_find(l, name);
     int64_t shape[RT_CKPT_MAX_DIMS];
     int nd = param_shape(rt, p, shape);
@@ -115,7 +123,7 @@ static int load_one(StageRt *rt, const RtCkptLayer *l, const char *path, const c
                      rt->cfg.stage, (long long)want, nd, ts ? ", unsharded" : "");
         return 1;
     }
-    if (!ts) return t->nbytes ? stage_be_put(rt, dst, t->data, t->nbytes) : 0;
+    if (!ts) return t->nbytes ? put(rt, dst, t->data, t->nbytes, host) : 0;
     size_t nb = (size_t)p->numel * sizeof(float);
     float *loc = malloc(nb ? nb : 1);
     if (!loc) {
@@ -123,17 +131,18 @@ static int load_one(StageRt *rt, const RtCkptLayer *l, const char *path, const c
         return 1;
     }
     stage_tp_slice(ts, rt->ctx.tp_rank, t->data, loc, outer, inner);
-    int rc = stage_be_put(rt, dst, loc, nb);
+    int rc = put(rt, dst, loc, nb, host);
     free(loc);
     return rc;
 }
 
 /* The unsharded tensor of a TP-sharded parameter (param or state at
- * arena_src), gathered over the TP group: each rank places its slice in
- * a zeroed full buffer and the group sums them (exact: each element has
- * one nonzero contribution).  Collective over ctx.tp_comm.  Sets
- * shape[axis] to the full extent.  NULL after rt_log_error. */
-static void *tp_gather(StageRt *rt, const StageParam *p, const void *arena_src,
+ * arena_src; host memory when host: a ZeRO-gathered state), gathered over
+ * the TP group: each rank places its slice in a zeroed full buffer and the
+ * group sums them (exact: each element has one nonzero contribution).
+ * Collective over ctx.tp_comm.  Sets shape[axis] to the full extent.  NULL
+ * after rt_log_error. */
+static void *tp_gather(StageRt *rt, const StageParam *p, const void *arena_src, int host,
                        int64_t *shape, int nd, const char *name) {
     const StageTpShard *ts = &rt->cfg.tpshards[p->tpshard];
     int64_t outer, inner, ldim;
@@ -145,7 +154,8 @@ static void *tp_gather(StageRt *rt, const StageParam *p, const void *arena_src,
     float *full = calloc(nfull ? nfull : 1, sizeof(float)), *loc = malloc(nb ? nb : 1);
     char what[RT_CKPT_MAX_NAME + 64];
     snprintf(what, sizeof what, "checkpoint: TP gather of '%s'", name);
-    if (!full || !loc || stage_be_get(rt, loc, arena_src, nb)) {
+    if (!full || !loc || (host ? (memcpy(loc, arena_src, nb), 0)
+                               : stage_be_get(rt, loc, arena_src, nb))) {
         rt_log_error("%s: out of memory or device copy failed", what);
         free(full);
         free(loc);
@@ -179,26 +189,29 @@ int stage_ckpt_load(StageRt *rt, const char *path, int with_opt) {
             if (p->layer != L) continue;
             size_t nb = (size_t)p->numel * sizeof(float);
             rc = load_one(rt, &l, path, p->name, p,
-                          STAGE_AT(&rt->arena, (size_t)p->off_param, nb));
+                          STAGE_AT(&rt->arena, (size_t)p->off_param, nb), 0);
             for (int k = 0; k < 2 && !rc && with_opt; k++) {
                 int64_t off = k ? p->off_v : p->off_m;
                 if (off < 0 || (k && c->sgd)) continue;
                 char name[RT_CKPT_MAX_NAME + 16];
                 snprintf(name, sizeof name, "opt/%s/%s", state_kind(rt, k), p->name);
                 if (!c->zero) {
-                    rc = load_one(rt, &l, path, name, p, STAGE_AT(&rt->arena, (size_t)off, nb));
+                    rc = load_one(rt, &l, path, name, p, STAGE_AT(&rt->arena, (size_t)off, nb), 0);
                     continue;
                 }
-                /* ZeRO: the file holds the whole state; keep this rank's slice
-                 * (host arena: stage_main refuses zero on other backends) */
-                float *full = malloc(nb ? nb : 1);
+                /* ZeRO: the file holds the whole state; keep this rank's slice,
+                 * zero-padded to zlen (built on the host, then one put: the
+                 * arena may be device memory) */
+                float *full = malloc(nb + (size_t)p->zlen * sizeof(float) + 1);
                 int64_t start, count;
                 stage_zero_range(rt, p, &start, &count);
                 float *dst = STAGE_AT(&rt->arena, (size_t)off, (size_t)p->zlen * 4);
-                rc = !full || load_one(rt, &l, path, name, p, full);
+                rc = !full || load_one(rt, &l, path, name, p, full, 1);
                 if (!rc) {
-                    memcpy(dst, full + start, (size_t)count * sizeof(float));
-                    memset(dst + count, 0, (size_t)(p->zlen - count) * sizeof(float));
+                    float *z = full + p->numel;
+                    memcpy(z, full + start, (size_t)count * sizeof(float));
+                    memset(z + count, 0, (size_t)(p->zlen - count) * sizeof(float));
+                    rc = stage_be_put(rt, dst, z, (size_t)p->zlen * sizeof(float));
                 }
                 free(full);
             }
@@ -254,20 +267,28 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
                 const void *src = STAGE_AT(&rt->arena, (size_t)off, k < 0 ? nb
                                                                         : (size_t)p->zlen * 4);
                 void *h = NULL, *zfull = NULL;
-                if (k >= 0 && c->zero) { /* host arena (stage_main) */
+                if (k >= 0 && c->zero) { /* gathered into host memory */
                     char what[RT_CKPT_MAX_NAME + 64];
                     snprintf(what, sizeof what, "checkpoint: ZeRO all-gather of '%s'", nm);
-                    if (!(zfull = malloc(nb ? nb : 1)) ||
-                        rt_dp_allgather_f32(&rt->ctx, src, zfull, (size_t)p->numel, what)) {
+                    int64_t zs, zc; /* a device arena's slice goes through the host */
+                    stage_zero_range(rt, p, &zs, &zc);
+                    void *hs = stage_be_is_host() ? NULL : malloc((size_t)zc * 4 + 1);
+                    int bad = !stage_be_is_host() &&
+                              (!hs || stage_be_get(rt, hs, src, (size_t)zc * 4));
+                    if (bad || !(zfull = malloc(nb ? nb : 1)) ||
+                        rt_dp_allgather_f32(&rt->ctx, hs ? hs : src, zfull, (size_t)p->numel,
+                                            what)) {
+                        free(hs);
                         free(zfull);
                         rt_log_error("%s failed", what);
                         rc = 1;
                         break;
                     }
+                    free(hs);
                     src = h = zfull; /* the tensor written, freed with the host copies */
                 }
                 if (p->tpshard >= 0) {
-                    h = tp_gather(rt, p, src, shape, nd, nm);
+                    h = tp_gather(rt, p, src, zfull != NULL, shape, nd, nm);
                     free(zfull);
                     if (!h) {
                         rc = 1;

@@ -91,6 +91,9 @@ int stage_tp_check(StageConfig *c, char *err, size_t errlen); /* after the last 
 void stage_tp_config_free(StageConfig *c);
 /* This stage's TP degree (1 without a `tp` record). */
 int stage_tp_degree(const StageConfig *c);
+/* graph g (the binary's: TP rank 0's) made TP rank tp_rank's: its
+ * vocab_start attributes shifted (stage_tp.c); -1 with err on a bad one */
+int stage_tp_rank_graph(IrGraph *g, int tp_rank, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ runtime state */
 typedef struct StageRt {
@@ -109,6 +112,10 @@ typedef struct StageRt {
     double step_loss;         /* sum of recorded losses this step */
     RtSendQueue sendq;        /* hetrt_send's deferred sends, completed each step */
     MPI_Comm *shared_comm;    /* [cfg.nshared]; MPI_COMM_NULL where this stage holds none */
+    /* [cfg.nshared * cfg.nstages]: 1 where stage h holds shared parameter s
+     * as a ZeRO-2 gradient shard (learnt at setup over shared_comm[s]);
+     * decides how the cross-stage sum splits the tensor (stage_sync.c) */
+    int *shared_zero2;
     void *be;                 /* the backend's state (stage_backend_*.c) */
     void *stage_buf;          /* host staging for device backends (boundary rows, tokens) */
     size_t stage_buf_bytes;
@@ -148,6 +155,25 @@ int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out);
 /* In-place sum of n floats of the arena over the DP group (shared < 0) or
  * the group of shared parameter `shared` (rt->shared_comm[shared]). */
 int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const char *what);
+/* The reductions of the TP group's all-reduce (hetrt_tp_allreduce and its
+ * variants, stage_tp.c).  A new one is an enum value here plus its row in
+ * each backend's table: stage_red_mpi (stage_tp.c) and the NCCL table of
+ * runtime/cuda/stage_coll_cuda.c. */
+typedef enum StageRedOp { STAGE_RED_SUM, STAGE_RED_MAX, STAGE_RED_COUNT } StageRedOp;
+MPI_Op stage_red_mpi(StageRedOp op);
+/* In-place reduction `op` of n floats of the arena over the stage's TP
+ * group (rt->ctx.tp_comm); a no-op without TP.  Host: MPI; CUDA: NCCL
+ * (or CPU-mediated, like stage_be_allreduce). */
+int stage_be_tp_allreduce(StageRt *rt, float *buf, int64_t n, StageRedOp op, const char *what);
+/* ZeRO over the DP group, on arena memory, with the contracts of
+ * rt_dp_reduce_scatter_f32 / rt_dp_allgather_f32 (rt.h): reduce-scatter
+ * leaves this rank's range rt_row_split(n, dp, dp_rank) of the DP sum in
+ * buf[0 .. count); all-gather writes every rank's slice into full (a copy
+ * on one rank).  Host: those MPI calls; CUDA: ncclReduceScatter /
+ * ncclAllGather (or CPU-mediated). */
+int stage_be_reduce_scatter(StageRt *rt, float *buf, int64_t n, const char *what);
+int stage_be_allgather(StageRt *rt, const float *slice, float *full, int64_t n,
+                       const char *what);
 /* Where a CONST input's data is for stage_be_node (host or device copy). */
 const void *stage_be_const(StageRt *rt, IrValue *v, IrError *err);
 /* Zeroed temporary for an output nobody reads; stage_be_free after the node. */
@@ -170,6 +196,9 @@ int stage_sync_grads(StageRt *rt, double *norm);
 int stage_zero_pre_update(StageRt *rt);
 int stage_zero_post_update(StageRt *rt);
 void stage_zero_range(const StageRt *rt, const StageParam *p, int64_t *start, int64_t *count);
+/* Elements of p's gradient accumulator: numel, or with ZeRO-2 zlen (this DP
+ * rank's shard, filled by hetrt_accum_scatter every microbatch). */
+int64_t stage_acc_len(const StageConfig *c, const StageParam *p);
 /* Step loss summed over the last stage's DP group (valid there). */
 int stage_sync_loss(StageRt *rt, double *loss);
 /* Lowest stage holding parameter p (this stage unless shared). */

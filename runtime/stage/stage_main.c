@@ -166,7 +166,7 @@ static void write_scalars(StageRt *rt, double lr, int64_t step, double norm) {
 static void zero_accumulators(StageRt *rt) {
     for (int i = 0; i < rt->cfg.nparams; i++) {
         const StageParam *p = &rt->cfg.params[i];
-        size_t nb = (size_t)p->numel * sizeof(float);
+        size_t nb = (size_t)stage_acc_len(&rt->cfg, p) * sizeof(float);
         if (stage_be_zero(rt, STAGE_AT(&rt->arena, (size_t)p->off_acc, nb), nb))
             STAGE_DIE("stage %d: cannot zero the gradient of '%s'", rt->cfg.stage, p->name);
     }
@@ -330,6 +330,9 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     hetrt_stage_rt = &rt;
     rt.graphs[HETC_GRAPH_TRAIN] = parse_graph(desc->ir_train, "train", c->stage);
     rt.graphs[HETC_GRAPH_UPDATE] = parse_graph(desc->ir_update, "update", c->stage);
+    char terr[RT_ERRLEN];
+    if (stage_tp_rank_graph(rt.graphs[HETC_GRAPH_TRAIN], rt.ctx.tp_rank, terr, sizeof terr))
+        STAGE_DIE("stage %d: %s", c->stage, terr);
 
     char derr[RT_ERRLEN];
     if (rt_data_open(&rt.dl, o.data, c->rows, c->seq, rt.ctx.dp_rank, rt.ctx.dp_size, derr))
@@ -339,10 +342,14 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     rt.tok_in = calloc(ntok + 1, sizeof *rt.tok_in);
     rt.tok_tg = calloc(ntok + 1, sizeof *rt.tok_tg);
 
-    if (c->zero && !stage_be_is_host())
-        STAGE_DIE("stage %d: zero %d (optimizer-state sharding) runs on the host backend only; "
-                  "compile this plan with zero 0 for the %s backend", c->stage, c->zero,
-                  stage_be_name());
+    /* ZeRO-2's accumulators are shards only if the backward reduce-scatters
+     * into them: a binary whose backward still calls hetrt_accum (an older
+     * hetc's ZeRO-2, whole accumulators) would be misread */
+    const HetcStageFn *bwd = find_fn(desc, "backward");
+    for (int i = 0; c->zero >= 2 && bwd && i < bwd->ncalls; i++)
+        if (!strcmp(bwd->calls[i], "hetrt_accum"))
+            STAGE_DIE("stage %d: zero 2, but its backward calls hetrt_accum (whole gradient "
+                      "accumulators): recompile the stage with this hetc", c->stage);
     if (stage_be_setup(&rt)) STAGE_DIE("stage %d: %s backend setup failed", c->stage,
                                        stage_be_name());
     if (stage_be_arena_alloc(&rt, (size_t)desc->arena_bytes))
@@ -352,7 +359,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         const StageParam *p = &c->params[i];
         size_t nb = (size_t)p->numel * 4;
         (void)STAGE_AT(&rt.arena, (size_t)p->off_param, nb);
-        (void)STAGE_AT(&rt.arena, (size_t)p->off_acc, nb);
+        (void)STAGE_AT(&rt.arena, (size_t)p->off_acc, (size_t)stage_acc_len(c, p) * 4);
         (void)STAGE_AT(&rt.arena, (size_t)p->off_zp, (size_t)p->zlen * 4);
     }
     if (stage_sync_setup(&rt)) STAGE_DIE("stage %d: shared-parameter groups failed", c->stage);

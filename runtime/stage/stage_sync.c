@@ -4,6 +4,11 @@
  * ZeRO (cfg.zero > 0) the DP sum is a reduce-scatter: each DP rank keeps
  * its flat slice of every gradient, the update runs on the slice, and the
  * updated slices are all-gathered into the parameters (docs/STAGES.md).
+ * ZeRO-2 (cfg.zero == 2) moves the reduce-scatter into the backward: each
+ * microbatch's whole gradient is reduce-scattered as soon as the backward
+ * has it (hetrt_accum_scatter) and only this rank's shard is accumulated,
+ * so the accumulators are 1/dp of the parameters (memplan.h); the step's
+ * sync then has no DP sum left to do, only the shared-parameter sum.
  *
  * The last stage scales its loss by local_rows / rows, so plain sums give
  * the single-process mean gradient everywhere. */
@@ -43,6 +48,20 @@ int stage_sync_setup(StageRt *rt) {
         if (rt->shared_comm[i] != MPI_COMM_NULL)
             MPI_Comm_set_errhandler(rt->shared_comm[i], MPI_ERRORS_RETURN);
     }
+    /* Which holders keep a ZeRO-2 shard of each shared parameter: a stage's
+     * config knows only its own zero level, and every holder must cut the
+     * cross-stage sum into the same pieces (shared_sum) */
+    int ns = rt->cfg.nstages;
+    rt->shared_zero2 = calloc((size_t)n * (size_t)ns + 1, sizeof *rt->shared_zero2);
+    for (int i = 0; i < n; i++) {
+        if (rt->shared_comm[i] == MPI_COMM_NULL) continue;
+        int *z2 = rt->shared_zero2 + (size_t)i * (size_t)ns;
+        z2[rt->cfg.stage] = rt->cfg.zero >= 2;
+        char what[512];
+        snprintf(what, sizeof what, "ZeRO levels of the stages holding '%s'",
+                 rt->cfg.shared[i].name);
+        if (rt_allreduce(&rt->ctx, rt->shared_comm[i], z2, ns, MPI_INT, MPI_MAX, what)) return 1;
+    }
     return 0;
 }
 
@@ -51,6 +70,8 @@ void stage_sync_teardown(StageRt *rt) {
         if (rt->shared_comm[i] != MPI_COMM_NULL) MPI_Comm_free(&rt->shared_comm[i]);
     free(rt->shared_comm);
     rt->shared_comm = NULL;
+    free(rt->shared_zero2);
+    rt->shared_zero2 = NULL;
 }
 
 static float *arena_f32(StageRt *rt, int64_t off, int64_t n) {
@@ -65,19 +86,58 @@ void stage_zero_range(const StageRt *rt, const StageParam *p, int64_t *start, in
     rt_row_split(p->numel, rt->ctx.dp_size, rt->ctx.dp_rank, start, count);
 }
 
+int64_t stage_acc_len(const StageConfig *c, const StageParam *p) {
+    return c->zero >= 2 ? p->zlen : p->numel;
+}
+
+/* ZeRO-2's gradient accumulation (stage_abi.h): the DP sum of this
+ * microbatch's gradient, reduce-scattered in place in backward scratch,
+ * and this rank's range added to its shard.  Summing per microbatch
+ * instead of once per step changes only the order of the f32 additions. */
+int32_t hetrt_accum_scatter(int32_t param, void *acc, void *g, int64_t n) {
+    StageRt *rt = hetrt_stage_rt;
+    if (!rt) {
+        rt_log_error("hetrt_accum_scatter called outside hetrt_stage_main");
+        return 1;
+    }
+    StageConfig *c = &rt->cfg;
+    if (param < 0 || param >= c->nparams || c->zero < 2) {
+        rt_log_error("stage %d: hetrt_accum_scatter(param %d) needs zero 2 and a param record "
+                     "(config: zero %d, %d params)",
+                     c->stage, param, c->zero, c->nparams);
+        return 1;
+    }
+    StageParam *p = &c->params[param];
+    if (n != p->numel || acc != (void *)arena_f32(rt, p->off_acc, p->zlen) || !g) {
+        rt_log_error("stage %d: hetrt_accum_scatter of '%s': %lld elements / accumulator %p, "
+                     "the config says %lld at arena offset %lld",
+                     c->stage, p->name, (long long)n, acc, (long long)p->numel,
+                     (long long)p->off_acc);
+        return 1;
+    }
+    int64_t start, count;
+    stage_zero_range(rt, p, &start, &count);
+    char what[512];
+    snprintf(what, sizeof what, "ZeRO-2 gradient reduce-scatter of '%s' (stage %d, microbatch %d)",
+             p->name, c->stage, rt->micro);
+    if (stage_be_reduce_scatter(rt, g, n, what)) return 1;
+    return count > 0 ? stage_be_axpy(rt, acc, g, count, 1.0f / (float)c->accum) : 0;
+}
+
 /* ZeRO: this rank's slice of the DP-summed gradient ends up in acc[0 ..
  * count), zero-padded to zlen (the update graph reads zlen elements).
- * Unshared parameters are reduce-scattered; a shared one was all-reduced
- * (its cross-stage sum needs the whole tensor, and the stages holding it
- * may split it differently), so its slice is moved down. */
+ * ZeRO-1: unshared parameters are reduce-scattered; a shared one was
+ * all-reduced (its cross-stage sum needs the whole tensor, and the stages
+ * holding it may split it differently), so its slice is moved down.
+ * ZeRO-2: the accumulator already is the slice. */
 static int zero_slice_grads(StageRt *rt) {
     StageConfig *c = &rt->cfg;
     for (int i = 0; i < c->nparams; i++) {
         StageParam *p = &c->params[i];
         int64_t start, count;
         stage_zero_range(rt, p, &start, &count);
-        float *acc = arena_f32(rt, p->off_acc, p->numel);
-        if (p->shared_index >= 0 && start > 0 && count > 0 &&
+        float *acc = arena_f32(rt, p->off_acc, stage_acc_len(c, p));
+        if (c->zero < 2 && p->shared_index >= 0 && start > 0 && count > 0 &&
             stage_be_copy(rt, acc, acc + start, (size_t)count * sizeof(float)))
             return 1;
         if (p->zlen > count &&
@@ -112,23 +172,93 @@ int stage_zero_post_update(StageRt *rt) {
         StageParam *p = &c->params[i];
         snprintf(what, sizeof what, "ZeRO parameter all-gather of '%s' (stage %d)", p->name,
                  c->stage);
-        if (rt_dp_allgather_f32(&rt->ctx, arena_f32(rt, p->off_zp, p->zlen),
-                                arena_f32(rt, p->off_param, p->numel), (size_t)p->numel, what))
+        if (stage_be_allgather(rt, arena_f32(rt, p->off_zp, p->zlen),
+                               arena_f32(rt, p->off_param, p->numel), p->numel, what))
             return 1;
     }
     return 0;
 }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The sum of shared parameter s's gradient over the stages holding it (p:
+ * this stage's record), after each stage's DP sum.  dp rank 0 of a stage
+ * with whole accumulators contributes its gradient (its other ranks add
+ * zeros), so the result is exactly the sum of the stages' gradients with
+ * no 1/dp rescaling to round; with TP, TP rank 0 only (a shared parameter
+ * is never TP-sharded: stage_config.c, so the TP ranks' copies are equal).
+ * A ZeRO-2 holder has no whole gradient: each of its DP ranks contributes
+ * its shard in its own range.  So the all-reduce runs piece by piece, cut
+ * at every ZeRO-2 holder's range boundaries (the same cuts on every
+ * holder: shared_zero2): a piece inside this rank's accumulator is summed
+ * in place, one outside a ZeRO-2 rank's shard goes through the rank's
+ * parameter slice buffer (free until stage_zero_pre_update, and at least
+ * as long as any piece: pieces lie inside one of this rank's ranges) and
+ * is dropped.  Without ZeRO-2 holders that is one piece, the whole tensor. */
+static int shared_sum(StageRt *rt, int s, StageParam *p) {
+    StageConfig *c = &rt->cfg;
+    const StageShared *sh = &c->shared[s];
+    const int *z2 = rt->shared_zero2 + (size_t)s * (size_t)c->nstages;
+    int sharded = c->zero >= 2;
+    int64_t start = 0, count = p->numel;
+    if (sharded) stage_zero_range(rt, p, &start, &count);
+    float *acc = arena_f32(rt, p->off_acc, stage_acc_len(c, p));
+    int contrib = rt->ctx.tp_rank == 0 && (sharded || rt->ctx.dp_rank == 0);
+    if (!contrib && count > 0 && stage_be_zero(rt, acc, (size_t)count * sizeof(float)))
+        return 1;
+    int ncut = 2;
+    for (int j = 0; j < sh->nstages; j++)
+        if (z2[sh->stages[j]]) ncut += c->dp[sh->stages[j]];
+    int64_t *cut = calloc((size_t)ncut, sizeof *cut);
+    int k = 0;
+    cut[k++] = 0, cut[k++] = p->numel;
+    for (int j = 0; j < sh->nstages; j++) {
+        int h = sh->stages[j];
+        for (int r = 0; z2[h] && r < c->dp[h]; r++) {
+            int64_t st, ct;
+            rt_row_split(p->numel, c->dp[h], r, &st, &ct);
+            cut[k++] = st;
+        }
+    }
+    qsort(cut, (size_t)k, sizeof *cut, cmp_i64);
+    char what[512];
+    snprintf(what, sizeof what, "shared-gradient all-reduce of '%s' (stage %d)", p->name,
+             c->stage);
+    int rc = 0;
+    for (int i = 0; i + 1 < k && !rc; i++) {
+        int64_t a = cut[i], b = cut[i + 1];
+        if (a == b) continue;
+        float *buf = acc + (a - start);
+        if (a < start || b > start + count) { /* another rank's piece */
+            if (!sharded || b - a > p->zlen) {
+                rt_log_error("stage %d: shared parameter '%s': piece [%lld, %lld) outside this "
+                             "rank's range [%lld, +%lld)", c->stage, p->name, (long long)a,
+                             (long long)b, (long long)start, (long long)count);
+                rc = 1;
+                break;
+            }
+            buf = arena_f32(rt, p->off_zp, p->zlen);
+            if (stage_be_zero(rt, buf, (size_t)(b - a) * sizeof(float))) rc = 1;
+        }
+        if (!rc) rc = stage_be_allreduce(rt, s, buf, b - a, what);
+    }
+    free(cut);
+    return rc;
+}
+
 int stage_sync_grads(StageRt *rt, double *norm) {
     StageConfig *c = &rt->cfg;
     char what[512];
-    for (int i = 0; i < c->nparams; i++) {
+    for (int i = 0; i < c->nparams && c->zero < 2; i++) { /* ZeRO-2: summed in the backward */
         StageParam *p = &c->params[i];
         float *acc = arena_f32(rt, p->off_acc, p->numel);
-        if (c->zero && p->shared_index < 0) { /* host arena (stage_main checks) */
+        if (c->zero && p->shared_index < 0) { /* the backend's: MPI or NCCL */
             snprintf(what, sizeof what, "gradient reduce-scatter of '%s' (stage %d)", p->name,
                      c->stage);
-            if (rt_dp_reduce_scatter_f32(&rt->ctx, acc, (size_t)p->numel, what)) return 1;
+            if (stage_be_reduce_scatter(rt, acc, p->numel, what)) return 1;
             continue;
         }
         snprintf(what, sizeof what, "gradient all-reduce of '%s' (stage %d)", p->name, c->stage);
@@ -136,11 +266,7 @@ int stage_sync_grads(StageRt *rt, double *norm) {
             return 1;
     }
     /* Shared parameters: after the DP sum every rank of a stage holds its
-     * stage's gradient; dp rank 0 alone contributes it (the others send
-     * zeros), so the sum over the holders is exactly the sum of the
-     * stages' gradients, with no 1/dp rescaling to round.  With TP the
-     * TP ranks hold identical copies (a shared parameter is never
-     * sharded: stage_config.c), so TP rank 0 alone contributes too. */
+     * stage's gradient (or, ZeRO-2, its shard): shared_sum. */
     for (int s = 0; s < c->nshared; s++) {
         if (rt->shared_comm[s] == MPI_COMM_NULL) continue;
         StageParam *p = NULL;
@@ -151,14 +277,7 @@ int stage_sync_grads(StageRt *rt, double *norm) {
                          c->shared[s].name, c->stage);
             return 1;
         }
-        float *acc = arena_f32(rt, p->off_acc, p->numel);
-        if ((rt->ctx.dp_rank != 0 || rt->ctx.tp_rank != 0) &&
-            stage_be_zero(rt, acc, (size_t)p->numel * sizeof(float)))
-            return 1;
-        snprintf(what, sizeof what, "shared-gradient all-reduce of '%s' (stage %d)", p->name,
-                 c->stage);
-        if (stage_be_allreduce(rt, s, acc, p->numel, what))
-            return 1;
+        if (shared_sum(rt, s, p)) return 1;
     }
     /* Global norm: every parameter once (a shared one on its lowest
      * holding stage), dp rank 0 of each stage only; a TP-sharded one on
@@ -180,7 +299,8 @@ int stage_sync_grads(StageRt *rt, double *norm) {
             int64_t start, count;
             stage_zero_range(rt, p, &start, &count);
             double ps = 0; /* in double: millions of squares */
-            if (stage_be_sumsq(rt, arena_f32(rt, p->off_acc, p->numel), count, &ps)) return 1;
+            if (stage_be_sumsq(rt, arena_f32(rt, p->off_acc, stage_acc_len(c, p)), count, &ps))
+                return 1;
             sq += ps;
         }
     if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &sq, 1, MPI_DOUBLE, MPI_SUM,

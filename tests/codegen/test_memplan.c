@@ -14,6 +14,12 @@
  *     by the "runtime" where stage_abi.h says it does).
  *  4. the call order has one node call per node of each phase, one accum
  *     and one zero per parameter, a copy per update output.
+ * ZeRO (zero_slices): the same checks on a stage planned with zero 1 and
+ * zero 2 (the replay knows the runtime's slice copies; under zero 2 the
+ * accumulate call also overwrites its gradient - the in-place
+ * reduce-scatter - so a later read of it would fail), the slice sizes
+ * from part_zero_len, and zero 2's gradient bytes recomputed here:
+ * the accumulators are the aligned zlen slices, 1/dp of zero 1's.
  * Usage: test_memplan GPT_TINY.onnx */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +49,9 @@ enum { T_TRAIN = 1 << 24, T_UPD = 2 << 24, T_PARAM = 3 << 24, T_ACC = 4 << 24, T
        T_V = 6 << 24, T_LR = 7 << 24, T_STEP = 8 << 24, T_NORM = 9 << 24,
        /* after the update's copies / zeroing: a copy or zero run too early
         * shows up as the wrong tag under a later read */
-       T_PNEW = 10 << 24, T_MNEW = 11 << 24, T_VNEW = 12 << 24, T_ZERO = 13 << 24, T_SKIP = -1 };
+       T_PNEW = 10 << 24, T_MNEW = 11 << 24, T_VNEW = 12 << 24, T_ZERO = 13 << 24,
+       /* a gradient after ZeRO-2's in-place reduce-scatter */
+       T_CLOBBER = 14 << 24, T_SKIP = -1 };
 static int g_updated; /* 1 once the update ran: parameters / state carry T_*NEW */
 
 static int param_index(const MemPlan *mp, const char *name) {
@@ -218,15 +226,19 @@ static void run_fn(Shadow *s, const MemPlan *mp, const PartStage *st, int fn, in
         }
         const MpParam *p = a->kind >= MP_ACCUM ? &mp->params[a->index] : NULL;
         if (a->kind == MP_ACCUM) {
-            sh_read2(s, p->acc_off, p->bytes, T_ACC + a->index, T_ZERO + a->index, "accumulator");
-            sh_write(s, p->acc_off, p->bytes, T_ACC + a->index);
+            sh_read2(s, p->acc_off, p->acc_len * 4, T_ACC + a->index, T_ZERO + a->index,
+                     "accumulator");
+            sh_write(s, p->acc_off, p->acc_len * 4, T_ACC + a->index);
+            if (mp->zero >= 2) /* hetrt_accum_scatter reduce-scatters the gradient in place */
+                sh_write(s, addr(mp, st, 0, p->grad, slot), p->bytes, T_CLOBBER + a->index);
         } else if (a->kind == MP_ZERO) {
-            sh_write(s, p->acc_off, p->bytes, T_ZERO + a->index);
+            sh_write(s, p->acc_off, p->acc_len * 4, T_ZERO + a->index);
         } else if (a->kind == MP_COPY) {
-            int64_t dst = a->sub == 0 ? p->param_off : a->sub == 1 ? p->m_off : p->v_off;
+            /* the update's parameter: P itself, or under ZeRO its slice buffer */
+            int64_t dst = a->sub == 0 ? p->zp_off : a->sub == 1 ? p->m_off : p->v_off;
             int tag = (a->sub == 0 ? T_PNEW : a->sub == 1 ? T_MNEW : T_VNEW) + a->index;
             CHECK(dst >= 0, "copy into a missing state");
-            sh_write(s, dst, p->bytes, tag);
+            sh_write(s, dst, p->zlen * 4, tag);
         }
     }
 }
@@ -246,9 +258,9 @@ static void dataflow(const MemPlan *mp, const PartStage *st) {
     for (int i = 0; i < mp->nparams; i++) { /* parameters loaded, accumulators and state zeroed */
         const MpParam *p = &mp->params[i];
         sh_write(&s, p->param_off, p->bytes, T_PARAM + i);
-        sh_write(&s, p->acc_off, p->bytes, T_ZERO + i);
-        if (p->m_off >= 0) sh_write(&s, p->m_off, p->bytes, T_M + i);
-        if (p->v_off >= 0) sh_write(&s, p->v_off, p->bytes, T_V + i);
+        sh_write(&s, p->acc_off, p->acc_len * 4, T_ZERO + i);
+        if (p->m_off >= 0) sh_write(&s, p->m_off, p->zlen * 4, T_M + i);
+        if (p->v_off >= 0) sh_write(&s, p->v_off, p->zlen * 4, T_V + i);
     }
     runtime_scalars(&s, mp);
     /* 1F1B-shaped, 2 slots: F0 F1 B0 F2 B1 F3 B2 B3, update, F0 B0 */
@@ -257,8 +269,16 @@ static void dataflow(const MemPlan *mp, const PartStage *st) {
     for (int i = 0; i < 8; i++)
         run_fn(&s, mp, st, sched[i].k == 'F' ? MP_FN_FORWARD : MP_FN_BACKWARD, sched[i].m % 2);
     runtime_scalars(&s, mp);
+    for (int i = 0; mp->zero && i < mp->nparams; i++) { /* stage_sync.c, stage_zero_pre_update */
+        const MpParam *p = &mp->params[i];
+        sh_write(&s, p->acc_off, p->zlen * 4, T_ACC + i); /* the DP-summed slice */
+        sh_write(&s, p->zp_off, p->zlen * 4, T_PARAM + i);
+    }
     run_fn(&s, mp, st, MP_FN_UPDATE, 0);
     g_updated = 1;
+    s.where = "runtime";
+    for (int i = 0; mp->zero && i < mp->nparams; i++) /* stage_zero_post_update's all-gather */
+        sh_write(&s, mp->params[i].param_off, mp->params[i].bytes, T_PNEW + i);
     run_fn(&s, mp, st, MP_FN_FORWARD, 1);
     run_fn(&s, mp, st, MP_FN_BACKWARD, 1);
     free(s.r);
@@ -271,9 +291,11 @@ static void regions(const MemPlan *mp, const PartStage *st) {
     for (int i = 0; i < mp->nparams; i++) {
         const MpParam *p = &mp->params[i];
         CHECK(p->param_off >= 0 && p->param_off + p->bytes <= pe, "param '%s' outside", p->name);
-        CHECK(p->acc_off >= pe && p->acc_off + p->bytes <= ge, "acc '%s' outside", p->name);
-        CHECK(p->m_off < 0 || (p->m_off >= ge && p->m_off + p->bytes <= oe), "m '%s'", p->name);
-        CHECK(p->v_off < 0 || (p->v_off >= ge && p->v_off + p->bytes <= oe), "v '%s'", p->name);
+        CHECK(p->acc_len == (mp->zero >= 2 ? p->zlen : p->numel), "acc '%s': %lld elements",
+              p->name, (long long)p->acc_len);
+        CHECK(p->acc_off >= pe && p->acc_off + p->acc_len * 4 <= ge, "acc '%s' outside", p->name);
+        CHECK(p->m_off < 0 || (p->m_off >= ge && p->m_off + p->zlen * 4 <= oe), "m '%s'", p->name);
+        CHECK(p->v_off < 0 || (p->v_off >= ge && p->v_off + p->zlen * 4 <= oe), "v '%s'", p->name);
         CHECK(p->param_off % MP_ALIGN == 0 && p->acc_off % MP_ALIGN == 0, "alignment");
     }
     CHECK(mp->lr_off >= oe && mp->norm_off + 4 <= mp->scratch_off, "scalars");
@@ -511,6 +533,50 @@ static void zero_slices(void) {
               (long long)mp.opt_bytes, (long long)opt0);
         printf("zero 1, dp 3: optstate %lld bytes (zero 0: %lld)\n", (long long)mp.opt_bytes,
                (long long)opt0);
+        check_stage(st, "zero 1, dp 3");
+        /* ZeRO-2: the same layout but the accumulators are the zlen shards
+         * (sizes recomputed here from part_zero_len, aligned like every
+         * buffer); the whole gradient lives only in backward scratch, up to
+         * its accumulate call, which is its last use */
+        st->zero = 2;
+        MemPlan m2;
+        if (memplan_build(st, 2, &m2, &err)) {
+            CHECK(0, "zero 2: memplan: %s", err.msg);
+        } else {
+            int64_t want_g = 0, want_g1 = 0;
+            for (int i = 0; i < m2.nparams; i++) {
+                const MpParam *p = &m2.params[i];
+                int64_t zl = part_zero_len(p->numel, 3);
+                want_g += (zl * 4 + MP_ALIGN - 1) / MP_ALIGN * MP_ALIGN;
+                want_g1 += (p->numel * 4 + MP_ALIGN - 1) / MP_ALIGN * MP_ALIGN;
+                CHECK(p->acc_len == zl && p->zlen == zl, "zero 2 '%s': acc %lld zlen %lld",
+                      p->name, (long long)p->acc_len, (long long)p->zlen);
+                const MpLoc *gl = memplan_loc(&m2, st, 0, p->grad);
+                int at = -1;
+                for (int k = 0; k < m2.nacts[MP_FN_BACKWARD]; k++)
+                    if (m2.acts[MP_FN_BACKWARD][k].kind == MP_ACCUM &&
+                        m2.acts[MP_FN_BACKWARD][k].index == i)
+                        at = k;
+                CHECK(gl && gl->region == HETC_BUF_ARENA && gl->off >= m2.scratch_off &&
+                          gl->off + gl->bytes <= m2.scratch_off + m2.scratch_bytes &&
+                          gl->last == at && at >= 0,
+                      "zero 2 '%s': gradient not backward scratch dying at its accumulate "
+                      "(last %d, accum at %d)", p->grad->name, gl ? gl->last : -2, at);
+            }
+            CHECK(m2.grad_bytes == want_g && mp.grad_bytes == want_g1,
+                  "gradient bytes: zero 2 %lld (want %lld), zero 1 %lld (want %lld)",
+                  (long long)m2.grad_bytes, (long long)want_g, (long long)mp.grad_bytes,
+                  (long long)want_g1);
+            CHECK(m2.grad_bytes < mp.grad_bytes && m2.opt_bytes == mp.opt_bytes &&
+                      m2.param_bytes == mp.param_bytes,
+                  "zero 2 vs zero 1: params %lld/%lld grads %lld/%lld optstate %lld/%lld",
+                  (long long)m2.param_bytes, (long long)mp.param_bytes, (long long)m2.grad_bytes,
+                  (long long)mp.grad_bytes, (long long)m2.opt_bytes, (long long)mp.opt_bytes);
+            printf("zero 2, dp 3: grads %lld bytes (zero 1: %lld)\n", (long long)m2.grad_bytes,
+                   (long long)mp.grad_bytes);
+            memplan_free(&m2);
+            check_stage(st, "zero 2, dp 3");
+        }
         memplan_free(&mp);
     }
     fixture_free(&two[0]);
