@@ -239,10 +239,8 @@ int cmd_compile(int argc, char **argv) {
      * restriction: the planner offers tp > 1 only to stages holding whole attention /
      * MLP patterns that tp_shard shards at that tp (passes/planner/intra_ir.c). */
     pargv[pargc++] = "--dp-divides-microbatch";
-    if (ca.backend_cuda) { /* the CUDA stage runtime has no ZeRO yet (docs/CUDA.md) */
-        pargv[pargc++] = "--zero";
-        pargv[pargc++] = "0";
-    }
+    /* no --backend restriction either: the CUDA stage runtime runs TP and ZeRO on
+     * NCCL (runtime/cuda/stage_coll_cuda.c, docs/CUDA.md) */
     if (!co.out_dir) {
         pargv[pargc++] = "-o";
         pargv[pargc++] = (char *)out;

@@ -455,9 +455,15 @@ static int run_attention_grad(Cx *c, int k) {
 /* ------------------------------------------------------------ embedding, loss */
 static int ids_ok(const IrValue *v) { return v->dtype == IR_I32 || v->dtype == IR_I64; }
 
+/* a vocab-parallel shard (attrs vocab_start / vocab_size, tp_shard_vocab.c)
+ * has no device kernel: it runs on the host fallback (hk_embedding_shard_f32) */
+static int vocab_shard(const IrNode *n) {
+    return ir_node_attr(n, "vocab_start") || ir_node_attr(n, "vocab_size");
+}
+
 static int run_embedding(Cx *c, int k) {
     const IrValue *t = IN_V(c->n, 0), *ids = IN_V(c->n, 1);
-    if (t->dtype != IR_F32 || t->shape.rank != 2 || !ids_ok(ids)) return HOST;
+    if (t->dtype != IR_F32 || t->shape.rank != 2 || !ids_ok(ids) || vocab_shard(c->n)) return HOST;
     if (hkc_embedding_f32(&c->x->k, c->in[0], t->shape.dims[0], t->shape.dims[1],
                           (int)ids->dtype, c->in[1], numel(ids), c->out[0], c->x->bad, c->e))
         return kf(c, -1);
@@ -466,7 +472,7 @@ static int run_embedding(Cx *c, int k) {
 
 static int run_embedding_grad(Cx *c, int k) {
     const IrValue *t = IN_V(c->n, 0), *ids = IN_V(c->n, 1);
-    if (t->dtype != IR_F32 || t->shape.rank != 2 || !ids_ok(ids)) return HOST;
+    if (t->dtype != IR_F32 || t->shape.rank != 2 || !ids_ok(ids) || vocab_shard(c->n)) return HOST;
     int64_t V = t->shape.dims[0], D = t->shape.dims[1];
     if (numel(IN_V(c->n, 2)) != numel(ids) * D) return HOST;
     if (hkc_embedding_grad_f32(&c->x->k, V, D, (int)ids->dtype, c->in[1], numel(ids), c->in[2],
@@ -536,6 +542,7 @@ static const CxEntry table[IR_OP_COUNT] = {
     [IR_OP_IDENTITY] = {run_copy, 0}, [IR_OP_RESHAPE] = {run_copy, 0},
     [IR_OP_SQUEEZE] = {run_copy, 0}, [IR_OP_UNSQUEEZE] = {run_copy, 0},
     [IR_OP_FLATTEN] = {run_copy, 0},
+    [IR_OP_TP_COPY] = {run_copy, 0}, /* identity forward (its gradient is a TpAllReduce) */
     [IR_OP_TRANSPOSE] = {run_transpose, 0}, [IR_OP_EXPAND] = {run_expand, 0},
     [IR_OP_SPLIT] = {run_split, 0}, [IR_OP_CONCAT] = {run_concat, 0},
     [IR_OP_SLICE] = {run_slice, 0}, [IR_OP_SLICE_GRAD] = {run_slice, 1},

@@ -5,7 +5,8 @@
  * NCCL does not allow two ranks of one communicator on one GPU).  Boundary
  * transfers of `link PEER direct` records use NCCL point-to-point under the
  * same condition (stage_p2p_cuda.c); the others are CPU-mediated
- * (stage_exec.c stages them through the host).
+ * (stage_exec.c stages them through the host).  Tensor-parallel all-reduces
+ * and ZeRO's reduce-scatter / all-gather: stage_coll_cuda.c.
  * The shared runtime (stage_main.c, stage_sync.c, stage_ckpt.c,
  * stage_exec.c) calls these through stage_internal.h. */
 #include <stdio.h>
@@ -85,6 +86,7 @@ void stage_be_teardown(StageRt *rt) {
     for (int i = 0; b->groups && i <= rt->cfg.nshared; i++)
         if (b->groups[i].nccl && b->groups[i].comm) ncclCommDestroy(b->groups[i].comm);
     free(b->groups);
+    if (b->tp_group.nccl && b->tp_group.comm) ncclCommDestroy(b->tp_group.comm);
     if (b->x.fallbacks && rt->ctx.world_rank == 0 && getenv("HETRT_VERBOSE"))
         fprintf(stderr, "[hetrt] %lld nodes ran on the host executor (no device kernel)\n",
                 (long long)b->x.fallbacks);

@@ -10,8 +10,8 @@
 #include "cudaexec.h"
 #include "stage_internal.h"
 
-/* A reduction group: the DP group (index 0) or shared parameter s (1 + s);
- * also one direction of a stage link. */
+/* A reduction group: the DP group (index 0) or shared parameter s (1 + s),
+ * the TP group (CudaBe.tp_group); also one direction of a stage link. */
 typedef struct CudaGroup {
     int decided;  /* transport chosen */
     int nccl;     /* 1: NCCL, 0: CPU-mediated (MPI on host copies) */
@@ -40,9 +40,11 @@ typedef struct CudaBe {
     int force_cpu;      /* HETRT_TRANSPORT=cpu */
     CudaExec x;
     int x_up;
-    CudaGroup *groups;  /* [1 + nshared] */
+    CudaGroup *groups;  /* [1 + nshared]; groups[0] (DP) also carries ZeRO's collectives */
+    CudaGroup tp_group; /* the stage's TP group (stage_coll_cuda.c) */
     double *dsum;       /* device double for sums of squares */
-    /* NCCL stage links (stage_p2p_cuda.c) */
+    /* NCCL stage links (stage_p2p_cuda.c); the TP and ZeRO collectives are in
+     * stage_coll_cuda.c */
     CudaLink *links;    /* only the links that use NCCL */
     int nlinks;
     cudaStream_t send_stream, recv_stream;

@@ -11,35 +11,15 @@ present those two checks do not apply (tests/cuda/test_cuda_e2e.py runs it).
 usage: test_cuda_backend.py HETC WORKDIR
 """
 import os
-import shutil
 import subprocess
 import sys
 
+import cudatest
+from cudatest import CLUSTER, DATA, MODEL, check, finish, fresh
+
 HETC, WORK = sys.argv[1], sys.argv[2]
-SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
-DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
-CLUSTER = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")
-failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg, flush=True)
-    return cond
-
-
 def run(cmd, timeout=600):
-    print("$", " ".join(cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        check(False, f"timed out after {timeout} s (a hang): {' '.join(cmd)}")
-        return None
-    if p.returncode:
-        print(p.stdout[-2000:], p.stderr[-2000:], sep="\n", flush=True)
-    return p
+    return cudatest.run(cmd, timeout, tail=2000)
 
 
 def needed(path):
@@ -53,8 +33,7 @@ def compile_to(out, *extra):
                 "--threads", "2", "--steps", "3", *extra, "-o", out])
 
 
-shutil.rmtree(WORK, ignore_errors=True)
-os.makedirs(WORK)
+fresh(WORK)
 cu, host = os.path.join(WORK, "cuda"), os.path.join(WORK, "host")
 p = compile_to(cu, "--backend=cuda")
 if not check(p and p.returncode == 0, "hetc compile --backend=cuda failed"):
@@ -93,8 +72,5 @@ else:
     check(p is not None and "no CUDA device" in (p.stdout + p.stderr),
           "launch.sh output does not name the missing device")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("ok: --backend=cuda links", nst, "stage binaries;",
+finish("ok: --backend=cuda links", nst, "stage binaries;",
       "GPU present" if gpu else "without a GPU they fail at once with 'no CUDA device'")

@@ -17,17 +17,12 @@ usage: test_cuda_e2e.py HETC WORKDIR
 """
 import json
 import os
-import re
-import shutil
-import subprocess
 import sys
 
+from cudatest import DATA, MODEL, OPT, SRC, check, finish, fresh, gpu_count, losses, run
+
 HETC, WORK = sys.argv[1], sys.argv[2]
-SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
-DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
 SEQ, MB, GB, STEPS = 64, 4, 16, 12
-OPT = ["--lr", "3e-3", "--warmup", "3", "--lr-schedule", "cosine"]
 ONE_GPU = """name: one-gpu
 dtype: fp16
 meshes:
@@ -36,42 +31,10 @@ meshes:
     nodes: 1
     devices_per_node: 1
 """
-failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg, flush=True)
-    return cond
-
-
-def run(cmd, timeout=900, env=None):
-    print("$", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    if p.returncode:
-        print(p.stdout[-3000:], p.stderr[-3000:], sep="\n", flush=True)
-    return p
-
-
-def losses(text):
-    return {int(m.group(1)): float(m.group(2)) for m in
-            re.finditer(r"^step\s+(\d+)/\d+ \| loss (\S+)", text, re.M)}
-
-
-shutil.rmtree(WORK, ignore_errors=True)
-os.makedirs(WORK)
+fresh(WORK)
 one = os.path.join(WORK, "one_gpu.yaml")
 open(one, "w").write(ONE_GPU)
 pair = os.path.join(SRC, "examples", "clusters", "tiny_pair.yaml")
-
-def gpu_count():
-    try:
-        p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return len([l for l in p.stdout.splitlines() if l.startswith("GPU ")]) or None
-
 
 for name, cluster in (("one stage", one), ("two stages, direct link", pair)):
     out = os.path.join(WORK, name.split()[0])
@@ -115,7 +78,4 @@ for name, cluster in (("one stage", one), ("two stages, direct link", pair)):
     print(f"{name}: {len(got)} steps on the GPU, loss vs host: max rel {worst:.3g}, mean rel "
           f"{mean:.3g}", flush=True)
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("ok")
+finish()

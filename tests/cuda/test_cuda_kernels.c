@@ -54,6 +54,7 @@ static const Case cases[] = {
     {"UnaryGrad silu", "input %x : f32[300]\n input %dy : f32[300]\n %d = UnaryGrad(%x, %dy) {fn=\"silu\"} : f32[300]\n output %d", EW, 0, 0},
     {"UnaryGrad sqrt", "input %x : f32[300]\n input %dy : f32[300]\n %d = UnaryGrad(%x, %dy) {fn=\"sqrt\"} : f32[300]\n output %d", EW, 1, 0},
     {"Identity", "input %a : f32[5,7]\n %y = Identity(%a) : f32[5,7]\n output %y", 0, 0, 0, 0},
+    {"TpCopy", "input %a : f32[5,7]\n %y = TpCopy(%a) : f32[5,7]\n output %y", 0, 0, 0, 0},
     {"Reshape", "input %a : f32[4,8,16]\n const %s : i64[2] = dense[32, 16]\n %y = Reshape(%a, %s) : f32[32,16]\n output %y", 0, 0, 0, 0},
     {"Transpose 0213", "input %a : f32[2,5,3,4]\n %y = Transpose(%a) {perm=[0, 2, 1, 3]} : f32[2,3,5,4]\n output %y", 0, 0, 0, 0},
     {"Transpose default", "input %a : f32[6,5]\n %y = Transpose(%a) : f32[5,6]\n output %y", 0, 0, 0, 0},

@@ -23,19 +23,10 @@ import sys
 
 import yaml
 
+from cudatest import CLUSTER, MODEL, check, finish
+
 HETC, WORK = sys.argv[1], sys.argv[2]
-SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
-CLUSTER = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")
 ARGS = ["--seq", "64", "--microbatch", "4", "--global-batch", "16", "--threads", "2"]
-failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg, flush=True)
-    return cond
 
 
 def compile_(out, extra=()):
@@ -122,7 +113,4 @@ if compile_(out3, ["--plan", bp]):
     for s, c in enumerate(configs(out3, S)):
         check(not records(c)[1], f"plan without cluster.links: stage {s} has link records")
 
-if failures:
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1)
-print("ok")
+finish(failed="failure(s)")

@@ -25,19 +25,10 @@ import shutil
 import subprocess
 import sys
 
+from cudatest import CLUSTER, MODEL, check, finish
+
 HETC, WORK = sys.argv[1], sys.argv[2]
-SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
-CLUSTER = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")  # dtype fp16
 CTX = ["--seq", "64", "--microbatch", "4"]
-failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL:", msg, flush=True)
-    return cond
 
 
 def run(args, want_rc=0, timeout=300):
@@ -137,7 +128,4 @@ else:
         check(e["t_f"] > 0 and e["t_b"] > 0, f"GPU {e['layer_sig']}: non-positive time")
         check(e["dtype"] == "fp32", "GPU: default dtype label is fp32")
 
-if failures:
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1)
-print("ok")
+finish(failed="failure(s)")
