@@ -242,11 +242,14 @@ static void layer_roofline(const CostModel *cm, const PlanLayer *p, const Device
 /* AdamW mixed precision (documented in docs/CLUSTER.md): bytes per
  * parameter per device: weights + grads in the training dtype, an fp32
  * master copy unless the dtype already is fp32, and fp32 Adam m and v.
- * ZeRO-1 shards master + m + v over the DP group, ZeRO-2 the grads too. */
+ * ZeRO-1 shards master + m + v over the DP group, ZeRO-2 the grads too.
+ * Under ZeRO the stage binaries update an fp32 slice of the parameters
+ * (runtime/stage/stage_sync.c) even at fp32, so the sharded master copy is
+ * counted whatever the dtype. */
 static double bytes_per_param_z(const CostModel *cm, int dp, int zero)
 {
     double w = cm->dtype_bytes, g = cm->dtype_bytes;
-    double master = cm->dtype_bytes < 4 ? 4.0 : 0.0, adam = 8.0;
+    double master = cm->dtype_bytes < 4 || zero >= 1 ? 4.0 : 0.0, adam = 8.0;
     if (zero >= 1) {
         master /= dp;
         adam /= dp;
@@ -419,20 +422,27 @@ static void intra_plan(const CostModel *cm, int k, int a, Submesh sub, int dp, i
     out->tp = tp;
     out->zero = zero;
     out->recompute = rc;
-    /* Gradient sync inside the DP group (once per iteration).  ZeRO 0: ring
-     * all-reduce, 2 (dp-1)/dp of the bytes; ZeRO-1/2: reduce-scatter of the
+    /* Gradient sync inside the DP group.  ZeRO 0: ring all-reduce once per
+     * iteration, 2 (dp-1)/dp of the bytes; ZeRO-1: reduce-scatter of the
      * gradients + all-gather of the updated parameters, (dp-1)/dp each with
-     * (dp-1) latency steps each: the same volume, so ZeRO is chosen only
-     * when memory binds. */
+     * (dp-1) latency steps each: the same volume, so ZeRO-1 is chosen only
+     * when memory binds.  ZeRO-2 keeps only its gradient shard between
+     * microbatches, so the stage binaries reduce-scatter each microbatch's
+     * gradients in its backward (hetrt_accum_scatter, blocking): that
+     * reduce-scatter is part of every microbatch's t_b (Eq. 13 sees it), and
+     * only the all-gather is left for t_sync. */
     out->t_sync = 0;
     if (dp > 1) {
         double bw = sub.n == 1 ? m->intra_bw : m->inter_bw;
         double lat = sub.n == 1 ? m->intra_lat : m->inter_lat;
         double g = tp > 1 ? r->params : r->params / tp;
-        if (!(bw > 0))
-            out->t_sync = INFINITY;
-        else /* ZeRO: RS (dp-1)/dp g + AG (dp-1)/dp g, (dp-1) steps each: the same sum */
-            out->t_sync = 2.0 * (dp - 1) / dp * g / bw + 2.0 * (dp - 1) * lat;
+        double one = bw > 0 ? (double)(dp - 1) / dp * g / bw + (dp - 1) * lat : INFINITY;
+        if (zero >= 2) {
+            out->t_b += one;
+            out->t_sync = one;
+        } else {
+            out->t_sync = 2.0 * one; /* ZeRO 0's ring all-reduce: the same sum */
+        }
     }
     out->feasible = out->mem_static + out->mem_act <= m->dev.mem_bytes;
 }

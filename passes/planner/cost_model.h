@@ -65,10 +65,10 @@ typedef struct LayerIntra {
  * layers pass).  Returns 0 or -1 with err set. */
 int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerIntra *out,
                         IrError *err);
-/* The same, and with vocab_parallel != 0 also a vocabulary-parallel
- * Embedding and LM head + loss (for planning-only studies: the stage
- * binaries do not shard them, so hetc compile cannot run such a plan).
- * layer_intra_from_ir is vocab_parallel = 0. */
+/* The same; vocab_parallel = 0 leaves out the vocabulary-parallel
+ * Embedding and LM head + loss (tp_shard_vocab.c) that the stage binaries
+ * shard (for comparisons).  layer_intra_from_ir is vocab_parallel = 1
+ * (intra_ir.c says when they are costed). */
 int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, int vocab_parallel,
                              LayerIntra *out, IrError *err);
 

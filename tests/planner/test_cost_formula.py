@@ -92,16 +92,21 @@ for dtype in ("bf16", "fp32"):
                 pk = peak[a] * opt["efficiency"]
                 tf = np.maximum(F[sl] / d / pk, (P[sl] + (A[sl] + O[sl]) / d) / dev["hbm_bw"]).sum()
                 tb = np.maximum(Bf[sl] / d / pk, (2 * P[sl] + 2 * A[sl] / d) / dev["hbm_bw"]).sum()
-                # AdamW: weights w + grads w + fp32 master (4, none when training in fp32)
+                # AdamW: weights w + grads w + fp32 master (4; in fp32 none without ZeRO,
+                # but the stage binaries update an fp32 slice under ZeRO)
                 # + Adam m, v (8) bytes per parameter; w = 2 (bf16) or 4 (fp32)
                 nparam = P[sl].sum() / wbytes
-                opt_state = 12 if dtype == "bf16" else 8
+                opt_state = 12 if dtype == "bf16" or zero >= 1 else 8
                 per = wbytes + (wbytes / d if zero >= 2 else wbytes) + (opt_state / d if zero >= 1 else opt_state)
                 mstat = nparam * per + opt["runtime_reserve_bytes"]
                 mact = A[sl].sum() / d
                 if d > 1:
                     bw, lat = (dev["intra_bw"], dev["intra_lat"]) if n == 1 else (dev["inter_bw"], dev["inter_lat"])
-                    tsync = 2 * (d - 1) / d * P[sl].sum() / bw + 2 * (d - 1) * lat
+                    one = (d - 1) / d * P[sl].sum() / bw + (d - 1) * lat
+                    # ZeRO-2: each microbatch's backward reduce-scatters its gradients;
+                    # the all-gather of the parameters once per iteration
+                    tsync = one if zero >= 2 else 2 * one
+                    tb += one if zero >= 2 else 0
                 else:
                     tsync = 0.0
                 feas = int(mstat + mact <= dev["mem_bytes"])
