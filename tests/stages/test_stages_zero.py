@@ -82,22 +82,23 @@ dp_stages = [i for i, s in enumerate(plan["stages"]) if s["dp"] == 2]
 if not check(len(dp_stages) == 1, f"tiny_hetero plan: DP=2 stages {dp_stages} (want one)"):
     sys.exit(1)
 z = dp_stages[0]
-q = json.loads(json.dumps(plan))
-q["stages"][z]["zero"] = 2
-plan_path = t.path("plan_zero.json")
-json.dump(q, open(plan_path, "w"), indent=1)
-out2 = t.path("build_zero2")
-p = t.compile(out2, "--plan", plan_path, "--emit-llvm")
-if not check(p.returncode == 0, f"hetc compile --plan (zero 2) exit {p.returncode}"):
-    sys.exit(1)
-q1 = json.loads(json.dumps(plan))
-q1["stages"][z]["zero"] = 1
-plan1_path = t.path("plan_zero1.json")
-json.dump(q1, open(plan1_path, "w"), indent=1)
-out1 = t.path("build_zero1")
-p = t.compile(out1, "--plan", plan1_path, "--emit-llvm")
-if not check(p.returncode == 0, f"hetc compile --plan (zero 1) exit {p.returncode}"):
-    sys.exit(1)
+
+
+def compile_zero(level, plan_name, out_name):
+    """the plan with ZeRO `level` on stage z, compiled (LLVM kept)"""
+    q = json.loads(json.dumps(plan))
+    q["stages"][z]["zero"] = level
+    path = t.path(plan_name)
+    json.dump(q, open(path, "w"), indent=1)
+    out = t.path(out_name)
+    p = t.compile(out, "--plan", path, "--emit-llvm")
+    if not check(p.returncode == 0, f"hetc compile --plan (zero {level}) exit {p.returncode}"):
+        sys.exit(1)
+    return path, out
+
+
+_, out2 = compile_zero(2, "plan_zero.json", "build_zero2")
+_, out1 = compile_zero(1, "plan_zero1.json", "build_zero1")
 
 # the config carries the ZeRO records on that stage only
 for k in range(len(plan["stages"])):
