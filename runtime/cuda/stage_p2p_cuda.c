@@ -143,8 +143,9 @@ int stage_cuda_links_setup(StageRt *rt) {
     }
     int want = 0;
     for (int p = 0; p < S; p++) {
-        /* with tensor parallelism rows travel between TP-rank-0 ranks and are
-         * broadcast over the TP group: the MPI path (both sides know it) */
+        /* with tensor parallelism rows travel as TP pieces and are
+         * all-gathered in the receiving TP group (rt_redistribute_rows):
+         * the MPI path (both sides know it) */
         if (tr[p] == STAGE_LINK_DIRECT && (rt->ctx.stage_tp[me] > 1 || rt->ctx.stage_tp[p] > 1))
             tr[p] = STAGE_LINK_CPU;
         want += tr[p] == STAGE_LINK_DIRECT;
