@@ -12,6 +12,13 @@
 #include "ir.h"
 
 /* 1 if the executor has a kernel for op (for table-completeness tests). */
+/* The deterministic contents `hetc profile` gives a layer's inputs,
+ * parameters and states (nb bytes of v's tensor at h), on the host dry run
+ * and the device alike (driver/cmd_profile.c, runtime/cuda/cudaprof.c):
+ * ids and integer inputs 0 (always in range), floats small and varied (no
+ * overflow in exp/softmax, no denormals). */
+void hexec_fill_pattern(const IrValue *v, void *h, size_t nb);
+
 int hexec_op_supported(IrOp op);
 /* 1 if it can run op on these input dtypes (conformance: "unsupported"). */
 int hexec_node_supported(const IrNode *n, char *why, size_t whylen);

@@ -84,21 +84,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static size_t value_bytes(const IrValue *v) {
-    int64_t n = ir_shape_numel(&v->shape);
-    return n > 0 ? (size_t)n * ir_dtype_size(v->dtype) : 0;
-}
-
 /* ------------------------------------------------------------ host dry run */
-
-/* The pattern of runtime/cuda/cudaprof.c: ids 0, floats small. */
-static void fill_pattern(const IrValue *v, void *h, size_t nb) {
-    memset(h, 0, nb);
-    if (v->dtype != IR_F32) return;
-    float *f = h;
-    for (size_t i = 0; i < nb / sizeof(float); i++)
-        f[i] = 0.02f * (float)((int)((i * 2654435761u) % 201u) - 100) / 100.0f;
-}
 
 static int value_index(const IrGraph *g, const IrValue *v) {
     if (v->id >= 0 && v->id < g->nvalues && g->values[v->id] == v) return v->id;
@@ -120,12 +106,12 @@ static int host_layer(IrGraph *g, int warmup, int reps, double *t_f, double *t_b
     for (int i = 0; i < g->nvalues; i++) {
         IrValue *v = g->values[i];
         if (v->kind == IR_VK_CONST) continue; /* read in place below */
-        size_t nb = value_bytes(v);
+        size_t nb = ir_value_bytes(v);
         if (!(buf[i] = calloc(nb ? nb : 1, 1))) {
             ir_errorf(err, "out of memory for value '%s' (%zu bytes)", v->name, nb);
             goto done;
         }
-        if (!v->producer) fill_pattern(v, buf[i], nb);
+        if (!v->producer) hexec_fill_pattern(v, buf[i], nb);
     }
     for (int r = 0; r < warmup + reps; r++) {
         double t[3];
@@ -160,7 +146,7 @@ static int host_layer(IrGraph *g, int warmup, int reps, double *t_f, double *t_b
                 for (int i = 0; i < n->nout; i++) {
                     if (!n->out[i]) continue;
                     out[i] = buf[value_index(g, n->out[i])];
-                    memset(out[i], 0, value_bytes(n->out[i]));
+                    memset(out[i], 0, ir_value_bytes(n->out[i]));
                 }
                 if (hexec_call_node_into(n, in, out, err)) goto done;
             }
@@ -199,7 +185,7 @@ static void layer_memory(const PartStage *ps, double *mem_static, double *mem_ac
     *mem_static = 0;
     for (int p = 0; p < ps->nparams; p++) {
         IrValue *v = ir_graph_find_value(g, ps->params[p].name);
-        if (v) *mem_static += (double)value_bytes(v) * (ps->params[p].trained ? 4 : 1);
+        if (v) *mem_static += (double)ir_value_bytes(v) * (ps->params[p].trained ? 4 : 1);
     }
     /* forward values and received activations that a backward node reads,
      * each once */
@@ -216,7 +202,7 @@ static void layer_memory(const PartStage *ps, double *mem_static, double *mem_ac
             int x = value_index(g, v);
             if (!fwd || x < 0 || seen[x]) continue;
             seen[x] = 1;
-            *mem_act += (double)value_bytes(v);
+            *mem_act += (double)ir_value_bytes(v);
         }
     }
     free(seen);

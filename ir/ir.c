@@ -117,6 +117,11 @@ int64_t ir_shape_numel(const IrShape *s) {
     }
     return n;
 }
+size_t ir_value_bytes(const IrValue *v) {
+    int64_t n = ir_shape_numel(&v->shape);
+    return n > 0 ? (size_t)n * ir_dtype_size(v->dtype) : 0;
+}
+
 int ir_shape_equal(const IrShape *a, const IrShape *b) {
     if (a->rank != b->rank) return 0;
     for (int i = 0; i < a->rank; i++)

@@ -229,6 +229,8 @@ IrValue *ir_const_i64s(IrGraph *g, const char *name, int n, const int64_t *v); /
 
 /* Give v owned data (takes ownership of `data`, allocated with malloc). */
 void ir_value_set_data(IrValue *v, void *data, size_t nbytes);
+/* Bytes of v's tensor from its shape and dtype; 0 while a dim is unknown. */
+size_t ir_value_bytes(const IrValue *v);
 
 /* Bytes of a CONST or PARAM value; maps external data on first use.
  * NULL with err set if there is none or mapping failed. */

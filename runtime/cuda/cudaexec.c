@@ -13,11 +13,6 @@
 
 int cudaexec_native_call(CudaExec *x, IrNode *n, const void **in, void **out, IrError *err);
 
-static size_t value_bytes(const IrValue *v) {
-    int64_t n = ir_shape_numel(&v->shape);
-    return n > 0 ? (size_t)n * ir_dtype_size(v->dtype) : 0;
-}
-
 static int cuda_fail(IrError *err, const char *what, cudaError_t e) {
     return ir_errorf(err, "%s: %s", what, cudaGetErrorString(e));
 }
@@ -83,7 +78,7 @@ const void *cudaexec_const(CudaExec *x, IrValue *v, IrError *err) {
         if (x->ckeys[i] == v) return x->cvals[i];
     const void *h = ir_value_data(v, err);
     if (!h) return NULL;
-    size_t nb = value_bytes(v);
+    size_t nb = ir_value_bytes(v);
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, nb ? nb : 16);
     if (e == cudaSuccess && nb) e = cudaMemcpyAsync(d, h, nb, cudaMemcpyHostToDevice, x->k.stream);
@@ -114,7 +109,7 @@ static int fallback(CudaExec *x, IrNode *n, const void **in, void **out, IrError
     if (e != cudaSuccess) return cuda_fail(err, "before a host fallback", e);
     for (int i = 0; i < n->nin && !rc; i++) {
         if (!n->in[i] || !in[i]) continue;
-        size_t nb = value_bytes(n->in[i]);
+        size_t nb = ir_value_bytes(n->in[i]);
         void *h = malloc(nb ? nb : 1);
         hin[i] = h;
         if (!h) rc = ir_errorf(err, "no host memory for input '%s'", n->in[i]->name);
@@ -126,14 +121,14 @@ static int fallback(CudaExec *x, IrNode *n, const void **in, void **out, IrError
         rc = cuda_fail(err, "inputs to the host", e);
     for (int i = 0; i < n->nout && !rc; i++) {
         if (!n->out[i] || !out[i]) continue;
-        size_t nb = value_bytes(n->out[i]);
+        size_t nb = ir_value_bytes(n->out[i]);
         if (!(hout[i] = calloc(nb ? nb : 1, 1)))
             rc = ir_errorf(err, "no host memory for output '%s'", n->out[i]->name);
     }
     if (!rc) rc = hexec_call_node_into(n, hin, hout, err);
     for (int i = 0; i < n->nout && !rc; i++) {
         if (!hout[i]) continue;
-        size_t nb = value_bytes(n->out[i]);
+        size_t nb = ir_value_bytes(n->out[i]);
         if (nb && (e = cudaMemcpyAsync(out[i], hout[i], nb, cudaMemcpyHostToDevice,
                                        x->k.stream)) != cudaSuccess)
             rc = cuda_fail(err, "output to the device", e);

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "cudaexec.h"
+#include "hostexec.h"
 
 static int cuda_fail(IrError *err, const char *what, cudaError_t e) {
     return ir_errorf(err, "%s: %s", what, cudaGetErrorString(e));
@@ -32,22 +33,6 @@ int cudaprof_probe(int ordinal, char *name, size_t cap, IrError *err) {
     }
     snprintf(name, cap, "%s", p.name);
     return n;
-}
-
-static size_t value_bytes(const IrValue *v) {
-    int64_t n = ir_shape_numel(&v->shape);
-    return n > 0 ? (size_t)n * ir_dtype_size(v->dtype) : 0;
-}
-
-/* The same pattern as the host dry run (cmd_profile.c): ids and integer
- * inputs 0 (always in range), floats small and varied (no overflow in
- * exp/softmax, no denormals). */
-static void fill_pattern(const IrValue *v, void *h, size_t nb) {
-    memset(h, 0, nb);
-    if (v->dtype != IR_F32) return;
-    float *f = h;
-    for (size_t i = 0; i < nb / sizeof(float); i++)
-        f[i] = 0.02f * (float)((int)((i * 2654435761u) % 201u) - 100) / 100.0f;
 }
 
 typedef struct Bufs {
@@ -76,7 +61,7 @@ static int alloc_bufs(IrGraph *g, CudaExec *x, Bufs *b, double *bytes, IrError *
                 return ir_error_prefix(err, "value '%s'", v->name);
             continue;
         }
-        size_t nb = value_bytes(v);
+        size_t nb = ir_value_bytes(v);
         cudaError_t e = cudaMalloc(&b->d[i], nb ? nb : 16);
         if (e != cudaSuccess) {
             b->d[i] = NULL;
@@ -88,7 +73,7 @@ static int alloc_bufs(IrGraph *g, CudaExec *x, Bufs *b, double *bytes, IrError *
         if (v->producer || !nb) continue;
         void *h = malloc(nb);
         if (!h) return ir_errorf(err, "out of memory");
-        fill_pattern(v, h, nb);
+        hexec_fill_pattern(v, h, nb);
         e = cudaMemcpy(b->d[i], h, nb, cudaMemcpyHostToDevice);
         free(h);
         if (e != cudaSuccess) return cuda_fail(err, "input pattern to the device", e);
@@ -125,7 +110,7 @@ static int run_phase(IrGraph *g, CudaExec *x, const Bufs *b, IrPhase ph, IrError
         for (int i = 0; i < n->nout; i++) {
             if (!n->out[i]) continue;
             out[i] = b->d[value_index(g, n->out[i])];
-            size_t nb = value_bytes(n->out[i]);
+            size_t nb = ir_value_bytes(n->out[i]);
             cudaError_t e = nb ? cudaMemsetAsync(out[i], 0, nb, x->k.stream) : cudaSuccess;
             if (e != cudaSuccess) return cuda_fail(err, "zeroing an output", e);
         }

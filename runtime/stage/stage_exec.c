@@ -28,17 +28,12 @@ static StageRt *need_rt(const char *entry) {
     return hetrt_stage_rt;
 }
 
-static size_t value_bytes(const IrValue *v) {
-    int64_t n = ir_shape_numel(&v->shape);
-    return n > 0 ? (size_t)n * ir_dtype_size(v->dtype) : 0;
-}
-
 /* Resolve one buffer reference of a hetrt_node call. */
 static void *resolve(StageRt *rt, IrValue *v, int64_t ref, void *arena, void *slot, int is_out,
                      IrError *err) {
     int region = (int)((uint64_t)ref >> 56);
     int64_t off = ref & ((INT64_C(1) << 56) - 1);
-    size_t nb = value_bytes(v);
+    size_t nb = ir_value_bytes(v);
     switch (region) {
     case HETC_BUF_NONE:
         return NULL;
@@ -104,14 +99,14 @@ int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const i
         if (!(in[i] = resolve(rt, n->in[i], bufs[i], arena, slot, 0, &err)) &&
             (bufs[i] >> 56) != HETC_BUF_NONE)
             rc = 1;
-        else if (!in[i] && value_bytes(n->in[i]))
+        else if (!in[i] && ir_value_bytes(n->in[i]))
             rc = ir_errorf(&err, "input %d ('%s') has no buffer", i, n->in[i]->name) != 0;
     }
     for (int i = 0; i < n->nout && !rc; i++) {
         out[i] = NULL;
         if (!n->out[i]) continue;
         int64_t ref = bufs[n->nin + i];
-        size_t nb = value_bytes(n->out[i]);
+        size_t nb = ir_value_bytes(n->out[i]);
         if ((ref >> 56) == HETC_BUF_NONE) { /* unused output: the kernel still writes it */
             if (!(out[i] = scratch[i] = stage_be_alloc(rt, nb)))
                 rc = ir_errorf(&err, "no memory for unused output '%s'", n->out[i]->name) != 0;
