@@ -76,16 +76,6 @@ static int parse_d(const char *opt, const char *s, double *out) {
     return 0;
 }
 
-/* Layer ids by node name, from the graph the planner saw. */
-typedef struct NameLayer {
-    const char *name;
-    int layer;
-} NameLayer;
-
-static int cmp_nl(const void *a, const void *b) {
-    return strcmp(((const NameLayer *)a)->name, ((const NameLayer *)b)->name);
-}
-
 int cmd_compile(int argc, char **argv) {
     CompileArgs ca;
     memset(&ca, 0, sizeof ca);
@@ -293,8 +283,8 @@ int cmd_compile(int argc, char **argv) {
     /* 2. layer ids, on the graph the planner saw (same passes, same options) */
     int rc = 1;
     IrGraph *lg = NULL;
-    NameLayer *nl = NULL;
-    int nnl = 0, L = 0;
+    LayerIndex lix = {0};
+    int L = 0;
     ClusterSpec cl;
     memset(&cl, 0, sizeof cl);
     PassContext ctx;
@@ -332,11 +322,10 @@ int cmd_compile(int argc, char **argv) {
                 "plan was made with)\n", planpath, plan.stages[plan.nstages - 1].last_layer, L);
         goto done;
     }
-    nl = calloc((size_t)lg->nnodes + 1, sizeof *nl);
-    for (int i = 0; i < lg->nnodes; i++)
-        if (!lg->nodes[i]->dead && lg->nodes[i]->layer_id > 0 && lg->nodes[i]->name[0])
-            nl[nnl++] = (NameLayer){lg->nodes[i]->name, lg->nodes[i]->layer_id};
-    qsort(nl, (size_t)nnl, sizeof *nl, cmp_nl);
+    if (layer_index_build(&lix, lg, &err)) {
+        fprintf(stderr, "hetc compile: %s\n", err.msg);
+        goto done;
+    }
     fprintf(stderr, "compile: %d stages, %d layers, %d microbatches of %lld rows x %lld tokens "
             "per step\n", plan.nstages, L, plan.microbatches, (long long)rows,
             (long long)co.seq);
@@ -349,8 +338,7 @@ int cmd_compile(int argc, char **argv) {
     cs.co = &co;
     cs.out_dir = out;
     cs.nlayers = L;
-    cs.lookup_ctx = nl;
-    cs.nlookup = nnl;
+    cs.layers = &lix;
     if (compile_stages(&cs, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
         compile_stages_free(&cs);
@@ -369,7 +357,7 @@ int cmd_compile(int argc, char **argv) {
     printf("run it: %s/launch.sh --data TOKENS.bin --steps %lld\n", out, (long long)ca.steps);
     rc = 0;
 done:
-    free(nl);
+    layer_index_free(&lix);
     free(players);
     module_report_free(&mrep);
     ir_graph_free(lg);
@@ -379,11 +367,4 @@ done:
 bad:
     free(pargv);
     return 2;
-}
-
-int compile_layer_of(const void *lookup_ctx, int nlookup, const char *node_name) {
-    const NameLayer *nl = lookup_ctx;
-    NameLayer key = {node_name, 0};
-    const NameLayer *hit = bsearch(&key, nl, (size_t)nlookup, sizeof *nl, cmp_nl);
-    return hit ? hit->layer : -1;
 }

@@ -208,19 +208,10 @@ static void layer_memory(const PartStage *ps, double *mem_static, double *mem_ac
     free(seen);
 }
 
-typedef struct NameLayer {
-    const char *name;
-    int layer;
-} NameLayer;
-
-static int cmp_nl(const void *a, const void *b) {
-    return strcmp(((const NameLayer *)a)->name, ((const NameLayer *)b)->name);
-}
-
 /* The forward + loss graph at `local` rows with the layer ids of the
  * planner's graph (by node name, as hetc compile does). */
 static IrGraph *layer_graph(const ProfArgs *a, const CompileOpts *co, int64_t local,
-                            const NameLayer *nl, int nnl, IrError *err) {
+                            const LayerIndex *lix, IrError *err) {
     CompileOpts o = *co;
     o.batch = local;
     o.dump_after = NULL;
@@ -236,12 +227,7 @@ static IrGraph *layer_graph(const ProfArgs *a, const CompileOpts *co, int64_t lo
         ir_graph_free(g);
         return NULL;
     }
-    for (int i = 0; i < g->nnodes; i++) {
-        IrNode *n = g->nodes[i];
-        NameLayer key = {n->name, 0};
-        const NameLayer *hit = nnl ? bsearch(&key, nl, (size_t)nnl, sizeof *nl, cmp_nl) : NULL;
-        n->layer_id = hit ? hit->layer : -1;
-    }
+    for (int i = 0; i < g->nnodes; i++) g->nodes[i]->layer_id = layer_index_of(lix, g->nodes[i]->name);
     return g;
 }
 
@@ -422,7 +408,7 @@ int cmd_profile(int argc, char **argv) {
     int rc = 1;
     IrGraph *lg = NULL, *g = NULL;
     PlanLayer *layers = NULL;
-    NameLayer *nl = NULL;
+    LayerIndex lix = {0};
     FILE *f = NULL;
     ModuleReport mrep;
     memset(&mrep, 0, sizeof mrep);
@@ -469,18 +455,12 @@ int cmd_profile(int argc, char **argv) {
         goto done;
     }
 
-    int nnl = 0;
-    nl = calloc((size_t)lg->nnodes + 1, sizeof *nl);
-    for (int i = 0; nl && i < lg->nnodes; i++)
-        if (!lg->nodes[i]->dead && lg->nodes[i]->layer_id > 0 && lg->nodes[i]->name[0])
-            nl[nnl++] = (NameLayer){lg->nodes[i]->name, lg->nodes[i]->layer_id};
-    if (!nl) {
-        fprintf(stderr, "hetc profile: out of memory\n");
+    if (layer_index_build(&lix, lg, &err)) {
+        fprintf(stderr, "hetc profile: %s\n", err.msg);
         goto done;
     }
-    qsort(nl, (size_t)nnl, sizeof *nl, cmp_nl);
     int64_t local = a.microbatch / a.dp;
-    if (!(g = layer_graph(&a, &co, local, nl, nnl, &err))) {
+    if (!(g = layer_graph(&a, &co, local, &lix, &err))) {
         fprintf(stderr, "hetc profile: forward + loss graph at %lld rows: %s\n", (long long)local,
                 err.msg);
         goto done;
@@ -584,7 +564,7 @@ int cmd_profile(int argc, char **argv) {
     rc = 0;
 done:
     if (f) fclose(f);
-    free(nl);
+    layer_index_free(&lix);
     free(layers);
     module_report_free(&mrep);
     ir_graph_free(lg);

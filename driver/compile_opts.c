@@ -138,3 +138,41 @@ void compile_print_summary(FILE *f, const IrGraph *g, const char *what) {
     }
     fputc('\n', f);
 }
+
+/* ------------------------------------------------------------ layer index */
+
+struct LayerIndexEntry {
+    const char *name; /* lg's node name: lg must outlive the index */
+    int layer;
+};
+
+static int cmp_entry(const void *a, const void *b) {
+    return strcmp(((const struct LayerIndexEntry *)a)->name,
+                  ((const struct LayerIndexEntry *)b)->name);
+}
+
+int layer_index_build(LayerIndex *ix, const IrGraph *lg, IrError *err) {
+    ix->n = 0;
+    if (!(ix->e = calloc((size_t)lg->nnodes + 1, sizeof *ix->e)))
+        return ir_errorf(err, "out of memory");
+    for (int i = 0; i < lg->nnodes; i++) {
+        const IrNode *n = lg->nodes[i];
+        if (!n->dead && n->layer_id > 0 && n->name[0])
+            ix->e[ix->n++] = (struct LayerIndexEntry){n->name, n->layer_id};
+    }
+    qsort(ix->e, (size_t)ix->n, sizeof *ix->e, cmp_entry);
+    return 0;
+}
+
+int layer_index_of(const LayerIndex *ix, const char *node_name) {
+    struct LayerIndexEntry key = {node_name, 0};
+    const struct LayerIndexEntry *hit =
+        ix->n ? bsearch(&key, ix->e, (size_t)ix->n, sizeof *ix->e, cmp_entry) : NULL;
+    return hit ? hit->layer : -1;
+}
+
+void layer_index_free(LayerIndex *ix) {
+    free(ix->e);
+    ix->e = NULL;
+    ix->n = 0;
+}

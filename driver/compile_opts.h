@@ -31,6 +31,20 @@ IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int n
                         int allow_unbound, PassContext *ctx, IrError *err);
 /* Run o->passes (or the default pipeline). */
 int compile_run_passes(IrGraph *g, const CompileOpts *o, PassContext *ctx, IrError *err);
+/* Layer ids by node name, taken from the graph the planner saw (modules
+ * and layers run on it): graphs imported again at another batch (a stage's
+ * local rows, hetc profile's per-rank rows) get their nodes' layers by
+ * name, as the importer names nodes alike at every batch. */
+typedef struct LayerIndex {
+    struct LayerIndexEntry *e; /* sorted by name */
+    int n;
+} LayerIndex;
+/* The live, named nodes of lg with a layer; -1 with err on out of memory. */
+int layer_index_build(LayerIndex *ix, const IrGraph *lg, IrError *err);
+/* The layer of the node called node_name; -1 if lg had none. */
+int layer_index_of(const LayerIndex *ix, const char *node_name);
+void layer_index_free(LayerIndex *ix);
+
 /* Op histogram summary line on f: "nodes 123: MatMul 12, Add 30, ..." */
 void compile_print_summary(FILE *f, const IrGraph *g, const char *what);
 

@@ -57,7 +57,7 @@ static IrGraph *stage_graph(const CompileStages *cs, int64_t local, IrError *err
     int unmapped = 0;
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
-        n->layer_id = compile_layer_of(cs->lookup_ctx, cs->nlookup, n->name);
+        n->layer_id = layer_index_of(cs->layers, n->name);
         unmapped += n->layer_id < 0;
     }
     (void)unmapped;

@@ -24,8 +24,7 @@ typedef struct CompileStages {
     const CompileOpts *co;     /* model, seq, binds; batch = microbatch rows */
     const char *out_dir;
     int nlayers;
-    const void *lookup_ctx;    /* node name -> layer (compile_layer_of) */
-    int nlookup;
+    const LayerIndex *layers;  /* node name -> layer, from the planner's graph */
     /* results */
     double t_graphs, t_init, t_lower;
 } CompileStages;
@@ -33,8 +32,6 @@ typedef struct CompileStages {
 int compile_stages(CompileStages *cs, IrError *err);
 void compile_stages_free(CompileStages *cs);
 
-/* Layer of a forward node of the planner's graph by name; -1 if unknown. */
-int compile_layer_of(const void *lookup_ctx, int nlookup, const char *node_name);
 
 #include "partition.h"
 /* Memory plan, lowering, emission and link of every stage (compile_emit.c). */
