@@ -112,10 +112,12 @@ typedef struct StageRt {
     double step_loss;         /* sum of recorded losses this step */
     RtSendQueue sendq;        /* hetrt_send's deferred sends, completed each step */
     MPI_Comm *shared_comm;    /* [cfg.nshared]; MPI_COMM_NULL where this stage holds none */
-    /* [cfg.nshared * cfg.nstages]: 1 where stage h holds shared parameter s
-     * as a ZeRO-2 gradient shard (learnt at setup over shared_comm[s]);
-     * decides how the cross-stage sum splits the tensor (stage_sync.c) */
-    int *shared_zero2;
+    /* [cfg.nshared]: the sorted, distinct element offsets (0 and numel
+     * included) at which the cross-stage sum of shared parameter s is cut:
+     * every ZeRO-2 holder's DP range boundaries, the same on every holder
+     * (learnt at setup over shared_comm[s]; stage_sync.c shared_sum) */
+    int64_t **shared_cut;
+    int *shared_ncut;
     void *be;                 /* the backend's state (stage_backend_*.c) */
     void *stage_buf;          /* host staging for device backends (boundary rows, tokens) */
     size_t stage_buf_bytes;

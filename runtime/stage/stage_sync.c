@@ -1,6 +1,7 @@
 /* Gradient synchronisation after a step's microbatches: the DP sum inside
- * each stage (over the ranks of equal TP rank: ctx.dp_comm), the sum of shared parameters' gradients over the stages that
- * hold them, and the global gradient norm over the whole model.  With
+ * each stage (over the ranks of equal TP rank: ctx.dp_comm), the sum of
+ * shared parameters' gradients over the stages that hold them, and the
+ * global gradient norm over the whole model.  With
  * ZeRO (cfg.zero > 0) the DP sum is a reduce-scatter: each DP rank keeps
  * its flat slice of every gradient, the update runs on the slice, and the
  * updated slices are all-gathered into the parameters (docs/STAGES.md).
@@ -28,6 +29,11 @@ int stage_param_owner(const StageRt *rt, const StageParam *p) {
     return lo;
 }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* One communicator per `shared` line, split in the plan-wide order of the
  * lines (identical on every stage), so every world rank takes part in each
  * MPI_Comm_split and ranks of stages not holding the parameter get
@@ -48,20 +54,60 @@ int stage_sync_setup(StageRt *rt) {
         if (rt->shared_comm[i] != MPI_COMM_NULL)
             MPI_Comm_set_errhandler(rt->shared_comm[i], MPI_ERRORS_RETURN);
     }
-    /* Which holders keep a ZeRO-2 shard of each shared parameter: a stage's
-     * config knows only its own zero level, and every holder must cut the
-     * cross-stage sum into the same pieces (shared_sum) */
+    /* Where the cross-stage sum of each shared parameter is cut: at every
+     * DP range boundary of the holders keeping a ZeRO-2 shard.  A stage's
+     * config knows only its own zero level, so the holders exchange theirs;
+     * every holder then cuts the sum into the same pieces (shared_sum). */
     int ns = rt->cfg.nstages;
-    rt->shared_zero2 = calloc((size_t)n * (size_t)ns + 1, sizeof *rt->shared_zero2);
+    rt->shared_cut = calloc((size_t)n + 1, sizeof *rt->shared_cut);
+    rt->shared_ncut = calloc((size_t)n + 1, sizeof *rt->shared_ncut);
+    int *z2 = calloc((size_t)ns + 1, sizeof *z2);
+    if (!rt->shared_cut || !rt->shared_ncut || !z2) {
+        free(z2);
+        rt_log_error("stage %d: out of memory", rt->cfg.stage);
+        return 1;
+    }
     for (int i = 0; i < n; i++) {
         if (rt->shared_comm[i] == MPI_COMM_NULL) continue;
-        int *z2 = rt->shared_zero2 + (size_t)i * (size_t)ns;
+        const StageShared *sh = &rt->cfg.shared[i];
+        const StageParam *p = NULL;
+        for (int j = 0; j < rt->cfg.nparams; j++)
+            if (rt->cfg.params[j].shared_index == i) p = &rt->cfg.params[j];
+        memset(z2, 0, sizeof *z2 * (size_t)ns);
         z2[rt->cfg.stage] = rt->cfg.zero >= 2;
         char what[512];
-        snprintf(what, sizeof what, "ZeRO levels of the stages holding '%s'",
-                 rt->cfg.shared[i].name);
-        if (rt_allreduce(&rt->ctx, rt->shared_comm[i], z2, ns, MPI_INT, MPI_MAX, what)) return 1;
+        snprintf(what, sizeof what, "ZeRO levels of the stages holding '%s'", sh->name);
+        if (rt_allreduce(&rt->ctx, rt->shared_comm[i], z2, ns, MPI_INT, MPI_MAX, what)) {
+            free(z2);
+            return 1;
+        }
+        if (!p) continue; /* stage_sync_grads reports the missing param line */
+        int ncut = 2;
+        for (int j = 0; j < sh->nstages; j++)
+            if (z2[sh->stages[j]]) ncut += rt->cfg.dp[sh->stages[j]];
+        int64_t *cut = rt->shared_cut[i] = calloc((size_t)ncut, sizeof *cut);
+        if (!cut) {
+            free(z2);
+            rt_log_error("stage %d: out of memory", rt->cfg.stage);
+            return 1;
+        }
+        int k = 0;
+        cut[k++] = 0, cut[k++] = p->numel;
+        for (int j = 0; j < sh->nstages; j++) {
+            int h = sh->stages[j];
+            for (int r = 0; z2[h] && r < rt->cfg.dp[h]; r++) {
+                int64_t st, ct;
+                rt_row_split(p->numel, rt->cfg.dp[h], r, &st, &ct);
+                cut[k++] = st;
+            }
+        }
+        qsort(cut, (size_t)k, sizeof *cut, cmp_i64);
+        int m = 0;
+        for (int j = 0; j < k; j++)
+            if (!m || cut[j] != cut[m - 1]) cut[m++] = cut[j];
+        rt->shared_ncut[i] = m;
     }
+    free(z2);
     return 0;
 }
 
@@ -70,8 +116,11 @@ void stage_sync_teardown(StageRt *rt) {
         if (rt->shared_comm[i] != MPI_COMM_NULL) MPI_Comm_free(&rt->shared_comm[i]);
     free(rt->shared_comm);
     rt->shared_comm = NULL;
-    free(rt->shared_zero2);
-    rt->shared_zero2 = NULL;
+    for (int i = 0; rt->shared_cut && i < rt->cfg.nshared; i++) free(rt->shared_cut[i]);
+    free(rt->shared_cut);
+    free(rt->shared_ncut);
+    rt->shared_cut = NULL;
+    rt->shared_ncut = NULL;
 }
 
 static float *arena_f32(StageRt *rt, int64_t off, int64_t n) {
@@ -179,11 +228,6 @@ int stage_zero_post_update(StageRt *rt) {
     return 0;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The sum of shared parameter s's gradient over the stages holding it (p:
  * this stage's record), after each stage's DP sum.  dp rank 0 of a stage
  * with whole accumulators contributes its gradient (its other ranks add
@@ -193,15 +237,15 @@ static int cmp_i64(const void *a, const void *b) {
  * A ZeRO-2 holder has no whole gradient: each of its DP ranks contributes
  * its shard in its own range.  So the all-reduce runs piece by piece, cut
  * at every ZeRO-2 holder's range boundaries (the same cuts on every
- * holder: shared_zero2): a piece inside this rank's accumulator is summed
+ * holder: rt->shared_cut, from stage_sync_setup): a piece inside this rank's accumulator is summed
  * in place, one outside a ZeRO-2 rank's shard goes through the rank's
  * parameter slice buffer (free until stage_zero_pre_update, and at least
  * as long as any piece: pieces lie inside one of this rank's ranges) and
  * is dropped.  Without ZeRO-2 holders that is one piece, the whole tensor. */
 static int shared_sum(StageRt *rt, int s, StageParam *p) {
     StageConfig *c = &rt->cfg;
-    const StageShared *sh = &c->shared[s];
-    const int *z2 = rt->shared_zero2 + (size_t)s * (size_t)c->nstages;
+    const int64_t *cut = rt->shared_cut[s];
+    int k = rt->shared_ncut[s];
     int sharded = c->zero >= 2;
     int64_t start = 0, count = p->numel;
     if (sharded) stage_zero_range(rt, p, &start, &count);
@@ -209,28 +253,12 @@ static int shared_sum(StageRt *rt, int s, StageParam *p) {
     int contrib = rt->ctx.tp_rank == 0 && (sharded || rt->ctx.dp_rank == 0);
     if (!contrib && count > 0 && stage_be_zero(rt, acc, (size_t)count * sizeof(float)))
         return 1;
-    int ncut = 2;
-    for (int j = 0; j < sh->nstages; j++)
-        if (z2[sh->stages[j]]) ncut += c->dp[sh->stages[j]];
-    int64_t *cut = calloc((size_t)ncut, sizeof *cut);
-    int k = 0;
-    cut[k++] = 0, cut[k++] = p->numel;
-    for (int j = 0; j < sh->nstages; j++) {
-        int h = sh->stages[j];
-        for (int r = 0; z2[h] && r < c->dp[h]; r++) {
-            int64_t st, ct;
-            rt_row_split(p->numel, c->dp[h], r, &st, &ct);
-            cut[k++] = st;
-        }
-    }
-    qsort(cut, (size_t)k, sizeof *cut, cmp_i64);
     char what[512];
     snprintf(what, sizeof what, "shared-gradient all-reduce of '%s' (stage %d)", p->name,
              c->stage);
     int rc = 0;
     for (int i = 0; i + 1 < k && !rc; i++) {
         int64_t a = cut[i], b = cut[i + 1];
-        if (a == b) continue;
         float *buf = acc + (a - start);
         if (a < start || b > start + count) { /* another rank's piece */
             if (!sharded || b - a > p->zlen) {
@@ -245,7 +273,6 @@ static int shared_sum(StageRt *rt, int s, StageParam *p) {
         }
         if (!rc) rc = stage_be_allreduce(rt, s, buf, b - a, what);
     }
-    free(cut);
     return rc;
 }
 
