@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Export a Hugging Face causal LM for hetc, and the PyTorch references the
+suite compares hetc with.
+
+    # a local model directory (config.json + weights), or a model type with
+    # tiny random weights; the exporter: torchscript | dynamo | both
+    python3 tools/export_hf.py --model ./my-llama -o llama.onnx --exporter dynamo
+    python3 tools/export_hf.py --family qwen2 -o qwen2.onnx
+
+    # the suite's models: every family x {fresh, random} x {torchscript, dynamo}
+    # (+ a static-shape LLaMA) into tests/hf/, with references from torch
+    python3 tools/export_hf.py --test-models
+
+What is exported: `input_ids` int64 [batch, seq] -> `logits` float32
+[batch, seq, vocab], `use_cache=False`, dims named `batch` and `seq` (the
+names `hetc --batch/--seq` bind).  The two torch exporters:
+
+  torchscript  torch.onnx.export(..., dynamo=False): the legacy tracer.
+               Initializers that hold bit-identical values are merged (fresh
+               LayerNorm ones, zero biases); Linear weights are stored
+               transposed under generated names; buffers usually become
+               Constant nodes.
+  dynamo       torch.onnx.export(..., dynamo=True), torch's default since 2.9:
+               torch.export + onnxscript.  Initializers keep the torch names;
+               buffers (RoPE inv_freq) are initializers too.
+
+With --test-models, for each family and weight set (`fresh`: the model as
+`from_config` initialises it, so equal ones/zeros exercise the exporters'
+deduplication; `random`: every parameter perturbed, no two equal) the file
+tests/hf/<family>_<init>.ref.npz holds, computed by torch in float64:
+
+  input_ids, logits        a fixed [2, 16] input and torch's logits
+  param/<name>             model.named_parameters() (tied weights once)
+  traj_loss, traj_grad_norm  5 AdamW steps (lr 1e-3, betas 0.9/0.95, eps
+                           1e-8, weight decay 0.1 on rank >= 2, clip 1.0) on
+                           llm.c batches of examples/tiny_corpus.bin (B 2, T 16)
+  hparams                  JSON: the above, versions, the exports
+
+Needs torch, transformers and onnxscript (not the suite: it reads the files).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HF_DIR = os.path.join(ROOT, "tests", "hf")
+CORPUS = os.path.join(ROOT, "examples", "tiny_corpus.bin")
+
+B, T, STEPS = 2, 16, 5
+LR, BETAS, EPS, WD, CLIP = 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
+OPSET = 18
+
+# Tiny configs: vocab 128 covers tiny_corpus.bin (ids < 122); d 32, 2 layers.
+COMMON = dict(vocab_size=128, max_position_embeddings=64)
+FAMILIES = {
+    "gpt2": dict(model_type="gpt2", vocab_size=128, n_positions=64, n_embd=32, n_layer=2,
+                 n_head=4),
+    "llama": dict(model_type="llama", hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **COMMON),
+    "qwen2": dict(model_type="qwen2", hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **COMMON),
+    "qwen3": dict(model_type="qwen3", hidden_size=32, intermediate_size=64, head_dim=8,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, **COMMON),
+    "mistral": dict(model_type="mistral", hidden_size=32, intermediate_size=64,
+                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                    sliding_window=None, **COMMON),
+    "gpt_neox": dict(model_type="gpt_neox", hidden_size=32, intermediate_size=64,
+                     num_hidden_layers=2, num_attention_heads=4, rotary_pct=0.5, **COMMON),
+    "opt": dict(model_type="opt", hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                num_attention_heads=4, word_embed_proj_dim=32, **COMMON),
+    "phi": dict(model_type="phi", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, partial_rotary_factor=0.5, **COMMON),
+    "phi3": dict(model_type="phi3", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, **COMMON),
+    "gemma": dict(model_type="gemma", hidden_size=32, intermediate_size=64, head_dim=8,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, **COMMON),
+    "gptj": dict(model_type="gptj", vocab_size=128, n_positions=64, n_embd=32, n_layer=2,
+                 n_head=4, rotary_dim=4, n_inner=64),
+    "bloom": dict(model_type="bloom", vocab_size=128, hidden_size=32, n_layer=2, n_head=4),
+    "falcon": dict(model_type="falcon", hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=4, multi_query=True, new_decoder_architecture=False,
+                   alibi=False, parallel_attn=True, bias=False, **COMMON),
+}
+SEEDS = {name: 1000 + i for i, name in enumerate(FAMILIES)}
+
+import torch  # noqa: E402  (the configs above are readable without torch)
+
+
+class WithMaskInputs(torch.nn.Module):
+    """optimum's text-generation signature: input_ids, attention_mask,
+    position_ids -> logits (what `optimum-cli export onnx` writes)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, use_cache=False).logits
+
+
+class LogitsOnly(torch.nn.Module):
+    """input_ids -> logits, no cache: the graph hetc trains."""
+
+    def __init__(self, model, ones_mask=False):
+        super().__init__()
+        self.model = model
+        self.ones_mask = ones_mask
+
+    def forward(self, input_ids):
+        if self.ones_mask:
+            # transformers 5's packed-sequence check (torch.diff of the
+            # position ids, taken when no attention_mask is given) has no
+            # TorchScript symbolic; an all-ones mask is the usual way round.
+            mask = torch.ones_like(input_ids)
+            return self.model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def build(family, seed, init):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    kw = dict(FAMILIES[family])
+    cfg = AutoConfig.for_model(kw.pop("model_type"), **kw)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg)  # SDPA where the family has it
+    model.eval()
+    if init == "random":
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for _, p in model.named_parameters():
+                p.add_(torch.randn(p.shape, generator=g) * (0.1 if p.dim() >= 2 else 0.05))
+    return model.float()
+
+
+def export(model, path, exporter, static=False):
+    ids = torch.zeros(B, T, dtype=torch.int64)
+    wrapped = LogitsOnly(model, ones_mask=exporter == "torchscript").eval()
+    kw = dict(input_names=["input_ids"], output_names=["logits"], opset_version=OPSET)
+    if exporter == "torchscript":
+        if not static:
+            kw["dynamic_axes"] = {"input_ids": {0: "batch", 1: "seq"},
+                                  "logits": {0: "batch", 1: "seq"}}
+        torch.onnx.export(wrapped, (ids,), path, dynamo=False, do_constant_folding=True, **kw)
+    elif exporter == "dynamo":
+        if not static:
+            batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("seq", max=64)
+            kw["dynamic_shapes"] = {"input_ids": {0: batch, 1: seq}}
+        prog = torch.onnx.export(wrapped, (ids,), dynamo=True, external_data=False, **kw)
+        prog.save(path, external_data=False)
+        # Node metadata (stack traces naming this script's paths, class
+        # hierarchies, fx nodes) is most of a tiny model's file; the module
+        # namespace stays.
+        import onnx
+        m = onnx.load(path)
+        for n in m.graph.node:
+            keep = [p for p in n.metadata_props if p.key == "namespace"]
+            del n.metadata_props[:]
+            n.metadata_props.extend(keep)
+        onnx.save(m, path)
+    else:
+        sys.exit("export_hf: unknown exporter %r (torchscript, dynamo)" % exporter)
+
+
+def export_mask_inputs(model, path):
+    """The optimum signature, through the TorchScript exporter (which optimum
+    drives), dims batch/seq symbolic."""
+    ids = torch.zeros(B, T, dtype=torch.int64)
+    mask = torch.ones(B, T, dtype=torch.int64)
+    pos = torch.arange(T, dtype=torch.int64).expand(B, T)
+    axes = {k: {0: "batch", 1: "seq"} for k in ("input_ids", "attention_mask", "position_ids",
+                                                  "logits")}
+    torch.onnx.export(WithMaskInputs(model).eval(), (ids, mask, pos), path, dynamo=False,
+                      do_constant_folding=True, opset_version=OPSET,
+                      input_names=["input_ids", "attention_mask", "position_ids"],
+                      output_names=["logits"], dynamic_axes=axes)
+
+
+def llmc_batches(steps):
+    raw = np.fromfile(CORPUS, dtype=np.uint8)
+    head = raw[:1024].view(np.int32)
+    toks = raw[1024:].view(np.uint16)[: head[2]].astype(np.int64)
+    n = (len(toks) - 1) // (B * T)
+    xs, ys = [], []
+    for k in range(steps):
+        off = (k % n) * B * T
+        buf = toks[off: off + B * T + 1]
+        xs.append(buf[:-1].reshape(B, T))
+        ys.append(buf[1:].reshape(B, T))
+    return np.stack(xs), np.stack(ys)
+
+
+def references(model, family, init):
+    """Logits, parameters and a 5-step AdamW trajectory, in float64."""
+    import copy
+    m = copy.deepcopy(model).double()
+    rng = np.random.default_rng(20240520)
+    x = rng.integers(0, FAMILIES[family].get("vocab_size", 128), size=(B, T)).astype(np.int64)
+    with torch.no_grad():
+        logits = m(input_ids=torch.from_numpy(x), use_cache=False).logits.float().numpy()
+    out = {"input_ids": x, "logits": logits}
+    for name, p in model.named_parameters():
+        out["param/" + name] = p.detach().float().numpy()
+    decay = [p for p in m.parameters() if p.dim() >= 2]
+    other = [p for p in m.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=EPS)
+    xs, ys = llmc_batches(STEPS)
+    m.train()
+    losses, norms = [], []
+    for k in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        lg = m(input_ids=torch.from_numpy(xs[k]), use_cache=False).logits
+        loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]),
+                                                 torch.from_numpy(ys[k]).reshape(-1))
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(m.parameters(), CLIP)))
+        losses.append(float(loss))
+        opt.step()
+    out["traj_loss"] = np.array(losses)
+    out["traj_grad_norm"] = np.array(norms)
+    return out
+
+
+def tied_groups(model):
+    """state_dict keys that alias one parameter: [[named_parameters name, alias...]]."""
+    by_ptr = {}
+    for k, v in model.state_dict(keep_vars=True).items():
+        if isinstance(v, torch.nn.Parameter):
+            by_ptr.setdefault(v.data_ptr(), []).append(k)
+    named = {n for n, _ in model.named_parameters()}
+    return [sorted(keys, key=lambda k: k not in named) for keys in by_ptr.values()
+            if len(keys) > 1]
+
+
+def test_models(families, exporters):
+    import transformers
+    os.makedirs(HF_DIR, exist_ok=True)
+    for family in families:
+        for init in ("fresh", "random"):
+            model = build(family, SEEDS[family], init)
+            ref = references(model, family, init)
+            exports = {}
+            for ex in exporters:
+                fname = "%s_%s_%s.onnx" % (family, init, ex)
+                try:
+                    export(model, os.path.join(HF_DIR, fname), ex)
+                    exports[ex] = fname
+                except Exception as e:  # an exporter that cannot export the family
+                    exports[ex] = None
+                    print("  %s %s %s: export failed: %s" % (family, init, ex,
+                                                            str(e).splitlines()[0][:200]))
+            if family == "llama" and init == "random":
+                fname = "llama_random_static.onnx"
+                export(model, os.path.join(HF_DIR, fname), "torchscript", static=True)
+                exports["static"] = fname
+            if family in ("llama", "gpt2") and init == "random":
+                fname = "%s_random_maskinputs.onnx" % family
+                export_mask_inputs(model, os.path.join(HF_DIR, fname))
+                exports["maskinputs"] = fname
+            hp = dict(family=family, init=init, config=FAMILIES[family], seed=SEEDS[family],
+                      batch=B, seq=T, steps=STEPS, lr=LR, betas=list(BETAS), eps=EPS,
+                      weight_decay=WD, clip=CLIP, lr_schedule="constant",
+                      data="examples/tiny_corpus.bin", opset=OPSET, exports=exports,
+                      tied=tied_groups(model),
+                      torch=torch.__version__, transformers=transformers.__version__)
+            ref["hparams"] = np.array(json.dumps(hp))
+            np.savez_compressed(os.path.join(HF_DIR, "%s_%s.ref.npz" % (family, init)), **ref)
+            print("%-9s %-6s params %d, loss %.4f -> %.4f, exports %s" % (
+                family, init, sum(1 for _ in model.parameters()), ref["traj_loss"][0],
+                ref["traj_loss"][-1], ", ".join(k for k, v in exports.items() if v)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="a local Hugging Face model directory")
+    ap.add_argument("--family", choices=sorted(FAMILIES),
+                    help="a tiny random-weight model of this family instead of --model")
+    ap.add_argument("-o", "--output", help="the .onnx to write")
+    ap.add_argument("--exporter", default="dynamo", choices=("dynamo", "torchscript"))
+    ap.add_argument("--static", action="store_true",
+                    help="fixed input shape [2, 16] (no symbolic dims)")
+    ap.add_argument("--test-models", action="store_true",
+                    help="write the suite's models and references into tests/hf/")
+    ap.add_argument("--only", help="with --test-models: comma-separated families")
+    args = ap.parse_args()
+    if args.test_models:
+        fams = args.only.split(",") if args.only else list(FAMILIES)
+        test_models(fams, ("torchscript", "dynamo"))
+        return
+    if not args.output or not (args.model or args.family):
+        ap.error("give --model DIR or --family NAME, and -o FILE (or --test-models)")
+    if args.model:
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(args.model, attn_implementation="sdpa")
+        model = model.float().eval()
+    else:
+        model = build(args.family, SEEDS[args.family], "fresh")
+    export(model, args.output, args.exporter, static=args.static)
+    print("export_hf: wrote %s (%s exporter)" % (args.output, args.exporter))
+
+
+if __name__ == "__main__":
+    main()
