@@ -399,6 +399,7 @@ static const ImportEntry table[] = {
     UN("Range", 11, RANGE), UN("Trilu", 14, TRILU), UN("Gather", 1, GATHER),
     UN("CumSum", 11, CUMSUM), UN("GatherND", 11, GATHER_ND),
     E("Tile", 1, 5, TILE, lower_tile_old), UN("Tile", 6, TILE),
+    UN("GatherElements", 11, GATHER_ELEMENTS), UN("ScatterND", 11, SCATTER_ND),
     /* normalisations and activations with an IR op of their own */
     E("LayerNormalization", 17, MAXV, LAYER_NORM, lower_layernorm),
     UN("Gelu", 20, GELU),

@@ -686,6 +686,51 @@ static int rule_gather_nd(IrNode *n, IrError *err) {
     return set_out(n, 0, n->in[0]->dtype, &s, err);
 }
 
+static int rule_gather_elements(IrNode *n, IrError *err) {
+    if (need_in(n, 0, err) || need_in(n, 1, err)) return -1;
+    const IrShape *x = &n->in[0]->shape, *ix = &n->in[1]->shape;
+    if (n->in[1]->dtype != IR_I64 && n->in[1]->dtype != IR_I32)
+        return node_errorf(err, n, "indices '%s' are %s, expected i64 or i32", n->in[1]->name,
+                           ir_dtype_name(n->in[1]->dtype));
+    if (x->rank < 1 || ix->rank != x->rank)
+        return node_errorf(err, n, "indices %s must have the rank of data %s (>= 1)", SH(ix),
+                           SH(x));
+    int64_t axis = 0;
+    if (norm_axis(n, ir_attr_int(n, "axis", 0), x->rank, "axis", &axis, err)) return -1;
+    for (int d = 0; d < x->rank; d++)
+        if (d != axis && ix->dims[d] > x->dims[d])
+            return node_errorf(err, n, "indices %s exceed data %s on axis %d", SH(ix), SH(x), d);
+    return set_out(n, 0, n->in[0]->dtype, ix, err);
+}
+
+/* ScatterND: updates must be indices.shape[:-1] + data.shape[k:]. */
+static int rule_scatter_nd(IrNode *n, IrError *err) {
+    for (int i = 0; i < 3; i++)
+        if (need_in(n, i, err)) return -1;
+    const IrShape *x = &n->in[0]->shape, *ix = &n->in[1]->shape, *u = &n->in[2]->shape;
+    if (n->in[1]->dtype != IR_I64 && n->in[1]->dtype != IR_I32)
+        return node_errorf(err, n, "indices '%s' are %s, expected i64 or i32", n->in[1]->name,
+                           ir_dtype_name(n->in[1]->dtype));
+    if (same_dtype(n, 0, 2, err)) return -1;
+    const char *red = ir_attr_string(n, "reduction", "none");
+    if (strcmp(red, "none") && strcmp(red, "add") && strcmp(red, "mul") && strcmp(red, "max") &&
+        strcmp(red, "min"))
+        return node_errorf(err, n, "reduction '%s' is not one of none, add, mul, max, min", red);
+    int64_t k = ix->rank ? ix->dims[ix->rank - 1] : 0;
+    if (x->rank < 1 || ix->rank < 1 || k < 1 || k > x->rank)
+        return node_errorf(err, n, "indices %s do not address data %s", SH(ix), SH(x));
+    IrShape want = ir_shape_make(0, NULL);
+    for (int i = 0; i < ix->rank - 1; i++) want.dims[want.rank++] = ix->dims[i];
+    for (int i = (int)k; i < x->rank; i++) {
+        if (want.rank >= IR_MAX_RANK) return node_errorf(err, n, "updates rank too large");
+        want.dims[want.rank++] = x->dims[i];
+    }
+    if (!ir_shape_equal(&want, u))
+        return node_errorf(err, n, "updates '%s' %s must be %s (indices %s, data %s)",
+                           n->in[2]->name, SH(u), SH(&want), SH(ix), SH(x));
+    return set_out(n, 0, n->in[0]->dtype, x, err);
+}
+
 static int rule_tile(IrNode *n, IrError *err) {
     if (need_in(n, 0, err) || need_in(n, 1, err)) return -1;
     const IrShape *x = &n->in[0]->shape;
@@ -808,6 +853,7 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     [IR_OP_CONSTANT_OF_SHAPE] = rule_constant_of_shape, [IR_OP_RANGE] = rule_range,
     [IR_OP_TRILU] = rule_trilu, [IR_OP_GATHER] = rule_gather, [IR_OP_CUMSUM] = rule_cumsum,
     [IR_OP_GATHER_ND] = rule_gather_nd, [IR_OP_TILE] = rule_tile,
+    [IR_OP_GATHER_ELEMENTS] = rule_gather_elements, [IR_OP_SCATTER_ND] = rule_scatter_nd,
     [IR_OP_LINEAR] = rule_linear, [IR_OP_LAYER_NORM] = rule_norm, [IR_OP_RMS_NORM] = rule_norm,
     [IR_OP_GELU] = rule_unary, [IR_OP_SILU] = rule_unary, [IR_OP_ATTENTION] = rule_attention,
     [IR_OP_EMBEDDING] = rule_embedding,
@@ -821,7 +867,9 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     [IR_OP_RMS_NORM_GRAD] = rule_grad_like_inputs, [IR_OP_ATTENTION_GRAD] = rule_grad_like_inputs,
     [IR_OP_UNARY_GRAD] = rule_grad_like_inputs, [IR_OP_SOFTMAX_GRAD] = rule_grad_like_inputs,
     [IR_OP_EMBEDDING_GRAD] = rule_grad_like_inputs, [IR_OP_SUM_TO_SHAPE] = rule_grad_to_shape,
-    [IR_OP_SLICE_GRAD] = rule_grad_to_shape,
+    [IR_OP_SLICE_GRAD] = rule_grad_to_shape, [IR_OP_GATHER_GRAD] = rule_grad_to_shape,
+    [IR_OP_GATHER_ND_GRAD] = rule_grad_to_shape,
+    [IR_OP_GATHER_ELEMENTS_GRAD] = rule_grad_to_shape,
 };
 
 int shape_rule_exists(IrOp op) { return (int)op >= 0 && op < IR_OP_COUNT && shape_rules[op]; }

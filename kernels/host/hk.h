@@ -196,6 +196,19 @@ void hk_trilu(size_t esize, const void *x, int rank, const int64_t *dims, int64_
 int hk_gather_nd(size_t esize, const void *x, int rank, const int64_t *dims, HkDType idt,
                  const void *idx, int irank, const int64_t *idims, int batch_dims, void *y,
                  char *err);
+/* ONNX GatherElements: y (shape idims, same rank as x) takes
+ * x[p with p[axis] = idx[p]]; idims[d] <= dims[d] off the axis. */
+int hk_gather_elements(size_t esize, const void *x, int rank, const int64_t *dims, int axis,
+                       HkDType idt, const void *idx, const int64_t *idims, void *y, char *err);
+typedef enum HkScatterRed {
+    HK_RED_NONE, HK_RED_ADD, HK_RED_MUL, HK_RED_MAX, HK_RED_MIN
+} HkScatterRed;
+/* ONNX ScatterND: y = x, then each index tuple's slice of y is replaced by
+ * (or combined with, per red: f32 f64 i32 i64) the matching slice of upd
+ * (shape idims[:-1] + dims[k:]).  Tuples apply in order. */
+int hk_scatter_nd(HkDType dt, const void *x, int rank, const int64_t *dims, HkDType idt,
+                  const void *idx, int irank, const int64_t *idims, const void *upd,
+                  HkScatterRed red, void *y, char *err);
 /* y = x repeated reps[i] times along each axis i (ONNX Tile). */
 void hk_tile(size_t esize, const void *x, int rank, const int64_t *dims, const int64_t *reps,
              void *y);

@@ -19,7 +19,7 @@ OPS = ("Add Sub Mul Div Pow Max Min Mod Equal Less LessOrEqual Greater GreaterOr
        "Cast Clip Identity Dropout MatMul Gemm ReduceMean ReduceSum ReduceMax Softmax LogSoftmax "
        "Reshape Transpose Split Concat Slice Squeeze Unsqueeze Expand Flatten Shape "
        "ConstantOfShape Range Trilu Gather CumSum LayerNormalization Gelu Constant IsNaN GatherND "
-       "Tile").split()
+       "Tile GatherElements ScatterND").split()
 
 # IR op each ONNX op lowers to (ir/ops.def names)
 IR_NAME = {"LayerNormalization": "LayerNorm", "Constant": None}
@@ -216,6 +216,16 @@ def build(op, v):
         inits = [init("r", np.array([1, 2], np.int64))]
         return ([helper.make_node(op, ["x", "r"], ["z"])], [x23], [vi("z", F, None)], inits,
                 moved)
+    if op == "GatherElements":
+        inits = [init("i", np.array([[2, 0], [1, -1]], np.int64))]
+        return ([helper.make_node(op, ["x", "i"], ["z"], axis=1)], [x23], [vi("z", F, None)],
+                inits, moved)
+    if op == "ScatterND":
+        # reduction exists from opset 16 (add/mul) and 18 (max/min)
+        attrs = {"reduction": "add"} if v >= 16 else {}
+        inits = [init("i", np.array([[1]], np.int64)), init("u", np.ones((1, 3), np.float32))]
+        return ([helper.make_node(op, ["x", "i", "u"], ["z"], **attrs)], [x23],
+                [vi("z", F, None)], inits, moved)
     if op == "LayerNormalization":
         inits = [init("sc", np.ones(4, np.float32)), init("bi", np.zeros(4, np.float32))]
         return ([helper.make_node(op, ["x", "sc", "bi"], ["z"], axis=-1, epsilon=1e-5)],
@@ -272,6 +282,9 @@ def check_model(op, v):
     if op == "GatherND":
         fc.check(node["attrs"].get("batch_dims") == ("1" if v >= 12 else None),
                  "GatherND %d: attrs %s" % (v, node["attrs"]))
+    if op == "ScatterND":
+        fc.check(node["attrs"].get("reduction") == ("'add'" if v >= 16 else None),
+                 "ScatterND %d: attrs %s" % (v, node["attrs"]))
     if op in ("Add", "Sub", "Mul", "Div", "Pow"):
         fc.check("broadcast" not in node["attrs"], "%s %d: broadcast attr kept" % (op, v))
 

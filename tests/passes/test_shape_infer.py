@@ -157,6 +157,14 @@ add("gather_nd_batch_dims", "GatherND", [("x", (2, 3, 4), f32),
 add("gather_nd_full_tuple", "GatherND", [("x", (2, 3), f32), ("i", np.array([[1, 2]], np.int64))])
 add("tile", "Tile", [("x", (2, 3, 1), f32), ("r", I(2, 1, 4))])
 add("tile_zero", "Tile", [("x", (2, 3), i64), ("r", I(0, 2))])
+add("gather_elements", "GatherElements", [("x", (3, 4), f32),
+                                          ("i", np.array([[1, -1, 0]], np.int64))], axis=1)
+add("gather_elements_axis0", "GatherElements",
+    [("x", (3, 4), f32), ("i", np.array([[2, 0, -3, 1], [1, 1, 0, 2]], np.int64))])
+add("scatter_nd", "ScatterND", [("x", (4, 3), f32), ("i", np.array([[1], [3]], np.int64)),
+                                ("u", (2, 3), f32)])
+add("scatter_nd_elements", "ScatterND", [("x", (4, 3), f32), ("i", np.array([[1, 2]], np.int64)),
+                                         ("u", (1,), f32)], reduction="add")
 
 # older opsets: attributes the importer turns into the inputs the rules read
 add("squeeze_opset11_attr", "Squeeze", [("x", (1, 3, 1), f32)], opset=11, axes=[2])
