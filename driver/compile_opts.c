@@ -64,11 +64,30 @@ int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i) {
     return 0;
 }
 
+/* "(dim_params a, b, c)" from the importer's own list, wrapped at 88
+ * columns; col is where the caller's text ended. */
+static void dim_names(FILE *f, int col, const char *const *names) {
+    col += fprintf(f, " (dim_params");
+    for (int i = 0; names[i]; i++) {
+        int len = (int)strlen(names[i]) + 2 + (names[i + 1] == NULL);
+        if (col + len > 88) {
+            fprintf(f, "%s\n                        ", i ? "," : "");
+            col = 24;
+        } else if (i) {
+            col += fprintf(f, ",");
+        }
+        col += fprintf(f, " %s", names[i]);
+    }
+    fprintf(f, ")\n");
+}
+
 void compile_opts_help(FILE *f) {
+    dim_names(f, fprintf(f, "  --batch N              bind the batch dim"),
+              hetc_batch_dim_names());
+    dim_names(f, fprintf(f, "  --seq N                bind the sequence dim"),
+              hetc_seq_dim_names());
+    fprintf(f, "  --bind NAME=N          bind any other symbolic dim by its ONNX dim_param\n");
     fprintf(f,
-            "  --batch N              bind the batch dim (dim_params batch, batch_size, B, N)\n"
-            "  --seq N                bind the sequence dim (seq, seq_len, sequence, T, S)\n"
-            "  --bind NAME=N          bind any other symbolic dim by its ONNX dim_param\n"
             "  --passes a,b,c         run these passes instead of the default pipeline\n"
             "                         (%s; see --list-passes)\n"
             "  --dump-ir-after=P|all  write the IR after pass P (or every pass) to\n"

@@ -39,6 +39,18 @@ for sub in ("import", "run"):
     rc, out, err = run(sub, "/nonexistent/model.onnx")
     check(rc == 1 and "/nonexistent/model.onnx" in err, f"{sub}: missing model file named")
 
+# --batch / --seq help: every dim name the importer binds (frontend/onnx_dims.c's lists)
+import re
+dims_src = open(os.path.join(SRC, "frontend", "onnx_dims.c")).read()
+for which in ("batch", "seq"):
+    names = re.findall(r'"([^"]+)"', re.search(which + r"_names\[\] = \{([^}]*)\}", dims_src).group(1))
+    for sub in ("import", "train", "plan"):
+        rc, out, err = run(sub, "--help")
+        line = re.search(r"--%s N .*?\)" % which, out, re.S)
+        got = re.findall(r"[\w]+", line.group(0).split("(dim_params", 1)[1]) if line else []
+        check(rc == 0 and names and got == names,
+              f"{sub} --help: --{which} lists the importer's names {names}: {got}")
+
 rc, out, err = run("import", "m.onnx", "--batch", "abc")
 check(rc == 2 and "--batch" in err and "abc" in err, "--batch with junk")
 rc, out, err = run("import", "m.onnx", "--bind", "novalue")
