@@ -89,6 +89,7 @@ int cmd_compile(int argc, char **argv) {
     const char *model = NULL, *cluster = NULL;
     CompileOpts co;
     compile_opts_init(&co);
+    compile_opts_bind_extra_inputs(&co, NULL); /* hetc plan says what it bound */
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -247,6 +248,7 @@ int cmd_compile(int argc, char **argv) {
     char planpath[4200];
     if (plan_file) {
         snprintf(planpath, sizeof planpath, "%s", plan_file);
+        co.ibinds.log = stderr; /* no hetc plan run to say what was bound */
     } else {
         int prc = cmd_plan(pargc, pargv);
         if (prc) {
@@ -300,6 +302,7 @@ int cmd_compile(int argc, char **argv) {
     {
         CompileOpts lco = co;
         lco.dump_after = NULL;
+        co.ibinds.log = NULL; /* said once; not again per stage */
         lg = compile_import(&lco, NULL, 0, 0, &ctx, &err);
         ModuleOptions mo;
         module_options_default(&mo);

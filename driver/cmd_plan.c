@@ -286,6 +286,7 @@ int cmd_plan(int argc, char **argv)
     PlanArgs a;
     memset(&a, 0, sizeof a);
     compile_opts_init(&a.co);
+    compile_opts_bind_extra_inputs(&a.co, stderr);
     a.eps = 0.1;
     a.imbalance = -1;
     a.efficiency = 0.5;

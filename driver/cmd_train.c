@@ -186,6 +186,7 @@ int cmd_train(int argc, char **argv) {
             return 0;
         }
     if (parse_args(argc, argv, &co, &t)) return 2;
+    compile_opts_bind_extra_inputs(&co, t.quiet ? NULL : stdout);
     IrError err = {{0}};
     PassContext ctx;
     pass_context_default(&ctx);
@@ -239,10 +240,11 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
     }
-    IrValue *ids = g->ninputs > 0 ? g->inputs[0] : NULL, *tg = ir_graph_find_value(g, "targets");
+    IrValue *ids = input_binds_token_input(g), *tg = ir_graph_find_value(g, "targets");
     if (!ids || !tg || ids == tg || ir_shape_numel(&ids->shape) != co.batch * co.seq ||
         ids->dtype != IR_I64) {
-        fprintf(stderr, "hetc train: the model's first input must be int64 token ids [%lld,%lld]\n",
+        fprintf(stderr, "hetc train: the model's token-ids input (input_ids, or the first input) must be "
+                        "int64 [%lld,%lld]\n",
                 (long long)co.batch, (long long)co.seq);
         goto done;
     }

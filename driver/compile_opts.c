@@ -32,12 +32,26 @@ int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i) {
         }
         int64_t val;
         if (cli_parse_i64("--bind", eq + 1, &val)) return -1;
-        /* the name points into argv, which outlives the options */
-        char *name = argv[*i] + (v - argv[*i]);
-        name[eq - v] = '\0';
-        o->binds[o->nbinds].name = name;
+        /* a copy of the name: argv stays intact (hetc compile hands it on to hetc plan) */
+        size_t len = (size_t)(eq - v);
+        if (len >= sizeof o->bind_names[0]) {
+            fprintf(stderr, "hetc: --bind: dim name '%.*s' is too long\n", (int)len, v);
+            return -1;
+        }
+        memcpy(o->bind_names[o->nbinds], v, len);
+        o->bind_names[o->nbinds][len] = '\0';
+        o->binds[o->nbinds].name = o->bind_names[o->nbinds];
         o->binds[o->nbinds].value = val;
         o->nbinds++;
+        return 1;
+    }
+    if ((r = cli_opt(argc, argv, i, "--bind-input", &v)) != 0) {
+        if (r < 0) return -1;
+        IrError err = {{0}};
+        if (input_binds_parse(&o->ibinds, v, &err)) {
+            fprintf(stderr, "hetc: %s\n", err.msg);
+            return -1;
+        }
         return 1;
     }
     if ((r = cli_opt(argc, argv, i, "--passes", &v)) != 0) {
@@ -81,12 +95,18 @@ static void dim_names(FILE *f, int col, const char *const *names) {
     fprintf(f, ")\n");
 }
 
+void compile_opts_bind_extra_inputs(CompileOpts *o, FILE *log) {
+    o->ibinds.all_extra = 1;
+    o->ibinds.log = log;
+}
+
 void compile_opts_help(FILE *f) {
     dim_names(f, fprintf(f, "  --batch N              bind the batch dim"),
               hetc_batch_dim_names());
     dim_names(f, fprintf(f, "  --seq N                bind the sequence dim"),
               hetc_seq_dim_names());
     fprintf(f, "  --bind NAME=N          bind any other symbolic dim by its ONNX dim_param\n");
+    input_binds_help(f);
     fprintf(f,
             "  --passes a,b,c         run these passes instead of the default pipeline\n"
             "                         (%s; see --list-passes)\n"
@@ -106,13 +126,20 @@ IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int n
     io.seq = o->seq;
     HetcDimBinding all[2 * CLI_MAX_BINDS + 64];
     int n = 0;
-    for (int i = 0; i < o->nbinds; i++) all[n++] = o->binds[i];
+    for (int i = 0; i < o->nbinds; i++) /* o may be a copy: its own names */
+        all[n++] = (HetcDimBinding){o->bind_names[i], o->binds[i].value};
     for (int i = 0; i < nextra && n < (int)(sizeof all / sizeof all[0]); i++) all[n++] = extra[i];
     io.bindings = all;
     io.nbindings = n;
     io.allow_unbound = allow_unbound;
     IrGraph *g = hetc_import_onnx(o->model, &io, err);
     if (!g) return NULL;
+    /* with dims left open (hetc run) the caller binds inputs once it has bound the dims */
+    if (!allow_unbound && (o->ibinds.n || o->ibinds.all_extra) &&
+        input_binds_apply(g, &o->ibinds, err)) {
+        ir_graph_free(g);
+        return NULL;
+    }
     if (pass_maybe_dump(g, "import", ctx, err) != 0) {
         ir_graph_free(g);
         return NULL;

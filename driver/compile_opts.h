@@ -3,6 +3,7 @@
 #ifndef HETC_COMPILE_OPTS_H
 #define HETC_COMPILE_OPTS_H
 
+#include "input_binds.h"
 #include "onnx_import.h"
 #include "pass.h"
 
@@ -12,21 +13,30 @@ typedef struct CompileOpts {
     const char *model;
     int64_t batch, seq;
     HetcDimBinding binds[CLI_MAX_BINDS];
+    char bind_names[CLI_MAX_BINDS][128]; /* binds[i]'s name, copied with the struct */
     int nbinds;
     const char *passes;      /* NULL: the default pipeline */
     const char *dump_after;  /* NULL, "all" or pass names */
     const char *out_dir;     /* -o */
     int verbose;
     int print_ir;
+    /* --bind-input, and whether every input beside the token ids must be
+     * bound (the training commands set ibinds.all_extra and ibinds.log). */
+    InputBinds ibinds;
 } CompileOpts;
 
 void compile_opts_init(CompileOpts *o);
 /* Try to consume argv[*i] as a shared option: 1 consumed, 0 not ours, -1 bad. */
 int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i);
+/* The training commands (train, plan, profile, compile): every graph input
+ * beside the token ids is bound to a constant (by name, or --bind-input),
+ * one line per input on `log` (NULL: silent). */
+void compile_opts_bind_extra_inputs(CompileOpts *o, FILE *log);
 /* Help text for the shared options. */
 void compile_opts_help(FILE *f);
 
-/* Import o->model (dumping 00-import.ir when asked) with extra bindings. */
+/* Import o->model with extra dim bindings, bind extra graph inputs to
+ * constants (o->ibinds), and dump 00-import.ir when asked. */
 IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int nextra,
                         int allow_unbound, PassContext *ctx, IrError *err);
 /* Run o->passes (or the default pipeline). */

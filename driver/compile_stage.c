@@ -41,6 +41,7 @@ static IrGraph *stage_graph(const CompileStages *cs, int64_t local, IrError *err
     CompileOpts o = *cs->co;
     o.batch = local;
     o.dump_after = NULL;
+    o.ibinds.log = NULL; /* the plan's import said what it bound */
     PassContext ctx;
     pass_context_default(&ctx);
     LossOpts lo;
