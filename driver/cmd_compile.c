@@ -61,7 +61,7 @@ static void usage(FILE *f) {
 
 /* plan options that take a value (the rest of hetc plan's are flags) */
 static const char *const PLAN_VALUE_OPTS[] = {
-    "--global-batch", "--layers", "--threads", "--min-heavy", "--max-stages", "--eps",
+    "--global-batch", "--layers", "--threads", "--min-heavy", "--max-stages", "--plan-eps",
     "--imbalance", "--efficiency", "--schedule", "--profile-db", "--microbatch", "--max-tp",
     "--zero", "--planner", "--coarse-layers", NULL};
 
@@ -109,6 +109,7 @@ int cmd_compile(int argc, char **argv) {
         ca.field = v;                                                         \
         continue;                                                             \
     }
+        if (cli_old_eps("compile", argv[i])) goto bad;
         DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--adam-eps", adam_eps)
         DBL("--weight-decay", weight_decay) DBL("--momentum", momentum) DBL("--clip", clip)
         I64("--steps", steps) I64("--warmup", warmup)

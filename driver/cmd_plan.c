@@ -49,7 +49,8 @@ static void usage(FILE *f)
             "                         block, see passes/layers.h)\n"
             "  --schedule S           h1f1b (default) | 1f1b | eager1f1b | gpipe\n"
             "  --threads N            DP worker threads (default: CPUs online)\n"
-            "  --eps E                epsilon of Eq. 2 (default 0.1)\n"
+            "  --plan-eps E           the planner's epsilon of Eq. 2 (default 0.1; AdamW's is\n"
+            "                         hetc train / compile's --adam-eps)\n"
             "  --imbalance X          imbalance pruning threshold T of docs/CLUSTER.md\n"
             "                         (default 4; 0 = off)\n"
             "  --min-heavy Z          heavy ops a repeated module must hold (default 2)\n"
@@ -318,7 +319,8 @@ int cmd_plan(int argc, char **argv)
         INTOPT("--min-heavy", min_heavy)
         INTOPT("--max-stages", max_stages)
         INTOPT("--coarse-layers", coarse_layers)
-        DBLOPT("--eps", eps)
+        if (cli_old_eps("plan", argv[i])) return 2;
+        DBLOPT("--plan-eps", eps)
         DBLOPT("--imbalance", imbalance)
         DBLOPT("--efficiency", efficiency)
 #undef INTOPT

@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --optimizer adamw|sgd  (default adamw)\n"
             "  --lr X                 peak learning rate (default 1e-3)\n"
             "  --beta1 X --beta2 X    AdamW betas (default 0.9, 0.95)\n"
-            "  --eps X                AdamW epsilon (default 1e-8)\n"
+            "  --adam-eps X           AdamW epsilon (default 1e-8; --eps is no longer accepted)\n"
             "  --weight-decay X       decoupled (AdamW) or L2 (SGD) decay on parameters of rank\n"
             "                         >= 2; norms and biases are not decayed (default 0.1)\n"
             "  --momentum X           SGD momentum (default 0.9)\n"
@@ -100,12 +100,13 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         if (r < 0 || parse_d(name, v, &t->field)) return -1;                 \
         continue;                                                            \
     }
+        if (cli_old_eps("train", argv[i])) return -1;
         STR("--data", data) STR("--loss", loss) STR("--optimizer", optimizer)
         STR("--lr-schedule", schedule) STR("--checkpoint-dir", ckpt_dir)
         STR("--export", export_path) STR("--dump-grads", dump_grads)
         I64("--steps", steps) I64("--accum", accum) I64("--warmup", warmup)
         I64("--checkpoint-every", ckpt_every)
-        DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--eps", eps)
+        DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--adam-eps", eps)
         DBL("--weight-decay", wd) DBL("--momentum", momentum) DBL("--clip", clip)
         if ((r = cli_opt(argc, argv, &i, "--microbatch", &v)) != 0) {
             if (r < 0 || cli_parse_i64("--microbatch", v, &co->batch)) return -1;

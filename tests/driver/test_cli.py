@@ -98,5 +98,25 @@ if os.path.exists(model) and os.path.exists(corpus):
               and any("@upd" in text[f] for f in dumps if "optimizer" in f),
               "train dumps mark backward (@bwd) and update (@upd) nodes, forward dumps neither")
 
+# one name per meaning in every command: --adam-eps (AdamW), --plan-eps (the planner's ε)
+cluster = os.path.join(SRC, "examples", "clusters", "tiny_pair.yaml")
+for sub, extra in (("train", ["--data", corpus, "--steps", "1"]), ("plan", [cluster]),
+                   ("compile", [cluster])):
+    for spelling in (["--eps", "0.2"], ["--eps=0.2"]):
+        rc, out, err = run(sub, model, *extra, *spelling)
+        check(rc == 2 and "--adam-eps" in err and "--plan-eps" in err,
+              f"{sub} {spelling[0]}: rejected, naming both new names: {err.strip()}")
+for sub in ("train", "plan", "compile"):
+    rc, out, err = run(sub, "--help")
+    check(rc == 0 and ("--adam-eps" in out or "--plan-eps" in out)
+          and not re.search(r"^\s*--eps\b", out, re.M), f"{sub} --help: no bare --eps")
+if os.path.exists(model):
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run("plan", model, cluster, "--batch", "2", "--seq", "16", "--threads", "2",
+                           "--plan-eps", "0.25", "-o", d)
+        import json
+        ok = rc == 0 and json.load(open(os.path.join(d, "plan.json")))["eps"] == 0.25
+        check(ok, f"plan --plan-eps 0.25 is plan.json's eps: {err[-300:]}")
+
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)
