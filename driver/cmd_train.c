@@ -219,7 +219,8 @@ int cmd_train(int argc, char **argv) {
     TrainState st;
     memset(&st, 0, sizeof st);
     IrGraph *g = compile_import(&co, NULL, 0, 0, &ctx, &err);
-    if (!g || compile_run_passes(g, &co, &ctx, &err) ||
+    if (!g || compile_check_token_shape(g, &co, "--microbatch", &err) ||
+        compile_run_passes(g, &co, &ctx, &err) ||
         pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss_with(g, &lo, &err) ||
         pass_maybe_dump(g, "loss", &ctx, &err) || (ctx.dump_index++, 0) ||
         pass_run_pipeline(g, "autodiff,shape-infer", &ctx, &err)) {

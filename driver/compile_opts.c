@@ -147,6 +147,44 @@ IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int n
     return g;
 }
 
+int compile_check_token_shape(const IrGraph *g, const CompileOpts *o, const char *batch_opt,
+                              IrError *err) {
+    const IrValue *ids = input_binds_token_input(g);
+    if (!ids || ids->shape.rank != 2) return 0; /* the callers' own checks say more */
+    const char *model = o->model ? o->model : "the model";
+    char sb[96];
+    ir_shape_str(&ids->shape, sb, sizeof sb);
+    int64_t b = ids->shape.dims[0], t = ids->shape.dims[1];
+    if (o->batch >= 0 && b >= 0 && b != o->batch)
+        return ir_errorf(err,
+                         "%s has a fixed batch of %lld (input '%s' %s%s has no symbolic batch "
+                         "dim), not the %lld rows asked for: use %s %lld (hetc plan / compile: "
+                         "and a --global-batch that is a multiple of it), or " COMPILE_REEXPORT_HINT,
+                         model, (long long)b, ids->name, ir_dtype_name(ids->dtype), sb,
+                         (long long)o->batch, batch_opt, (long long)b);
+    if (o->seq >= 0 && t >= 0 && t != o->seq)
+        return ir_errorf(err,
+                         "%s has a fixed sequence length of %lld (input '%s' %s%s has no "
+                         "symbolic sequence dim), not the --seq %lld asked for: use --seq %lld, "
+                         "or " COMPILE_REEXPORT_HINT,
+                         model, (long long)t, ids->name, ir_dtype_name(ids->dtype), sb,
+                         (long long)o->seq, (long long)t);
+    return 0;
+}
+
+int compile_fixed_batch(const CompileOpts *o, int64_t *fixed, IrError *err) {
+    HetcImportOptions io;
+    hetc_import_options_default(&io);
+    io.allow_unbound = 1;
+    *fixed = -1;
+    IrGraph *g = hetc_import_onnx(o->model, &io, err);
+    if (!g) return -1;
+    const IrValue *ids = input_binds_token_input(g);
+    if (ids && ids->shape.rank >= 1 && ids->shape.dims[0] >= 0) *fixed = ids->shape.dims[0];
+    ir_graph_free(g);
+    return 0;
+}
+
 int compile_run_passes(IrGraph *g, const CompileOpts *o, PassContext *ctx, IrError *err) {
     const char *pipe = o->passes ? o->passes : pass_default_pipeline();
     if (!*pipe) return 0;

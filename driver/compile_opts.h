@@ -39,6 +39,22 @@ void compile_opts_help(FILE *f);
  * constants (o->ibinds), and dump 00-import.ir when asked. */
 IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int nextra,
                         int allow_unbound, PassContext *ctx, IrError *err);
+/* A model exported with fixed shapes (no symbolic batch / sequence dim on
+ * the token ids) imports at its own extents whatever --batch / --seq say.
+ * After an import at o->batch / o->seq: fails, saying what the user can do
+ * (the option values that fit, or a re-export with symbolic dims), when the
+ * token input's extents are not those asked for.  batch_opt names the
+ * command's batch option ("--microbatch", "--batch"). */
+int compile_check_token_shape(const IrGraph *g, const CompileOpts *o, const char *batch_opt,
+                              IrError *err);
+/* Whether the token input's batch dim is fixed in the ONNX file (a probe
+ * import with every dim left open): *fixed = its extent, or -1. */
+int compile_fixed_batch(const CompileOpts *o, int64_t *fixed, IrError *err);
+/* What to say about re-exporting with symbolic dims. */
+#define COMPILE_REEXPORT_HINT                                                               \
+    "re-export it with symbolic batch and sequence dims (tools/export_hf.py does; "         \
+    "torch.onnx.export: dynamic_axes={'input_ids': {0: 'batch', 1: 'seq'}}, or "            \
+    "dynamic_shapes with dynamo=True)"
 /* Run o->passes (or the default pipeline). */
 int compile_run_passes(IrGraph *g, const CompileOpts *o, PassContext *ctx, IrError *err);
 /* Layer ids by node name, taken from the graph the planner saw (modules

@@ -34,7 +34,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 HETC, SRC = sys.argv[1], sys.argv[2]
-DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
+DATA = os.path.abspath(os.path.join(SRC, "examples", "tiny_corpus.bin"))
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
 B, T, V, D, P = 2, 16, 128, 16, 32
 RTOL = 1e-5
 failures = []
@@ -223,7 +225,7 @@ with tempfile.TemporaryDirectory() as d:
                        str(2 * B), "--threads", "2", "--steps", "3", *opt, "-o", cdir)
     if check(rc == 0, "hetc compile of the mask-inputs model: " + err[-600:]):
         p = subprocess.run([os.path.join(cdir, "launch.sh"), "--data", DATA, "--steps", "3"],
-                           capture_output=True, text=True, timeout=600, cwd=d)
+                           capture_output=True, text=True, timeout=600, cwd=d, env=MPI_ENV)
         rc2, tout, terr = run("train", m3, "--data", DATA, "--steps", "3", "--microbatch", str(B),
                               "--accum", "2", "--seq", str(T), "--no-checkpoint", *opt)
         pat = r"^step\s+(\d+)/\d+ \| loss (\S+)"
