@@ -216,6 +216,7 @@ int cmd_train(int argc, char **argv) {
     memset(&dl, 0, sizeof dl);
     TrainState st;
     memset(&st, 0, sizeof st);
+    co.report_params = !t.quiet;
     IrGraph *g = compile_import(&co, NULL, 0, 0, &ctx, &err);
     if (!g || compile_run_passes(g, &co, &ctx, &err) ||
         pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss_with(g, &lo, &err) ||

@@ -40,6 +40,19 @@ int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i) {
         o->nbinds++;
         return 1;
     }
+    int fr = 0;
+    if ((r = cli_opt(argc, argv, i, "--trainable", &v)) != 0 ||
+        (fr = 1, r = cli_opt(argc, argv, i, "--frozen", &v)) != 0) {
+        if (r < 0) return -1;
+        int *n = fr ? &o->nfrozen : &o->ntrainable;
+        if (*n >= CLI_MAX_BINDS) {
+            fprintf(stderr, "hetc: at most %d %s options\n", CLI_MAX_BINDS,
+                    fr ? "--frozen" : "--trainable");
+            return -1;
+        }
+        (fr ? o->frozen : o->trainable)[(*n)++] = v;
+        return 1;
+    }
     if ((r = cli_opt(argc, argv, i, "--passes", &v)) != 0) {
         o->passes = v;
         return r;
@@ -69,6 +82,10 @@ void compile_opts_help(FILE *f) {
             "  --batch N              bind the batch dim (dim_params batch, batch_size, B, N)\n"
             "  --seq N                bind the sequence dim (seq, seq_len, sequence, T, S)\n"
             "  --bind NAME=N          bind any other symbolic dim by its ONNX dim_param\n"
+            "  --trainable GLOB       train the float initializers GLOB matches even if hetc\n"
+            "                         takes them for buffers (repeatable)\n"
+            "  --frozen GLOB          keep the parameters GLOB matches constant (repeatable;\n"
+            "                         wins over --trainable)\n"
             "  --passes a,b,c         run these passes instead of the default pipeline\n"
             "                         (%s; see --list-passes)\n"
             "  --dump-ir-after=P|all  write the IR after pass P (or every pass) to\n"
@@ -92,8 +109,16 @@ IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int n
     io.bindings = all;
     io.nbindings = n;
     io.allow_unbound = allow_unbound;
+    io.trainable = o->trainable;
+    io.ntrainable = o->ntrainable;
+    io.frozen = o->frozen;
+    io.nfrozen = o->nfrozen;
+    HetcParamSet ps = {0};
+    if (o->report_params) io.param_set = &ps;
     IrGraph *g = hetc_import_onnx(o->model, &io, err);
     if (!g) return NULL;
+    if (o->report_params) hetc_param_set_print(stderr, "params", &ps);
+    hetc_param_set_free(&ps);
     if (pass_maybe_dump(g, "import", ctx, err) != 0) {
         ir_graph_free(g);
         return NULL;

@@ -18,6 +18,12 @@ typedef struct CompileOpts {
     const char *out_dir;     /* -o */
     int verbose;
     int print_ir;
+    /* --trainable / --frozen globs (frontend/onnx_import.h) */
+    const char *trainable[CLI_MAX_BINDS], *frozen[CLI_MAX_BINDS];
+    int ntrainable, nfrozen;
+    /* set by the subcommand: print the parameter-set line on stderr after
+     * its import ("params: N trainable ..., M buffers kept constant ...") */
+    int report_params;
 } CompileOpts;
 
 void compile_opts_init(CompileOpts *o);
