@@ -2,8 +2,9 @@
  *
  * The importer is a table with one entry per (ONNX op, opset range)
  * (frontend/import_table.c).  Initializers become IR_VK_PARAM values when
- * they are float tensors of rank >= 1 that are not consumed as shape/index
- * operands, IR_VK_CONST otherwise (see onnx_import.c for the exact rule).
+ * they are float tensors of rank >= 1 that are not buffers, IR_VK_CONST
+ * otherwise; exporter dedups are untied (frontend/README.md, "Which
+ * initializers are parameters").
  * External data is validated at import and mmap'd lazily on first read
  * (ir_value_data): planning never touches parameter bytes.
  */
