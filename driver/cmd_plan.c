@@ -506,6 +506,7 @@ int cmd_plan(int argc, char **argv)
 
     /* 1. import + forward passes */
     double t = now_s();
+    a.co.report_params = 1;
     g = compile_import(&a.co, NULL, 0, 0, &ctx, &err);
     if (!g || compile_check_token_shape(g, &a.co, "--microbatch", &err)) {
         fprintf(stderr, "hetc plan: %s\n", err.msg);
