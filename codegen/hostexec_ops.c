@@ -498,11 +498,11 @@ static int run_slice(HxCall *c) {
         if (k > 0) {
             s = s < 0 ? 0 : s > dim ? dim : s;
             e = e < 0 ? 0 : e > dim ? dim : e;
-            cnt = e > s ? (e - s + k - 1) / k : 0;
+            cnt = e > s ? (e - s - 1) / k + 1 : 0; /* no k - 1: k may be INT64_MAX */
         } else {
             s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
             e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-            cnt = s > e ? (s - e + (-k) - 1) / (-k) : 0;
+            cnt = s > e ? (e - s + 1) / k + 1 : 0; /* no -k: k may be INT64_MIN */
         }
         start[a] = s;
         step[a] = k;

@@ -10,6 +10,7 @@
  * globs apply.
  */
 #include "onnx_internal.h"
+#include "onnx_wire_scan.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -680,6 +681,7 @@ static IrGraph *import_bytes(const void *buf, size_t len, const char *path, cons
         ir_errorf(err, "%s: empty file, not an ONNX model", file);
         return NULL;
     }
+    if (onnx_wire_check_nesting(buf, len, &onnx__model_proto__descriptor, file, err)) return NULL;
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
     if (!m) {
         ir_errorf(err, "%s: not a valid ONNX protobuf (truncated or corrupt)", file);

@@ -418,7 +418,9 @@ case("IsNaN", [I(xn.astype(np.float32))], [np.isnan(xn)], ev=True)
 # Slice: python slicing is the oracle (it clamps the way ONNX does)
 SL = [([1], [3], [1], None), ([0, 1], [-1, 100], [0, 2], None), ([-1], [-1000], [2], [-1]),
       ([5], [0], [1], [-2]), ([0, 2 ** 63 - 1], [2 ** 63 - 1, -2 ** 63], [0, 1], [2, -1]),
-      ([1, 0, 3], [2, 3, 0], [0, 1, 2], [1, 2, -1]), ([2], [1], [0], None)]
+      ([1, 0, 3], [2, 3, 0], [0, 1, 2], [1, 2, -1]), ([2], [1], [0], None),
+      # extreme steps take one element (UBSan: e - s + k - 1 and -k overflowed)
+      ([1, 3], [3, -2 ** 63], [1, 2], [2 ** 63 - 1, -2 ** 63]), ([0], [5], [2], [2 ** 63 - 1])]
 xs = rnd((3, 4, 5))
 for st, en, ax, sp in SL:
     sl = [slice(None)] * 3

@@ -104,6 +104,12 @@ dx = np.zeros((4, 6), np.float32)
 dx[1:3, 1::2] = dy
 case("SliceGrad", [I(dy), C(i64([4, 6])), C(i64([1, -5])), C(i64([3, 6])), C(i64([0, 1])),
                    C(i64([1, 2]))], [dx])
+# extreme steps: x[1::2**63-1, 4::-2**63] takes one element per axis
+dy = rnd((1, 1))
+dx = np.zeros((4, 6), np.float32)
+dx[1::2 ** 63 - 1, 4::-2 ** 63] = dy
+case("SliceGrad", [I(dy), C(i64([4, 6])), C(i64([1, 4])), C(i64([4, -2 ** 63])), C(i64([0, 1])),
+                   C(i64([2 ** 63 - 1, -2 ** 63]))], [dx])
 
 
 # Vocabulary-parallel loss (passes/tp_shard_vocab.c): one rank's columns
