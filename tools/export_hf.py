@@ -209,7 +209,9 @@ def references(model, family, init):
                              {"params": other, "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=EPS)
     xs, ys = llmc_batches(STEPS)
-    m.train()
+    # eval mode: dropout off (GPT-2 and OPT default to 0.1), as in the
+    # exported inference graph hetc trains; gradients flow all the same
+    m.eval()
     losses, norms = [], []
     for k in range(STEPS):
         opt.zero_grad(set_to_none=True)
