@@ -100,6 +100,16 @@ static int g_unary(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     ir_node_set_string(b, "fn", f);
     return contrib(c, n, 0, o, err);
 }
+/* sin' = cos, cos' = -sin (the dynamo exports' rotary tables: inv_freq is
+ * a float initializer, so a parameter until marked frozen) */
+static int g_sin_cos(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *t = ad_op1(c, n->op == IR_OP_SIN ? IR_OP_COS : IR_OP_SIN, X(0), &X(0)->shape, 1,
+                        &X(0));
+    IrValue *m[2] = {DY, t};
+    IrValue *g = ad_op1(c, IR_OP_MUL, X(0), &DY->shape, 2, m);
+    if (n->op == IR_OP_COS) g = ad_op1(c, IR_OP_NEG, X(0), &DY->shape, 1, &g);
+    return contrib(c, n, 0, g, err);
+}
 static int g_identity(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     return contrib(c, n, 0, DY, err);
 }
@@ -416,6 +426,7 @@ static const GradRule rules[IR_OP_COUNT] = {
     [IR_OP_DIV] = R(g_div, 3), [IR_OP_POW] = R(g_pow, 1), [IR_OP_WHERE] = R(g_where, 6),
     [IR_OP_NEG] = R(g_neg, 1), [IR_OP_SQRT] = R(g_unary, 1), [IR_OP_EXP] = R(g_unary, 1),
     [IR_OP_LOG] = R(g_unary, 1), [IR_OP_TANH] = R(g_unary, 1),
+    [IR_OP_SIN] = R(g_sin_cos, 1), [IR_OP_COS] = R(g_sin_cos, 1),
     [IR_OP_SIGMOID] = R(g_unary, 1), [IR_OP_ERF] = R(g_unary, 1), [IR_OP_RELU] = R(g_unary, 1),
     [IR_OP_RECIPROCAL] = R(g_unary, 1), [IR_OP_CAST] = R(g_cast, 1),
     [IR_OP_IDENTITY] = R(g_identity, 1), [IR_OP_DROPOUT] = R(g_identity, 1),
