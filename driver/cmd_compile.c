@@ -304,6 +304,7 @@ int cmd_compile(int argc, char **argv) {
         CompileOpts lco = co;
         lco.dump_after = NULL;
         co.ibinds.log = NULL; /* said once; not again per stage */
+        lco.report_params = 1;
         lg = compile_import(&lco, NULL, 0, 0, &ctx, &err);
         ModuleOptions mo;
         module_options_default(&mo);

@@ -201,8 +201,12 @@ static void explain_memory(CostModel *cm, const ClusterSpec *c, const PlanLayer 
         double best = INFINITY;
         for (int a = 0; a < c->nmeshes; a++) {
             const MeshSpec *m = &c->meshes[a];
-            Submesh subs[64];
-            int ns = submesh_enumerate(m->nodes, m->per_node, subs, 64);
+            /* a mesh of N nodes has N + log2(per_node) shapes: no fixed cap */
+            int ns = submesh_enumerate(m->nodes, m->per_node, NULL, 0);
+            Submesh *subs = malloc((size_t)(ns > 0 ? ns : 1) * sizeof *subs);
+            if (!subs)
+                return;
+            ns = submesh_enumerate(m->nodes, m->per_node, subs, ns);
             for (int s = 0; s < ns; s++) {
                 StageCost sc;
                 if (cost_model_stage(cm, l, l, a, subs[s], &sc) == 0 && isfinite(sc.mem_static)) {
@@ -211,6 +215,7 @@ static void explain_memory(CostModel *cm, const ClusterSpec *c, const PlanLayer 
                         best = v;
                 }
             }
+            free(subs);
         }
         if (best > need) {
             need = best;
@@ -506,6 +511,7 @@ int cmd_plan(int argc, char **argv)
 
     /* 1. import + forward passes */
     double t = now_s();
+    a.co.report_params = 1;
     g = compile_import(&a.co, NULL, 0, 0, &ctx, &err);
     if (!g || compile_check_token_shape(g, &a.co, "--microbatch", &err)) {
         fprintf(stderr, "hetc plan: %s\n", err.msg);

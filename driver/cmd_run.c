@@ -181,6 +181,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     /* Import leaving symbolic dims open, then bind them from the inputs. */
+    o.report_params = o.verbose;
     g = compile_import(&o, NULL, 0, 1, &ctx, &err);
     if (!g) {
         fprintf(stderr, "hetc run: %s\n", err.msg);

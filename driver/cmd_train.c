@@ -218,6 +218,7 @@ int cmd_train(int argc, char **argv) {
     memset(&dl, 0, sizeof dl);
     TrainState st;
     memset(&st, 0, sizeof st);
+    co.report_params = !t.quiet;
     IrGraph *g = compile_import(&co, NULL, 0, 0, &ctx, &err);
     if (!g || compile_check_token_shape(g, &co, "--microbatch", &err) ||
         compile_run_passes(g, &co, &ctx, &err) ||

@@ -54,6 +54,19 @@ int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i) {
         }
         return 1;
     }
+    int fr = 0;
+    if ((r = cli_opt(argc, argv, i, "--trainable", &v)) != 0 ||
+        (fr = 1, r = cli_opt(argc, argv, i, "--frozen", &v)) != 0) {
+        if (r < 0) return -1;
+        int *n = fr ? &o->nfrozen : &o->ntrainable;
+        if (*n >= CLI_MAX_BINDS) {
+            fprintf(stderr, "hetc: at most %d %s options\n", CLI_MAX_BINDS,
+                    fr ? "--frozen" : "--trainable");
+            return -1;
+        }
+        (fr ? o->frozen : o->trainable)[(*n)++] = v;
+        return 1;
+    }
     if ((r = cli_opt(argc, argv, i, "--passes", &v)) != 0) {
         o->passes = v;
         return r;
@@ -108,6 +121,10 @@ void compile_opts_help(FILE *f) {
     fprintf(f, "  --bind NAME=N          bind any other symbolic dim by its ONNX dim_param\n");
     input_binds_help(f);
     fprintf(f,
+            "  --trainable GLOB       train the float initializers GLOB matches even if hetc\n"
+            "                         takes them for buffers (repeatable)\n"
+            "  --frozen GLOB          keep the parameters GLOB matches constant (repeatable;\n"
+            "                         wins over --trainable)\n"
             "  --passes a,b,c         run these passes instead of the default pipeline\n"
             "                         (%s; see --list-passes)\n"
             "  --dump-ir-after=P|all  write the IR after pass P (or every pass) to\n"
@@ -132,8 +149,16 @@ IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int n
     io.bindings = all;
     io.nbindings = n;
     io.allow_unbound = allow_unbound;
+    io.trainable = o->trainable;
+    io.ntrainable = o->ntrainable;
+    io.frozen = o->frozen;
+    io.nfrozen = o->nfrozen;
+    HetcParamSet ps = {0};
+    if (o->report_params) io.param_set = &ps;
     IrGraph *g = hetc_import_onnx(o->model, &io, err);
     if (!g) return NULL;
+    if (o->report_params) hetc_param_set_print(stderr, "params", &ps);
+    hetc_param_set_free(&ps);
     /* with dims left open (hetc run) the caller binds inputs once it has bound the dims */
     if (!allow_unbound && (o->ibinds.n || o->ibinds.all_extra) &&
         input_binds_apply(g, &o->ibinds, err)) {

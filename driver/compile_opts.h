@@ -23,6 +23,12 @@ typedef struct CompileOpts {
     /* --bind-input, and whether every input beside the token ids must be
      * bound (the training commands set ibinds.all_extra and ibinds.log). */
     InputBinds ibinds;
+    /* --trainable / --frozen globs (frontend/onnx_import.h) */
+    const char *trainable[CLI_MAX_BINDS], *frozen[CLI_MAX_BINDS];
+    int ntrainable, nfrozen;
+    /* set by the subcommand: print the parameter-set line on stderr after
+     * its import ("params: N trainable ..., M buffers kept constant ...") */
+    int report_params;
 } CompileOpts;
 
 void compile_opts_init(CompileOpts *o);
