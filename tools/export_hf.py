@@ -209,7 +209,11 @@ def references(model, family, init):
                              {"params": other, "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=EPS)
     xs, ys = llmc_batches(STEPS)
-    m.train()
+    # hetc trains without dropout, so the reference does too: GPT-2's and
+    # OPT's configs default to 0.1, which train() would turn on (and make
+    # the trajectory a random draw).  eval() only switches dropout off here:
+    # these models have no batch-norm.
+    m.eval()
     losses, norms = [], []
     for k in range(STEPS):
         opt.zero_grad(set_to_none=True)
