@@ -209,8 +209,10 @@ def references(model, family, init):
                              {"params": other, "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=EPS)
     xs, ys = llmc_batches(STEPS)
-    # eval mode: dropout off (GPT-2 and OPT default to 0.1), as in the
-    # exported inference graph hetc trains; gradients flow all the same
+    # hetc trains without dropout, so the reference does too: GPT-2's and
+    # OPT's configs default to 0.1, which train() would turn on (and make
+    # the trajectory a random draw).  eval() only switches dropout off here:
+    # these models have no batch-norm.
     m.eval()
     losses, norms = [], []
     for k in range(STEPS):
