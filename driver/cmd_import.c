@@ -119,8 +119,9 @@ int cmd_import(int argc, char **argv) {
     }
     double t0 = now_s();
     IrGraph *g = compile_import(&o, NULL, 0, 0, &ctx, &err);
-    if (!g) {
+    if (!g || compile_check_token_shape(g, &o, "--batch", &err)) {
         fprintf(stderr, "hetc import: %s\n", err.msg);
+        ir_graph_free(g);
         return 1;
     }
     double t1 = now_s();

@@ -15,6 +15,7 @@
 
 #include "atomic_file.h"
 #include "onnx.pb-c.h"
+#include "onnx_wire_scan.h"
 #include "train_state.h"
 
 static unsigned char *read_all(const char *path, size_t *n, IrError *err) {
@@ -153,6 +154,11 @@ int train_state_export_onnx(const TrainState *s, const char *model_path, const c
     size_t n;
     unsigned char *buf = read_all(model_path, &n, err);
     if (!buf) return -1;
+    /* the file may have changed since import: bound the nesting again */
+    if (onnx_wire_check_nesting(buf, n, &onnx__model_proto__descriptor, model_path, err)) {
+        free(buf);
+        return -1;
+    }
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, n, buf);
     free(buf);
     if (!m || !m->graph) {

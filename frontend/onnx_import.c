@@ -10,6 +10,7 @@
  * globs apply.
  */
 #include "onnx_internal.h"
+#include "onnx_wire_scan.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -413,7 +414,7 @@ enum { DT_IN0 = 0, DT_BOOL, DT_I64, DT_ATTR_TO, DT_ATTR_DTYPE, DT_IN1 };
 static const unsigned char out_dtype_rule[IR_OP_COUNT] = {
     [IR_OP_EQUAL] = DT_BOOL, [IR_OP_LESS] = DT_BOOL, [IR_OP_LESS_OR_EQUAL] = DT_BOOL,
     [IR_OP_GREATER] = DT_BOOL, [IR_OP_GREATER_OR_EQUAL] = DT_BOOL, [IR_OP_AND] = DT_BOOL,
-    [IR_OP_OR] = DT_BOOL, [IR_OP_XOR] = DT_BOOL, [IR_OP_NOT] = DT_BOOL,
+    [IR_OP_OR] = DT_BOOL, [IR_OP_XOR] = DT_BOOL, [IR_OP_NOT] = DT_BOOL, [IR_OP_IS_NAN] = DT_BOOL,
     [IR_OP_SHAPE] = DT_I64, [IR_OP_CAST] = DT_ATTR_TO,
     [IR_OP_CONSTANT_OF_SHAPE] = DT_ATTR_DTYPE, [IR_OP_WHERE] = DT_IN1,
 };
@@ -683,6 +684,7 @@ static IrGraph *import_bytes(const void *buf, size_t len, const char *path, cons
         ir_errorf(err, "%s: empty file, not an ONNX model", file);
         return NULL;
     }
+    if (onnx_wire_check_nesting(buf, len, &onnx__model_proto__descriptor, file, err)) return NULL;
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
     if (!m) {
         ir_errorf(err, "%s: not a valid ONNX protobuf (truncated or corrupt)", file);

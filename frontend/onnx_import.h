@@ -39,8 +39,7 @@ void hetc_param_set_print(FILE *f, const char *what, const HetcParamSet *p);
 
 typedef struct HetcImportOptions {
     /* --batch / --seq: bind dim_params that name the batch / sequence axis
-     * ("batch", "batch_size", "B", "N" / "seq", "seq_len", "sequence",
-     * "sequence_length", "T", "S"); -1 = not given. */
+     * (hetc_batch_dim_names / hetc_seq_dim_names); -1 = not given. */
     int64_t batch, seq;
     const HetcDimBinding *bindings; /* explicit name=value bindings */
     int nbindings;
@@ -67,6 +66,11 @@ IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrErro
 /* Same, from a buffer (fuzzing); model_dir is used for external data. */
 IrGraph *hetc_import_onnx_buffer(const void *buf, size_t len, const char *model_dir,
                                  const HetcImportOptions *opt, IrError *err);
+
+/* The dim_param names --batch and --seq bind (case-insensitive), NULL-
+ * terminated: the one list the importer and every --help use. */
+const char *const *hetc_batch_dim_names(void);
+const char *const *hetc_seq_dim_names(void);
 
 /* Bind remaining symbolic dims of graph inputs (and every value carrying the
  * same dim_param) from the given bindings; fails naming any dim left unbound. */

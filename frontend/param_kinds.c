@@ -56,12 +56,14 @@ static const unsigned nondiff_inputs[IR_OP_COUNT] = {
     [IR_OP_GREATER] = ALL, [IR_OP_GREATER_OR_EQUAL] = ALL, [IR_OP_AND] = ALL,
     [IR_OP_OR] = ALL, [IR_OP_XOR] = ALL, [IR_OP_NOT] = ALL, [IR_OP_SHAPE] = ALL,
     [IR_OP_CONSTANT_OF_SHAPE] = ALL, [IR_OP_RANGE] = ALL, [IR_OP_FLOOR] = ALL,
-    [IR_OP_CEIL] = ALL, [IR_OP_MOD] = ALL,
+    [IR_OP_CEIL] = ALL, [IR_OP_MOD] = ALL, [IR_OP_IS_NAN] = ALL,
     [IR_OP_WHERE] = 1u << 0,
     [IR_OP_RESHAPE] = 1u << 1, [IR_OP_EXPAND] = 1u << 1, [IR_OP_SQUEEZE] = 1u << 1,
     [IR_OP_UNSQUEEZE] = 1u << 1, [IR_OP_SPLIT] = 1u << 1, [IR_OP_GATHER] = 1u << 1,
     [IR_OP_EMBEDDING] = 1u << 1, [IR_OP_REDUCE_MEAN] = 1u << 1, [IR_OP_REDUCE_SUM] = 1u << 1,
     [IR_OP_REDUCE_MAX] = 1u << 1, [IR_OP_TRILU] = 1u << 1, [IR_OP_CUMSUM] = 1u << 1,
+    [IR_OP_GATHER_ND] = 1u << 1, [IR_OP_TILE] = 1u << 1, [IR_OP_GATHER_ELEMENTS] = 1u << 1,
+    [IR_OP_SCATTER_ND] = 1u << 1,
     [IR_OP_SLICE] = 0x1eu,
 };
 
@@ -71,7 +73,8 @@ static const unsigned char pass_through[IR_OP_COUNT] = {
     [IR_OP_RESHAPE] = 1, [IR_OP_TRANSPOSE] = 1, [IR_OP_SLICE] = 1, [IR_OP_SQUEEZE] = 1,
     [IR_OP_UNSQUEEZE] = 1, [IR_OP_EXPAND] = 1, [IR_OP_GATHER] = 1, [IR_OP_IDENTITY] = 1,
     [IR_OP_CONCAT] = 1, [IR_OP_SPLIT] = 1, [IR_OP_FLATTEN] = 1, [IR_OP_TRILU] = 1,
-    [IR_OP_CAST] = 1, [IR_OP_DROPOUT] = 1,
+    [IR_OP_CAST] = 1, [IR_OP_DROPOUT] = 1, [IR_OP_GATHER_ND] = 1, [IR_OP_TILE] = 1,
+    [IR_OP_GATHER_ELEMENTS] = 1, [IR_OP_SCATTER_ND] = 1,
 };
 
 typedef struct Uses {
