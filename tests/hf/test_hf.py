@@ -105,30 +105,11 @@ def trainable(hetc, path, work):
 
 def match_params(mine, ref):
     """Each torch parameter matched to a distinct hetc tensor of equal values
-    (2-D possibly transposed): a bipartite matching, greedy on exact keys
-    (equal tensors are interchangeable, so greedy is exact)."""
+    (2-D up to a transpose, square ones too; gemma's folded 1 + w): the
+    matcher of test_param_set.py, one definition for both tests."""
+    from test_param_set import match
     torch_p = {k[6:]: ref[k] for k in ref.files if k.startswith("param/")}
-    if len(mine) != len(torch_p):
-        return "%d trainable tensors, torch has %d named parameters" % (len(mine), len(torch_p))
-
-    def key(a):
-        a = np.asarray(a, np.float32)
-        if a.ndim == 2 and a.shape[0] > a.shape[1]:
-            a = a.T  # a transposed copy compares as the same tensor
-        return (a.shape, a.tobytes())
-    pool = {}
-    for n, a in mine.items():
-        pool.setdefault(key(a), []).append(n)
-    missing = []
-    for n, a in torch_p.items():
-        k = key(a)
-        if pool.get(k):
-            pool[k].pop()
-        else:
-            missing.append(n)
-    if missing:
-        return "no hetc tensor holds torch's %s" % ", ".join(missing[:4])
-    return None
+    return match(mine, torch_p, json.loads(str(ref["hparams"]))["family"])
 
 
 def train_cmd(hetc, path, hp, accum=1, extra=()):
