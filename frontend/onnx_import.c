@@ -732,6 +732,9 @@ static IrGraph *import_model(const Onnx__ModelProto *m, ImportCtx *c) {
     if (!rc) imp_demote_buffers(c->g);
     if (!rc && (rc = imp_untie_dedups(c->g, &nuntied, c->err)))
         ir_error_prefix(c->err, "%s", c->file);
+    /* a copy whose reader takes no gradient (a dedup of a weight with a
+     * mask of the same values) is a buffer */
+    if (!rc && nuntied) imp_demote_buffers(c->g);
     if (!rc) rc = imp_param_overrides(c->g, gp, c->opt, c->file, &nforced_t, &nforced_f, c->err);
     if (!rc && c->opt->param_set) {
         imp_param_report(c->g, gp, nuntied, c->opt->param_set);
