@@ -498,11 +498,11 @@ static int run_slice(HxCall *c) {
         if (k > 0) {
             s = s < 0 ? 0 : s > dim ? dim : s;
             e = e < 0 ? 0 : e > dim ? dim : e;
-            cnt = e > s ? (e - s + k - 1) / k : 0;
+            cnt = e > s ? (e - s - 1) / k + 1 : 0; /* no k - 1: k may be INT64_MAX */
         } else {
             s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
             e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-            cnt = s > e ? (s - e + (-k) - 1) / (-k) : 0;
+            cnt = s > e ? (e - s + 1) / k + 1 : 0; /* no -k: k may be INT64_MIN */
         }
         start[a] = s;
         step[a] = k;
@@ -610,6 +610,86 @@ static int run_embedding(HxCall *c) {
     return 0;
 }
 
+static int run_gather_nd(HxCall *c) {
+    char e[HK_ERRLEN];
+    const IrValue *x = IN_V(c, 0), *idx = IN_V(c, 1), *y = OUT_V(c, 0);
+    int64_t b = ir_attr_int(c->n, "batch_dims", 0);
+    if (b < 0 || b >= x->shape.rank || idx->shape.rank < 1)
+        return fail(c, "GatherND batch_dims does not fit the operands%s", "");
+    int64_t k = idx->shape.dims[idx->shape.rank - 1];
+    int64_t want = hk_numel(idx->shape.rank - 1, idx->shape.dims);
+    if (k >= 1 && b + k <= x->shape.rank)
+        want *= hk_numel(x->shape.rank - (int)(b + k), x->shape.dims + b + k);
+    if (numel(y) != want) return fail(c, "output shape does not match the gathered shape%s", "");
+    if (hk_gather_nd(esz(x), c->in[0], SHP(x), (HkDType)idx->dtype, c->in[1], SHP(idx), (int)b,
+                     c->out[0], e))
+        return ir_errorf(c->err, "indices '%s': %s", idx->name, e);
+    return 0;
+}
+
+static int run_gather_elements(HxCall *c) {
+    char e[HK_ERRLEN];
+    const IrValue *x = IN_V(c, 0), *idx = IN_V(c, 1), *y = OUT_V(c, 0);
+    int axis;
+    if (norm_axis(c, ir_attr_int(c->n, "axis", 0), x->shape.rank, &axis)) return -1;
+    if (idx->shape.rank != x->shape.rank || !ir_shape_equal(&idx->shape, &y->shape))
+        return fail(c, "GatherElements: indices and output must share the data's rank%s", "");
+    if (hk_gather_elements(esz(x), c->in[0], SHP(x), axis, (HkDType)idx->dtype, c->in[1],
+                           idx->shape.dims, c->out[0], e))
+        return ir_errorf(c->err, "indices '%s': %s", idx->name, e);
+    return 0;
+}
+
+static int run_scatter_nd(HxCall *c) {
+    char e[HK_ERRLEN];
+    const IrValue *x = IN_V(c, 0), *idx = IN_V(c, 1), *u = IN_V(c, 2);
+    static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    const char *red = ir_attr_string(c->n, "reduction", "none");
+    int r = -1;
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(red, names[i])) r = i;
+    if (r < 0) return fail(c, "unknown reduction '%s'", red);
+    if (!ir_shape_equal(&x->shape, &OUT_V(c, 0)->shape) || u->dtype != x->dtype)
+        return fail(c, "ScatterND output and updates must match the data%s", "");
+    int64_t k = idx->shape.rank ? idx->shape.dims[idx->shape.rank - 1] : 0;
+    int64_t want = hk_numel(idx->shape.rank - 1, idx->shape.dims);
+    if (k >= 1 && k <= x->shape.rank)
+        want *= hk_numel(x->shape.rank - (int)k, x->shape.dims + k);
+    if (numel(u) != want) return fail(c, "updates '%s' do not match the indexed slices", u->name);
+    if (hk_scatter_nd((HkDType)x->dtype, c->in[0], SHP(x), (HkDType)idx->dtype, c->in[1],
+                      SHP(idx), c->in[2], (HkScatterRed)r, c->out[0], e))
+        return ir_errorf(c->err, "indices '%s': %s", idx->name, e);
+    return 0;
+}
+
+static int run_tile(HxCall *c) {
+    const IrValue *x = IN_V(c, 0), *y = OUT_V(c, 0);
+    int64_t rep[IR_MAX_RANK];
+    int r = read_ints(c, 1, rep, IR_MAX_RANK);
+    if (r < 0) return -1;
+    if (r != x->shape.rank || y->shape.rank != r)
+        return fail(c, "repeats '%s' must have one entry per input axis", IN_V(c, 1)->name);
+    for (int i = 0; i < r; i++)
+        if (rep[i] < 0 || y->shape.dims[i] != x->shape.dims[i] * rep[i])
+            return fail(c, "output shape is not the input shape times repeats%s", "");
+    hk_tile(esz(x), c->in[0], SHP(x), rep, c->out[0]);
+    return 0;
+}
+
+static int run_is_nan(HxCall *c) {
+    char e[HK_ERRLEN];
+    if (same_numel(c, 0, 0)) return -1;
+    if (OUT_V(c, 0)->dtype != IR_BOOL) return fail(c, "output '%s' must be bool", OUT_V(c, 0)->name);
+    if (hk_isnan((HkDType)IN_V(c, 0)->dtype, c->in[0], c->out[0], numel(IN_V(c, 0)), e))
+        return kfail(c, e);
+    return 0;
+}
+static int chk_is_nan(const IrNode *n, int k, char *w, size_t wl) {
+    IrDType dt = n->in[0]->dtype;
+    return dt == IR_F32 || dt == IR_F64 || dt == IR_F16 || dt == IR_BF16
+               ? 1 : why(w, wl, n, "input", dt);
+}
+
 /* ---------------------------------------------------------------- the table */
 #define BIN(K) {run_binary, chk_binary, K, 0, 0}
 #define UN(K) {run_unary, chk_unary, K, 0, 1}
@@ -627,6 +707,7 @@ static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_SIN] = UN(HK_SIN), [IR_OP_COS] = UN(HK_COS), [IR_OP_TANH] = UN(HK_TANH),
     [IR_OP_SIGMOID] = UN(HK_SIGMOID), [IR_OP_ERF] = UN(HK_ERF), [IR_OP_RELU] = UN(HK_RELU),
     [IR_OP_FLOOR] = UN(HK_FLOOR), [IR_OP_CEIL] = UN(HK_CEIL), [IR_OP_NOT] = UN(HK_NOT),
+    [IR_OP_IS_NAN] = {run_is_nan, chk_is_nan, 0},
     [IR_OP_CAST] = {run_cast, chk_cast, 0},
     [IR_OP_CLIP] = {run_clip, chk_clip, 0, 0, HX_ALL},
     [IR_OP_IDENTITY] = {run_copy, NULL, 0, 0, 1},
@@ -656,6 +737,10 @@ static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_TRILU] = {run_trilu, NULL, 0, 0, 1},
     [IR_OP_GATHER] = {run_gather, NULL, 0, 0, 1},
     [IR_OP_CUMSUM] = {run_cumsum, chk_numeric, 0, 0, 1},
+    [IR_OP_GATHER_ND] = {run_gather_nd, NULL, 0, 0, 1},
+    [IR_OP_TILE] = {run_tile, NULL, 0, 0, 1},
+    [IR_OP_GATHER_ELEMENTS] = {run_gather_elements, NULL, 0, 0, 1},
+    [IR_OP_SCATTER_ND] = {run_scatter_nd, NULL, 0, 0, 5},
     [IR_OP_LINEAR] = {run_linear, chk_f32, 0, 0, HX_ALL},
     [IR_OP_LAYER_NORM] = {run_norm, chk_f32, 0, 0, HX_ALL},
     [IR_OP_RMS_NORM] = {run_norm, chk_f32, 0, 0, HX_ALL},
@@ -678,6 +763,9 @@ static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_EMBEDDING_GRAD] = {hxt_run_embedding_grad, hxt_chk_f32, 0, 0, 5},
     [IR_OP_SUM_TO_SHAPE] = {hxt_run_sum_to_shape, hxt_chk_f32, 0, 0, 1},
     [IR_OP_SLICE_GRAD] = {hxt_run_slice_grad, hxt_chk_f32, 0, 0, 1},
+    [IR_OP_GATHER_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
+    [IR_OP_GATHER_ND_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
+    [IR_OP_GATHER_ELEMENTS_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
 };
 
 const HxOpEntry *hx_op_entry(IrOp op) {

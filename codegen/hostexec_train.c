@@ -290,11 +290,11 @@ int hxt_run_slice_grad(HxCall *c) {
         if (k > 0) {
             s = s < 0 ? 0 : s > dim ? dim : s;
             e = e < 0 ? 0 : e > dim ? dim : e;
-            cnt = e > s ? (e - s + k - 1) / k : 0;
+            cnt = e > s ? (e - s - 1) / k + 1 : 0; /* no k - 1: k may be INT64_MAX */
         } else {
             s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
             e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-            cnt = s > e ? (s - e + (-k) - 1) / (-k) : 0;
+            cnt = s > e ? (e - s + 1) / k + 1 : 0; /* no -k: k may be INT64_MIN */
         }
         start[a] = s, step[a] = k, yd[a] = cnt;
     }
@@ -318,3 +318,43 @@ int hxt_run_slice_grad(HxCall *c) {
     return 0;
 }
 
+
+/* ------------------------------------------------------------ gathers' adjoints */
+/* dy shape indices -> dx of that shape: the forward gather's reads, added back */
+int hxt_run_gather_grad(HxCall *c) {
+    char e[HK_ERRLEN];
+    const IrValue *dy = IN_V(c, 0), *idx = IN_V(c, 2), *x = OUT_V(c, 0);
+    int r = x->shape.rank;
+    const int64_t *xd = x->shape.dims;
+    int64_t want = 0, a = ir_attr_int(c->n, "axis", 0), b = ir_attr_int(c->n, "batch_dims", 0);
+    int rc;
+    if (c->n->op != IR_OP_GATHER_ND_GRAD && (a < -r || a >= r))
+        return ir_errorf(c->err, "axis %lld is out of range for rank %d", (long long)a, r);
+    if (a < 0) a += r;
+    switch (c->n->op) {
+    case IR_OP_GATHER_GRAD:
+        want = numel(x) / (xd[a] ? xd[a] : 1) * numel(idx);
+        if (xd[a] == 0) want = 0;
+        if (numel(dy) != want) return ir_errorf(c->err, "dy does not match the gathered shape");
+        rc = hk_gather_backward_f32(c->in[0], r, xd, (int)a, (HkDType)idx->dtype, c->in[2],
+                                    numel(idx), c->out[0], e);
+        break;
+    case IR_OP_GATHER_ND_GRAD: {
+        int64_t k = idx->shape.rank ? idx->shape.dims[idx->shape.rank - 1] : 0;
+        if (b < 0 || k < 1 || b + k > r) return ir_errorf(c->err, "indices do not address dx");
+        want = hk_numel(idx->shape.rank - 1, idx->shape.dims) *
+               hk_numel(r - (int)(b + k), xd + b + k);
+        if (numel(dy) != want) return ir_errorf(c->err, "dy does not match the gathered shape");
+        rc = hk_gather_nd_backward_f32(c->in[0], r, xd, (HkDType)idx->dtype, c->in[2],
+                                       idx->shape.rank, idx->shape.dims,
+                                       (int)b, c->out[0], e);
+        break;
+    }
+    default:
+        if (!ir_shape_equal(&dy->shape, &idx->shape) || idx->shape.rank != r)
+            return ir_errorf(c->err, "dy must have the indices' shape");
+        rc = hk_gather_elements_backward_f32(c->in[0], r, xd, (int)a, (HkDType)idx->dtype,
+                                             c->in[2], idx->shape.dims, c->out[0], e);
+    }
+    return rc ? ir_errorf(c->err, "indices '%s': %s", idx->name, e) : 0;
+}

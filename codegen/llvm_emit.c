@@ -464,7 +464,7 @@ static int build_module(Emit *e, const char *entry, IrError *err) {
 int le_emit_program(const LeProgram *prog, const LeOptions *opt, IrError *err) {
     if (!prog || !opt || !opt->obj_path) return ir_errorf(err, "le_emit_program: no program or output path");
     const char *entry = prog->entry ? prog->entry : "hetrt_stage_main";
-    if (validate(prog, entry, err)) return ir_error_prefix(err, "codegen stage %d: ", prog->stage);
+    if (validate(prog, entry, err)) return ir_error_prefix_stage(err, "codegen", prog->stage);
 
     LLVMTargetMachineRef tm = host_machine(opt->opt_level, err);
     if (!tm) return -1;
@@ -504,7 +504,7 @@ int le_emit_program(const LeProgram *prog, const LeOptions *opt, IrError *err) {
     LLVMDisposeModule(e.mod);
     LLVMContextDispose(e.ctx);
     LLVMDisposeTargetMachine(tm);
-    if (rc || !opt->exe_path) return rc ? ir_error_prefix(err, "codegen stage %d: ", prog->stage) : 0;
+    if (rc || !opt->exe_path) return rc ? ir_error_prefix_stage(err, "codegen", prog->stage) : 0;
 
     /* cc OBJ LINK_ARGS... -o EXE */
     int n = 0;
@@ -518,7 +518,7 @@ int le_emit_program(const LeProgram *prog, const LeOptions *opt, IrError *err) {
     argv[n] = NULL;
     rc = le_run_tool(argv, err);
     free(argv);
-    if (rc) return ir_error_prefix(err, "codegen stage %d: linking %s: ", prog->stage,
+    if (rc) return ir_error_prefix(err, "codegen stage %d: linking %s", prog->stage,
                                    opt->exe_path);
     return 0;
 }

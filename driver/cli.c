@@ -48,6 +48,16 @@ int cli_take_model(const char *cmd, const char *arg, const char **model) {
     return 0;
 }
 
+int cli_old_eps(const char *cmd, const char *arg) {
+    if (strcmp(arg, "--eps") && strncmp(arg, "--eps=", 6)) return 0;
+    fprintf(stderr,
+            "hetc %s: --eps is no longer accepted, it named two things: AdamW's epsilon is "
+            "--adam-eps (default 1e-8), the planner's epsilon of Eq. 2 is --plan-eps "
+            "(default 0.1)\n",
+            cmd);
+    return 1;
+}
+
 int cli_mkdirs(const char *path, IrError *err) {
     char buf[4096];
     size_t n = strlen(path);

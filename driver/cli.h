@@ -17,6 +17,11 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
  * unknown option is reported; a positional fills *model, once.  Returns 0
  * when the argument was taken, -1 (after printing why) otherwise. */
 int cli_take_model(const char *cmd, const char *arg, const char **model);
+/* `--eps` meant AdamW's epsilon in hetc train and the planner's ε in hetc
+ * plan / compile; each meaning has its own name now (--adam-eps,
+ * --plan-eps) in every command.  1 (after saying which name to use) when
+ * arg is the old spelling, 0 otherwise. */
+int cli_old_eps(const char *cmd, const char *arg);
 /* mkdir -p */
 int cli_mkdirs(const char *path, IrError *err);
 

@@ -61,7 +61,7 @@ static void usage(FILE *f) {
 
 /* plan options that take a value (the rest of hetc plan's are flags) */
 static const char *const PLAN_VALUE_OPTS[] = {
-    "--global-batch", "--layers", "--threads", "--min-heavy", "--max-stages", "--eps",
+    "--global-batch", "--layers", "--threads", "--min-heavy", "--max-stages", "--plan-eps",
     "--imbalance", "--efficiency", "--schedule", "--profile-db", "--microbatch", "--max-tp",
     "--zero", "--planner", "--coarse-layers", NULL};
 
@@ -89,6 +89,7 @@ int cmd_compile(int argc, char **argv) {
     const char *model = NULL, *cluster = NULL;
     CompileOpts co;
     compile_opts_init(&co);
+    compile_opts_bind_extra_inputs(&co, NULL); /* hetc plan says what it bound */
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -108,6 +109,7 @@ int cmd_compile(int argc, char **argv) {
         ca.field = v;                                                         \
         continue;                                                             \
     }
+        if (cli_old_eps("compile", argv[i])) goto bad;
         DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--adam-eps", adam_eps)
         DBL("--weight-decay", weight_decay) DBL("--momentum", momentum) DBL("--clip", clip)
         I64("--steps", steps) I64("--warmup", warmup)
@@ -247,6 +249,7 @@ int cmd_compile(int argc, char **argv) {
     char planpath[4200];
     if (plan_file) {
         snprintf(planpath, sizeof planpath, "%s", plan_file);
+        co.ibinds.log = stderr; /* no hetc plan run to say what was bound */
     } else {
         int prc = cmd_plan(pargc, pargv);
         if (prc) {
@@ -300,6 +303,8 @@ int cmd_compile(int argc, char **argv) {
     {
         CompileOpts lco = co;
         lco.dump_after = NULL;
+        co.ibinds.log = NULL; /* said once; not again per stage */
+        lco.report_params = 1;
         lg = compile_import(&lco, NULL, 0, 0, &ctx, &err);
         ModuleOptions mo;
         module_options_default(&mo);

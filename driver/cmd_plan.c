@@ -34,8 +34,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: hetc plan MODEL.onnx CLUSTER.yaml -o DIR [options]\n"
-            "       hetc MODEL.onnx CLUSTER.yaml -o DIR [options]   (the same; per-stage\n"
-            "                                  codegen joins it in a later release)\n"
+            "\n"
+            "(hetc compile, or hetc MODEL.onnx CLUSTER.yaml, plans the same way and then\n"
+            "builds the per-stage executables and launch.sh: hetc compile --help.)\n"
             "\n"
             "Plan a heterogeneity-aware pipeline (HAPT): repeated modules, fine-grained\n"
             "layers, zero-redundant profiling, the DP of Eq. 13-24 over every mesh order,\n"
@@ -49,7 +50,8 @@ static void usage(FILE *f)
             "                         block, see passes/layers.h)\n"
             "  --schedule S           h1f1b (default) | 1f1b | eager1f1b | gpipe\n"
             "  --threads N            DP worker threads (default: CPUs online)\n"
-            "  --eps E                epsilon of Eq. 2 (default 0.1)\n"
+            "  --plan-eps E           the planner's epsilon of Eq. 2 (default 0.1; AdamW's is\n"
+            "                         hetc train / compile's --adam-eps)\n"
             "  --imbalance X          imbalance pruning threshold T of docs/CLUSTER.md\n"
             "                         (default 4; 0 = off)\n"
             "  --min-heavy Z          heavy ops a repeated module must hold (default 2)\n"
@@ -199,8 +201,12 @@ static void explain_memory(CostModel *cm, const ClusterSpec *c, const PlanLayer 
         double best = INFINITY;
         for (int a = 0; a < c->nmeshes; a++) {
             const MeshSpec *m = &c->meshes[a];
-            Submesh subs[64];
-            int ns = submesh_enumerate(m->nodes, m->per_node, subs, 64);
+            /* a mesh of N nodes has N + log2(per_node) shapes: no fixed cap */
+            int ns = submesh_enumerate(m->nodes, m->per_node, NULL, 0);
+            Submesh *subs = malloc((size_t)(ns > 0 ? ns : 1) * sizeof *subs);
+            if (!subs)
+                return;
+            ns = submesh_enumerate(m->nodes, m->per_node, subs, ns);
             for (int s = 0; s < ns; s++) {
                 StageCost sc;
                 if (cost_model_stage(cm, l, l, a, subs[s], &sc) == 0 && isfinite(sc.mem_static)) {
@@ -209,6 +215,7 @@ static void explain_memory(CostModel *cm, const ClusterSpec *c, const PlanLayer 
                         best = v;
                 }
             }
+            free(subs);
         }
         if (best > need) {
             need = best;
@@ -286,6 +293,7 @@ int cmd_plan(int argc, char **argv)
     PlanArgs a;
     memset(&a, 0, sizeof a);
     compile_opts_init(&a.co);
+    compile_opts_bind_extra_inputs(&a.co, stderr);
     a.eps = 0.1;
     a.imbalance = -1;
     a.efficiency = 0.5;
@@ -317,7 +325,8 @@ int cmd_plan(int argc, char **argv)
         INTOPT("--min-heavy", min_heavy)
         INTOPT("--max-stages", max_stages)
         INTOPT("--coarse-layers", coarse_layers)
-        DBLOPT("--eps", eps)
+        if (cli_old_eps("plan", argv[i])) return 2;
+        DBLOPT("--plan-eps", eps)
         DBLOPT("--imbalance", imbalance)
         DBLOPT("--efficiency", efficiency)
 #undef INTOPT
@@ -502,11 +511,23 @@ int cmd_plan(int argc, char **argv)
 
     /* 1. import + forward passes */
     double t = now_s();
+    a.co.report_params = 1;
     g = compile_import(&a.co, NULL, 0, 0, &ctx, &err);
-    if (!g) {
+    if (!g || compile_check_token_shape(g, &a.co, "--microbatch", &err)) {
         fprintf(stderr, "hetc plan: %s\n", err.msg);
         goto out;
     }
+    /* A fixed-batch model runs its microbatch whole on every rank: the
+     * stage binaries (--dp-divides-microbatch) can only run it at dp 1. */
+    int64_t fixed_batch = -1;
+    if (a.dp_divides && compile_fixed_batch(&a.co, &fixed_batch, &err)) {
+        fprintf(stderr, "hetc plan: %s\n", err.msg);
+        goto out;
+    }
+    if (fixed_batch > 0)
+        fprintf(stderr, "hetc plan: %s has a fixed batch of %lld rows: every stage gets dp 1 "
+                "(to use data parallelism, " COMPILE_REEXPORT_HINT ")\n",
+                a.co.model, (long long)fixed_batch);
     t_imp = now_s() - t;
     t = now_s();
     if (compile_run_passes(g, &a.co, &ctx, &err)) {
@@ -579,7 +600,7 @@ again:
         cop.inflight = inflight;
     }
     if (a.dp_divides)
-        cop.dp_divides = a.co.batch;
+        cop.dp_divides = fixed_batch > 0 ? 1 : a.co.batch; /* 1: only dp 1 divides it */
     if (a.imbalance >= 0)
         cop.imbalance_threshold = a.imbalance;
     if (a.profile_db)

@@ -215,6 +215,7 @@ static IrGraph *layer_graph(const ProfArgs *a, const CompileOpts *co, int64_t lo
     CompileOpts o = *co;
     o.batch = local;
     o.dump_after = NULL;
+    o.ibinds.log = NULL; /* the planner graph's import said what it bound */
     PassContext ctx;
     pass_context_default(&ctx);
     LossOpts lo;
@@ -382,6 +383,7 @@ int cmd_profile(int argc, char **argv) {
                   .min_heavy = 2, .n = 1, .m = 1, .tp = 1, .reps = 10, .warmup = 3};
     CompileOpts co;
     compile_opts_init(&co);
+    compile_opts_bind_extra_inputs(&co, stderr);
     int r = parse_args(argc, argv, &a, &co);
     if (r) return r == 1 ? 0 : r;
     if ((r = check_args(&a, &co))) return r;

@@ -181,6 +181,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     /* Import leaving symbolic dims open, then bind them from the inputs. */
+    o.report_params = o.verbose;
     g = compile_import(&o, NULL, 0, 1, &ctx, &err);
     if (!g) {
         fprintf(stderr, "hetc run: %s\n", err.msg);
@@ -219,7 +220,7 @@ int cmd_run(int argc, char **argv) {
     }
     int bound = hetc_bind_dims(g, binds, nb, &err);
     for (int i = 0; i < nb; i++) free((char *)binds[i].name);
-    if (bound != 0) {
+    if (bound != 0 || (o.ibinds.n && input_binds_apply(g, &o.ibinds, &err))) {
         fprintf(stderr, "hetc run: %s\n", err.msg);
         goto done;
     }

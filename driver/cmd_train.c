@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --optimizer adamw|sgd  (default adamw)\n"
             "  --lr X                 peak learning rate (default 1e-3)\n"
             "  --beta1 X --beta2 X    AdamW betas (default 0.9, 0.95)\n"
-            "  --eps X                AdamW epsilon (default 1e-8)\n"
+            "  --adam-eps X           AdamW epsilon (default 1e-8; --eps is no longer accepted)\n"
             "  --weight-decay X       decoupled (AdamW) or L2 (SGD) decay on parameters of rank\n"
             "                         >= 2; norms and biases are not decayed (default 0.1)\n"
             "  --momentum X           SGD momentum (default 0.9)\n"
@@ -100,12 +100,13 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         if (r < 0 || parse_d(name, v, &t->field)) return -1;                 \
         continue;                                                            \
     }
+        if (cli_old_eps("train", argv[i])) return -1;
         STR("--data", data) STR("--loss", loss) STR("--optimizer", optimizer)
         STR("--lr-schedule", schedule) STR("--checkpoint-dir", ckpt_dir)
         STR("--export", export_path) STR("--dump-grads", dump_grads)
         I64("--steps", steps) I64("--accum", accum) I64("--warmup", warmup)
         I64("--checkpoint-every", ckpt_every)
-        DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--eps", eps)
+        DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--adam-eps", eps)
         DBL("--weight-decay", wd) DBL("--momentum", momentum) DBL("--clip", clip)
         if ((r = cli_opt(argc, argv, &i, "--microbatch", &v)) != 0) {
             if (r < 0 || cli_parse_i64("--microbatch", v, &co->batch)) return -1;
@@ -186,6 +187,7 @@ int cmd_train(int argc, char **argv) {
             return 0;
         }
     if (parse_args(argc, argv, &co, &t)) return 2;
+    compile_opts_bind_extra_inputs(&co, t.quiet ? NULL : stdout);
     IrError err = {{0}};
     PassContext ctx;
     pass_context_default(&ctx);
@@ -216,8 +218,10 @@ int cmd_train(int argc, char **argv) {
     memset(&dl, 0, sizeof dl);
     TrainState st;
     memset(&st, 0, sizeof st);
+    co.report_params = !t.quiet;
     IrGraph *g = compile_import(&co, NULL, 0, 0, &ctx, &err);
-    if (!g || compile_run_passes(g, &co, &ctx, &err) ||
+    if (!g || compile_check_token_shape(g, &co, "--microbatch", &err) ||
+        compile_run_passes(g, &co, &ctx, &err) ||
         pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss_with(g, &lo, &err) ||
         pass_maybe_dump(g, "loss", &ctx, &err) || (ctx.dump_index++, 0) ||
         pass_run_pipeline(g, "autodiff,shape-infer", &ctx, &err)) {
@@ -239,10 +243,11 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
     }
-    IrValue *ids = g->ninputs > 0 ? g->inputs[0] : NULL, *tg = ir_graph_find_value(g, "targets");
+    IrValue *ids = input_binds_token_input(g), *tg = ir_graph_find_value(g, "targets");
     if (!ids || !tg || ids == tg || ir_shape_numel(&ids->shape) != co.batch * co.seq ||
         ids->dtype != IR_I64) {
-        fprintf(stderr, "hetc train: the model's first input must be int64 token ids [%lld,%lld]\n",
+        fprintf(stderr, "hetc train: the model's token-ids input (input_ids, or the first input) must be "
+                        "int64 [%lld,%lld]\n",
                 (long long)co.batch, (long long)co.seq);
         goto done;
     }

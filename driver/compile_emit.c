@@ -155,7 +155,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         char *config = NULL;
         if (lower_stage(&ps[s], &lo, &prog, &config, &mp, err)) {
             free(ls);
-            ir_error_prefix(err, "stage %d", s);
+            ir_error_prefix_stage(err, NULL, s);
             goto done;
         }
         char *links = link_lines(p, ps, s);
@@ -204,7 +204,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         free(cfg);
         free(ls);
         if (erc) {
-            ir_error_prefix(err, "stage %d", s);
+            ir_error_prefix_stage(err, NULL, s);
             goto done;
         }
     }

@@ -32,12 +32,39 @@ int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i) {
         }
         int64_t val;
         if (cli_parse_i64("--bind", eq + 1, &val)) return -1;
-        /* the name points into argv, which outlives the options */
-        char *name = argv[*i] + (v - argv[*i]);
-        name[eq - v] = '\0';
-        o->binds[o->nbinds].name = name;
+        /* a copy of the name: argv stays intact (hetc compile hands it on to hetc plan) */
+        size_t len = (size_t)(eq - v);
+        if (len >= sizeof o->bind_names[0]) {
+            fprintf(stderr, "hetc: --bind: dim name '%.*s' is too long\n", (int)len, v);
+            return -1;
+        }
+        memcpy(o->bind_names[o->nbinds], v, len);
+        o->bind_names[o->nbinds][len] = '\0';
+        o->binds[o->nbinds].name = o->bind_names[o->nbinds];
         o->binds[o->nbinds].value = val;
         o->nbinds++;
+        return 1;
+    }
+    if ((r = cli_opt(argc, argv, i, "--bind-input", &v)) != 0) {
+        if (r < 0) return -1;
+        IrError err = {{0}};
+        if (input_binds_parse(&o->ibinds, v, &err)) {
+            fprintf(stderr, "hetc: %s\n", err.msg);
+            return -1;
+        }
+        return 1;
+    }
+    int fr = 0;
+    if ((r = cli_opt(argc, argv, i, "--trainable", &v)) != 0 ||
+        (fr = 1, r = cli_opt(argc, argv, i, "--frozen", &v)) != 0) {
+        if (r < 0) return -1;
+        int *n = fr ? &o->nfrozen : &o->ntrainable;
+        if (*n >= CLI_MAX_BINDS) {
+            fprintf(stderr, "hetc: at most %d %s options\n", CLI_MAX_BINDS,
+                    fr ? "--frozen" : "--trainable");
+            return -1;
+        }
+        (fr ? o->frozen : o->trainable)[(*n)++] = v;
         return 1;
     }
     if ((r = cli_opt(argc, argv, i, "--passes", &v)) != 0) {
@@ -64,11 +91,40 @@ int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i) {
     return 0;
 }
 
+/* "(dim_params a, b, c)" from the importer's own list, wrapped at 88
+ * columns; col is where the caller's text ended. */
+static void dim_names(FILE *f, int col, const char *const *names) {
+    col += fprintf(f, " (dim_params");
+    for (int i = 0; names[i]; i++) {
+        int len = (int)strlen(names[i]) + 2 + (names[i + 1] == NULL);
+        if (col + len > 88) {
+            fprintf(f, "%s\n                        ", i ? "," : "");
+            col = 24;
+        } else if (i) {
+            col += fprintf(f, ",");
+        }
+        col += fprintf(f, " %s", names[i]);
+    }
+    fprintf(f, ")\n");
+}
+
+void compile_opts_bind_extra_inputs(CompileOpts *o, FILE *log) {
+    o->ibinds.all_extra = 1;
+    o->ibinds.log = log;
+}
+
 void compile_opts_help(FILE *f) {
+    dim_names(f, fprintf(f, "  --batch N              bind the batch dim"),
+              hetc_batch_dim_names());
+    dim_names(f, fprintf(f, "  --seq N                bind the sequence dim"),
+              hetc_seq_dim_names());
+    fprintf(f, "  --bind NAME=N          bind any other symbolic dim by its ONNX dim_param\n");
+    input_binds_help(f);
     fprintf(f,
-            "  --batch N              bind the batch dim (dim_params batch, batch_size, B, N)\n"
-            "  --seq N                bind the sequence dim (seq, seq_len, sequence, T, S)\n"
-            "  --bind NAME=N          bind any other symbolic dim by its ONNX dim_param\n"
+            "  --trainable GLOB       train the float initializers GLOB matches even if hetc\n"
+            "                         takes them for buffers (repeatable)\n"
+            "  --frozen GLOB          keep the parameters GLOB matches constant (repeatable;\n"
+            "                         wins over --trainable)\n"
             "  --passes a,b,c         run these passes instead of the default pipeline\n"
             "                         (%s; see --list-passes)\n"
             "  --dump-ir-after=P|all  write the IR after pass P (or every pass) to\n"
@@ -87,18 +143,71 @@ IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int n
     io.seq = o->seq;
     HetcDimBinding all[2 * CLI_MAX_BINDS + 64];
     int n = 0;
-    for (int i = 0; i < o->nbinds; i++) all[n++] = o->binds[i];
+    for (int i = 0; i < o->nbinds; i++) /* o may be a copy: its own names */
+        all[n++] = (HetcDimBinding){o->bind_names[i], o->binds[i].value};
     for (int i = 0; i < nextra && n < (int)(sizeof all / sizeof all[0]); i++) all[n++] = extra[i];
     io.bindings = all;
     io.nbindings = n;
     io.allow_unbound = allow_unbound;
+    io.trainable = o->trainable;
+    io.ntrainable = o->ntrainable;
+    io.frozen = o->frozen;
+    io.nfrozen = o->nfrozen;
+    HetcParamSet ps = {0};
+    if (o->report_params) io.param_set = &ps;
     IrGraph *g = hetc_import_onnx(o->model, &io, err);
     if (!g) return NULL;
+    if (o->report_params) hetc_param_set_print(stderr, "params", &ps);
+    hetc_param_set_free(&ps);
+    /* with dims left open (hetc run) the caller binds inputs once it has bound the dims */
+    if (!allow_unbound && (o->ibinds.n || o->ibinds.all_extra) &&
+        input_binds_apply(g, &o->ibinds, err)) {
+        ir_graph_free(g);
+        return NULL;
+    }
     if (pass_maybe_dump(g, "import", ctx, err) != 0) {
         ir_graph_free(g);
         return NULL;
     }
     return g;
+}
+
+int compile_check_token_shape(const IrGraph *g, const CompileOpts *o, const char *batch_opt,
+                              IrError *err) {
+    const IrValue *ids = input_binds_token_input(g);
+    if (!ids || ids->shape.rank != 2) return 0; /* the callers' own checks say more */
+    const char *model = o->model ? o->model : "the model";
+    char sb[96];
+    ir_shape_str(&ids->shape, sb, sizeof sb);
+    int64_t b = ids->shape.dims[0], t = ids->shape.dims[1];
+    if (o->batch >= 0 && b >= 0 && b != o->batch)
+        return ir_errorf(err,
+                         "%s has a fixed batch of %lld (input '%s' %s%s has no symbolic batch "
+                         "dim), not the %lld rows asked for: use %s %lld (hetc plan / compile: "
+                         "and a --global-batch that is a multiple of it), or " COMPILE_REEXPORT_HINT,
+                         model, (long long)b, ids->name, ir_dtype_name(ids->dtype), sb,
+                         (long long)o->batch, batch_opt, (long long)b);
+    if (o->seq >= 0 && t >= 0 && t != o->seq)
+        return ir_errorf(err,
+                         "%s has a fixed sequence length of %lld (input '%s' %s%s has no "
+                         "symbolic sequence dim), not the --seq %lld asked for: use --seq %lld, "
+                         "or " COMPILE_REEXPORT_HINT,
+                         model, (long long)t, ids->name, ir_dtype_name(ids->dtype), sb,
+                         (long long)o->seq, (long long)t);
+    return 0;
+}
+
+int compile_fixed_batch(const CompileOpts *o, int64_t *fixed, IrError *err) {
+    HetcImportOptions io;
+    hetc_import_options_default(&io);
+    io.allow_unbound = 1;
+    *fixed = -1;
+    IrGraph *g = hetc_import_onnx(o->model, &io, err);
+    if (!g) return -1;
+    const IrValue *ids = input_binds_token_input(g);
+    if (ids && ids->shape.rank >= 1 && ids->shape.dims[0] >= 0) *fixed = ids->shape.dims[0];
+    ir_graph_free(g);
+    return 0;
 }
 
 int compile_run_passes(IrGraph *g, const CompileOpts *o, PassContext *ctx, IrError *err) {

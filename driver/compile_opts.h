@@ -3,6 +3,7 @@
 #ifndef HETC_COMPILE_OPTS_H
 #define HETC_COMPILE_OPTS_H
 
+#include "input_binds.h"
 #include "onnx_import.h"
 #include "pass.h"
 
@@ -12,23 +13,54 @@ typedef struct CompileOpts {
     const char *model;
     int64_t batch, seq;
     HetcDimBinding binds[CLI_MAX_BINDS];
+    char bind_names[CLI_MAX_BINDS][128]; /* binds[i]'s name, copied with the struct */
     int nbinds;
     const char *passes;      /* NULL: the default pipeline */
     const char *dump_after;  /* NULL, "all" or pass names */
     const char *out_dir;     /* -o */
     int verbose;
     int print_ir;
+    /* --bind-input, and whether every input beside the token ids must be
+     * bound (the training commands set ibinds.all_extra and ibinds.log). */
+    InputBinds ibinds;
+    /* --trainable / --frozen globs (frontend/onnx_import.h) */
+    const char *trainable[CLI_MAX_BINDS], *frozen[CLI_MAX_BINDS];
+    int ntrainable, nfrozen;
+    /* set by the subcommand: print the parameter-set line on stderr after
+     * its import ("params: N trainable ..., M buffers kept constant ...") */
+    int report_params;
 } CompileOpts;
 
 void compile_opts_init(CompileOpts *o);
 /* Try to consume argv[*i] as a shared option: 1 consumed, 0 not ours, -1 bad. */
 int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i);
+/* The training commands (train, plan, profile, compile): every graph input
+ * beside the token ids is bound to a constant (by name, or --bind-input),
+ * one line per input on `log` (NULL: silent). */
+void compile_opts_bind_extra_inputs(CompileOpts *o, FILE *log);
 /* Help text for the shared options. */
 void compile_opts_help(FILE *f);
 
-/* Import o->model (dumping 00-import.ir when asked) with extra bindings. */
+/* Import o->model with extra dim bindings, bind extra graph inputs to
+ * constants (o->ibinds), and dump 00-import.ir when asked. */
 IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int nextra,
                         int allow_unbound, PassContext *ctx, IrError *err);
+/* A model exported with fixed shapes (no symbolic batch / sequence dim on
+ * the token ids) imports at its own extents whatever --batch / --seq say.
+ * After an import at o->batch / o->seq: fails, saying what the user can do
+ * (the option values that fit, or a re-export with symbolic dims), when the
+ * token input's extents are not those asked for.  batch_opt names the
+ * command's batch option ("--microbatch", "--batch"). */
+int compile_check_token_shape(const IrGraph *g, const CompileOpts *o, const char *batch_opt,
+                              IrError *err);
+/* Whether the token input's batch dim is fixed in the ONNX file (a probe
+ * import with every dim left open): *fixed = its extent, or -1. */
+int compile_fixed_batch(const CompileOpts *o, int64_t *fixed, IrError *err);
+/* What to say about re-exporting with symbolic dims. */
+#define COMPILE_REEXPORT_HINT                                                               \
+    "re-export it with symbolic batch and sequence dims (tools/export_hf.py does; "         \
+    "torch.onnx.export: dynamic_axes={'input_ids': {0: 'batch', 1: 'seq'}}, or "            \
+    "dynamic_shapes with dynamo=True)"
 /* Run o->passes (or the default pipeline). */
 int compile_run_passes(IrGraph *g, const CompileOpts *o, PassContext *ctx, IrError *err);
 /* Layer ids by node name, taken from the graph the planner saw (modules

@@ -41,6 +41,7 @@ static IrGraph *stage_graph(const CompileStages *cs, int64_t local, IrError *err
     CompileOpts o = *cs->co;
     o.batch = local;
     o.dump_after = NULL;
+    o.ibinds.log = NULL; /* the plan's import said what it bound */
     PassContext ctx;
     pass_context_default(&ctx);
     LossOpts lo;
@@ -48,6 +49,18 @@ static IrGraph *stage_graph(const CompileStages *cs, int64_t local, IrError *err
     if (loss_opts_parse(&lo, cs->args->loss, err))
         return NULL;
     IrGraph *g = compile_import(&o, NULL, 0, 0, &ctx, err);
+    const IrValue *ids = g ? input_binds_token_input(g) : NULL;
+    if (ids && ids->shape.rank >= 1 && ids->shape.dims[0] != local) {
+        char sb[96];
+        ir_errorf(err,
+                  "%s has a fixed batch of %lld rows (input '%s' %s), but this stage runs "
+                  "%lld rows per DP rank: give every stage dp 1 in the plan (hetc compile "
+                  "plans so by itself), or " COMPILE_REEXPORT_HINT,
+                  o.model, (long long)ids->shape.dims[0], ids->name,
+                  ir_shape_str(&ids->shape, sb, sizeof sb), (long long)local);
+        ir_graph_free(g);
+        return NULL;
+    }
     if (!g || compile_run_passes(g, &o, &ctx, err) ||
         pass_run_pipeline(g, "tie-weights", &ctx, err) || pass_loss_with(g, &lo, err) ||
         pass_run_pipeline(g, "shape-infer", &ctx, err)) {

@@ -3,7 +3,11 @@
  * initializer that is a trained parameter gets the new bytes as raw_data;
  * an initializer tie-weights re-tied (Transpose node with "tied_from")
  * gets the transposed trained weight, so onnxruntime computes the same
- * function hetc trained. */
+ * function hetc trained.  A parameter the importer untied from an exporter
+ * dedup (frontend/param_untie.c) becomes an initializer of its own: one
+ * that replaced an Identity (TorchScript) takes the Identity's place under
+ * its output's name; one named "<initializer>@<node>" is read by that node
+ * in place of the shared initializer. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +15,7 @@
 
 #include "atomic_file.h"
 #include "onnx.pb-c.h"
+#include "onnx_wire_scan.h"
 #include "train_state.h"
 
 static unsigned char *read_all(const char *path, size_t *n, IrError *err) {
@@ -81,11 +86,79 @@ static int write_bytes(FILE *f, const void *ctx) {
     return fwrite(b->p, 1, b->n, f) != b->n;
 }
 
+static Onnx__TensorProto *find_init(Onnx__GraphProto *gp, const char *name) {
+    for (size_t i = 0; i < gp->n_initializer; i++)
+        if (gp->initializer[i]->name && !strcmp(gp->initializer[i]->name, name))
+            return gp->initializer[i];
+    return NULL;
+}
+
+/* a new initializer `name` shaped like tmpl, holding p's data */
+static void add_init(Onnx__GraphProto *gp, const Onnx__TensorProto *tmpl, const char *name,
+                     const TrainParam *p) {
+    Onnx__TensorProto *t = ir_xmalloc(sizeof *t);
+    onnx__tensor_proto__init(t);
+    t->name = ir_strdup(name);
+    t->has_data_type = 1;
+    t->data_type = tmpl->data_type;
+    t->n_dims = tmpl->n_dims;
+    t->dims = ir_xmalloc((tmpl->n_dims ? tmpl->n_dims : 1) * sizeof *t->dims);
+    if (tmpl->n_dims) memcpy(t->dims, tmpl->dims, tmpl->n_dims * sizeof *t->dims);
+    set_raw(t, p->data, (size_t)p->n * sizeof(float));
+    gp->initializer = ir_xrealloc(gp->initializer, (gp->n_initializer + 1) * sizeof *t);
+    gp->initializer[gp->n_initializer++] = t;
+}
+
+/* an untied copy: p is not an initializer of gp; give it one */
+static int export_untied(Onnx__GraphProto *gp, const TrainParam *p, IrError *err) {
+    const char *name = p->value->name;
+    for (size_t i = 0; i < gp->n_node; i++) {
+        Onnx__NodeProto *n = gp->node[i];
+        if (!n->op_type || strcmp(n->op_type, "Identity") || n->n_output != 1 ||
+            n->n_input != 1 || strcmp(n->output[0], name))
+            continue;
+        const Onnx__TensorProto *tmpl = find_init(gp, n->input[0]);
+        if (!tmpl) break;
+        add_init(gp, tmpl, name, p);
+        protobuf_c_message_free_unpacked(&n->base, NULL);
+        memmove(&gp->node[i], &gp->node[i + 1], (gp->n_node - i - 1) * sizeof *gp->node);
+        gp->n_node--;
+        return 0;
+    }
+    const char *at = strrchr(name, '@');
+    if (at) {
+        char *orig = ir_strdup(name);
+        orig[at - name] = '\0';
+        const Onnx__TensorProto *tmpl = find_init(gp, orig);
+        int done = 0;
+        for (size_t i = 0; tmpl && i < gp->n_node; i++) {
+            Onnx__NodeProto *n = gp->node[i];
+            if (!n->name || strcmp(n->name, at + 1)) continue;
+            for (size_t j = 0; j < n->n_input; j++)
+                if (!strcmp(n->input[j], orig)) {
+                    free(n->input[j]);
+                    n->input[j] = ir_strdup(name);
+                    done = 1;
+                }
+        }
+        if (done) add_init(gp, tmpl, name, p);
+        free(orig);
+        if (done) return 0;
+    }
+    return ir_errorf(err, "trained parameter '%s' is neither an initializer, an Identity's "
+                     "output nor an untied copy '<initializer>@<node>' of the model", name);
+}
+
 int train_state_export_onnx(const TrainState *s, const char *model_path, const char *out_path,
                             IrError *err) {
     size_t n;
     unsigned char *buf = read_all(model_path, &n, err);
     if (!buf) return -1;
+    /* the file may have changed since import: bound the nesting again */
+    if (onnx_wire_check_nesting(buf, n, &onnx__model_proto__descriptor, model_path, err)) {
+        free(buf);
+        return -1;
+    }
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, n, buf);
     free(buf);
     if (!m || !m->graph) {
@@ -115,6 +188,11 @@ int train_state_export_onnx(const TrainState *s, const char *model_path, const c
         free(tr);
         replaced++;
     }
+    for (int i = 0; i < s->nparams && !rc; i++)
+        if (!find_init(m->graph, s->params[i].value->name)) {
+            rc = export_untied(m->graph, &s->params[i], err);
+            replaced++;
+        }
     if (!rc && replaced == 0) rc = ir_errorf(err, "no initializer of '%s' was trained", model_path);
     if (!rc) {
         size_t len = onnx__model_proto__get_packed_size(m);

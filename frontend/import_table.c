@@ -250,6 +250,47 @@ static int lower_layernorm(NodeCtx *n, const ImportEntry *e) {
     return 0;
 }
 
+/* Tile before 6 repeats along one axis: inputs (input, tiles, axis), both
+ * scalars.  They become the opset-6 repeats vector (tiles at axis, 1
+ * elsewhere), so tiles and axis must be initializers or Constants and the
+ * input's rank known. */
+static int tile_old_scalar(NodeCtx *n, int i, const char *what, int64_t *out) {
+    IrValue *v = i < n->nin ? n->in[i] : NULL;
+    if (!v) return imp_node_err(n, "input '%s' is missing", what);
+    if (!ir_value_has_data(v) || ir_dtype_size(v->dtype) == 0)
+        return imp_node_err(n, "input '%s' ('%s') must be a constant for Tile before opset 6",
+                            what, v->name);
+    IrError e2;
+    const void *d = ir_value_data(v, &e2);
+    int64_t ne = ir_shape_numel(&v->shape);
+    if (!d || ne != 1 || v->nbytes < ir_dtype_size(v->dtype))
+        return imp_node_err(n, "input '%s' ('%s') must hold one element", what, v->name);
+    double x = onnx_elem_as_double(d, v->dtype);
+    if (x != (double)(int64_t)x)
+        return imp_node_err(n, "input '%s' = %g is not an integer", what, x);
+    *out = (int64_t)x;
+    return 0;
+}
+static int lower_tile_old(NodeCtx *n, const ImportEntry *e) {
+    if (n->nin != 3 || n->nout != 1)
+        return imp_node_err(n, "expects inputs (input, tiles, axis) and one output");
+    int64_t tiles, axis;
+    if (tile_old_scalar(n, 1, "tiles", &tiles) || tile_old_scalar(n, 2, "axis", &axis))
+        return -1;
+    int r = imp_value_rank(n->c, n->in[0]);
+    if (r < 1 || r > IR_MAX_RANK)
+        return imp_node_err(n, "the rank of input '%s' must be declared for Tile before opset 6",
+                            n->in[0]->name);
+    if (axis < -r || axis >= r)
+        return imp_node_err(n, "axis %lld is out of range for rank %d", (long long)axis, r);
+    if (tiles < 0) return imp_node_err(n, "tiles %lld is negative", (long long)tiles);
+    int64_t rep[IR_MAX_RANK];
+    for (int i = 0; i < r; i++) rep[i] = 1;
+    rep[axis < 0 ? axis + r : axis] = tiles;
+    IrValue *in[2] = {n->in[0], imp_const_i64s(n, "repeats", r, rep)};
+    return imp_emit(n, (IrOp)e->op, NULL, in, 2, n->out, 1) ? 0 : -1;
+}
+
 /* Constant: the output becomes an IR_VK_CONST value; no node. */
 static int lower_constant(NodeCtx *n, const ImportEntry *e) {
     (void)e;
@@ -320,7 +361,7 @@ static const ImportEntry table[] = {
     UN("Neg", 1, NEG), UN("Abs", 1, ABS), UN("Sqrt", 1, SQRT), UN("Reciprocal", 1, RECIPROCAL),
     UN("Exp", 1, EXP), UN("Log", 1, LOG), UN("Sin", 7, SIN), UN("Cos", 7, COS),
     UN("Tanh", 1, TANH), UN("Sigmoid", 1, SIGMOID), UN("Erf", 9, ERF), UN("Relu", 1, RELU),
-    UN("Floor", 1, FLOOR), UN("Ceil", 1, CEIL), UN("Not", 1, NOT),
+    UN("Floor", 1, FLOOR), UN("Ceil", 1, CEIL), UN("Not", 1, NOT), UN("IsNaN", 9, IS_NAN),
     E("Cast", 1, MAXV, CAST, lower_cast),
     {"Clip", 1, 10, IR_OP_CLIP, lower_std, {{"min", 1, MOVE_SCALAR}, {"max", 2, MOVE_SCALAR}},
      {0}},
@@ -356,7 +397,9 @@ static const ImportEntry table[] = {
     UN("Expand", 8, EXPAND), UN("Flatten", 1, FLATTEN), UN("Shape", 1, SHAPE),
     E("ConstantOfShape", 9, MAXV, CONSTANT_OF_SHAPE, lower_constant_of_shape),
     UN("Range", 11, RANGE), UN("Trilu", 14, TRILU), UN("Gather", 1, GATHER),
-    UN("CumSum", 11, CUMSUM),
+    UN("CumSum", 11, CUMSUM), UN("GatherND", 11, GATHER_ND),
+    E("Tile", 1, 5, TILE, lower_tile_old), UN("Tile", 6, TILE),
+    UN("GatherElements", 11, GATHER_ELEMENTS), UN("ScatterND", 11, SCATTER_ND),
     /* normalisations and activations with an IR op of their own */
     E("LayerNormalization", 17, MAXV, LAYER_NORM, lower_layernorm),
     UN("Gelu", 20, GELU),

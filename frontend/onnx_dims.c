@@ -11,6 +11,9 @@ static const char *const batch_names[] = {"batch", "batch_size", "B", "N", NULL}
 static const char *const seq_names[] = {"seq", "seq_len", "sequence", "sequence_length",
                                         "T", "S", NULL};
 
+const char *const *hetc_batch_dim_names(void) { return batch_names; }
+const char *const *hetc_seq_dim_names(void) { return seq_names; }
+
 static int name_in(const char *s, const char *const *list) {
     for (; *list; list++)
         if (strcasecmp(s, *list) == 0) return 1;

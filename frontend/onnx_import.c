@@ -2,12 +2,15 @@
  * outputs) and the node loop.  Per-op knowledge lives in import_table.c.
  *
  * Value-kind rule: an initializer is IR_VK_PARAM when it is a floating-point
- * tensor of rank >= 1 (weights, biases, embedding tables) that a gradient can
- * reach (param_kinds.c); everything else (int64 shape operands, index
- * tensors, scalars, bool masks, float buffers used only as masks) is
- * IR_VK_CONST.
+ * tensor of rank >= 1 (weights, biases, embedding tables) that is not a
+ * buffer by the rules of param_kinds.c; everything else (int64 shape
+ * operands, index tensors, scalars, bool masks, RoPE / ALiBi tables, float
+ * masks) is IR_VK_CONST.  Initializers the exporter deduplicated are untied
+ * into one parameter per reader (param_untie.c), then --trainable/--frozen
+ * globs apply.
  */
 #include "onnx_internal.h"
+#include "onnx_wire_scan.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -411,7 +414,7 @@ enum { DT_IN0 = 0, DT_BOOL, DT_I64, DT_ATTR_TO, DT_ATTR_DTYPE, DT_IN1 };
 static const unsigned char out_dtype_rule[IR_OP_COUNT] = {
     [IR_OP_EQUAL] = DT_BOOL, [IR_OP_LESS] = DT_BOOL, [IR_OP_LESS_OR_EQUAL] = DT_BOOL,
     [IR_OP_GREATER] = DT_BOOL, [IR_OP_GREATER_OR_EQUAL] = DT_BOOL, [IR_OP_AND] = DT_BOOL,
-    [IR_OP_OR] = DT_BOOL, [IR_OP_XOR] = DT_BOOL, [IR_OP_NOT] = DT_BOOL,
+    [IR_OP_OR] = DT_BOOL, [IR_OP_XOR] = DT_BOOL, [IR_OP_NOT] = DT_BOOL, [IR_OP_IS_NAN] = DT_BOOL,
     [IR_OP_SHAPE] = DT_I64, [IR_OP_CAST] = DT_ATTR_TO,
     [IR_OP_CONSTANT_OF_SHAPE] = DT_ATTR_DTYPE, [IR_OP_WHERE] = DT_IN1,
 };
@@ -645,7 +648,18 @@ static IrGraph *import_model(const Onnx__ModelProto *m, ImportCtx *c) {
      * unused Constant outputs) so the verifier sees a closed graph; c->values
      * may dangle afterwards and is not used again */
     if (!rc) ir_graph_compact(c->g);
+    /* the parameter set: buffers demoted, exporter dedups untied, then the
+     * user's globs (param_kinds.c, param_untie.c) */
+    int nuntied = 0, nforced_t = 0, nforced_f = 0;
     if (!rc) imp_demote_buffers(c->g);
+    if (!rc && (rc = imp_untie_dedups(c->g, &nuntied, c->err)))
+        ir_error_prefix(c->err, "%s", c->file);
+    if (!rc) rc = imp_param_overrides(c->g, gp, c->opt, c->file, &nforced_t, &nforced_f, c->err);
+    if (!rc && c->opt->param_set) {
+        imp_param_report(c->g, gp, nuntied, c->opt->param_set);
+        c->opt->param_set->nforced_trainable = nforced_t;
+        c->opt->param_set->nforced_frozen = nforced_f;
+    }
     namemap_free(&domains);
     if (rc) {
         ir_graph_free(c->g);
@@ -667,6 +681,7 @@ static IrGraph *import_bytes(const void *buf, size_t len, const char *path, cons
         ir_errorf(err, "%s: empty file, not an ONNX model", file);
         return NULL;
     }
+    if (onnx_wire_check_nesting(buf, len, &onnx__model_proto__descriptor, file, err)) return NULL;
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
     if (!m) {
         ir_errorf(err, "%s: not a valid ONNX protobuf (truncated or corrupt)", file);

@@ -126,8 +126,28 @@ int imp_external_ref(ImportCtx *c, const Onnx__TensorProto *t, IrDType dt, int64
 /* ---------------------------------------------------------- onnx_dims.c */
 /* Value bound to dim_param `name` by opt (explicit bindings, then the
  * batch / seq aliases); -1 if unbound. */
-/* param_kinds.c: float initializers no gradient can reach become constants */
+/* Readers of every value: refs[start[v->id] .. start[v->id + 1]) hold
+ * node index * 32 + input slot (slots >= 32 are not listed).  Building it
+ * renumbers value ids to their index in g->values. */
+typedef struct ImpUses {
+    int *start, *refs;
+    int nvalues;
+} ImpUses;
+int imp_uses_build(IrGraph *g, ImpUses *u); /* -1 when out of memory */
+void imp_uses_free(ImpUses *u);
+
+/* param_kinds.c: float initializers that are buffers become constants
+ * (no gradient reaches them, or the rules there say so) */
 void imp_demote_buffers(IrGraph *g);
+/* param_untie.c: an initializer the exporter shared between several
+ * modules (bit-identical values merged) gets one parameter per reader;
+ * *nuntied = copies made. */
+int imp_untie_dedups(IrGraph *g, int *nuntied, IrError *err);
+/* --trainable / --frozen globs and the parameter-set report */
+int imp_param_overrides(IrGraph *g, const Onnx__GraphProto *gp, const HetcImportOptions *o,
+                        const char *file, int *ntrainable, int *nfrozen, IrError *err);
+void imp_param_report(const IrGraph *g, const Onnx__GraphProto *gp, int nuntied,
+                      HetcParamSet *out);
 
 int64_t imp_dim_binding(const HetcImportOptions *opt, const char *name);
 

@@ -76,6 +76,17 @@ int ir_error_prefix(IrError *err, const char *fmt, ...) {
     return -1;
 }
 
+int ir_error_prefix_stage(IrError *err, const char *what, int stage) {
+    if (!err) return -1;
+    char st[32];
+    int n = snprintf(st, sizeof st, "stage %d", stage);
+    int named = 0;
+    for (const char *p = strstr(err->msg, st); p && !named; p = strstr(p + 1, st))
+        named = (p == err->msg || p[-1] == ' ') && (p[n] == ':' || p[n] == ' ' || p[n] == '(');
+    if (named) return what ? ir_error_prefix(err, "%s", what) : -1;
+    return ir_error_prefix(err, "%s%s%s", what ? what : "", what ? " " : "", st);
+}
+
 /* ---------------------------------------------------------------- dtypes */
 static const struct {
     IrDType t;

@@ -31,6 +31,10 @@ int ir_errorf(IrError *err, const char *fmt, ...)
 /* Prefix an existing message with more context ("while importing X: ..."). */
 int ir_error_prefix(IrError *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* "WHAT stage S: msg", or "WHAT: msg" when msg already names stage S
+ * (callees name their stage; callers that added it again made "stage 0:
+ * stage 0:").  what may be NULL (then msg stays as it is if it names S). */
+int ir_error_prefix_stage(IrError *err, const char *what, int stage);
 
 /* ---------------------------------------------------------------- dtypes */
 /* Numbered as ONNX TensorProto.DataType so import/export is the identity. */

@@ -258,10 +258,76 @@ static int emb_grad(AdCtx *c, IrNode *n, IrValue *table, IrValue *ids, IrValue *
 static int g_embedding(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     return emb_grad(c, n, X(0), X(1), DY, err, 0);
 }
+/* The gathers: dx = their adjoint op (zeros of x's shape with dy added back
+ * where the forward read; repeated indices accumulate). */
+static int gather_adjoint(AdCtx *c, IrNode *n, IrOp op, const char *attr, IrValue *dy,
+                          IrError *err) {
+    IrValue *in[3] = {dy, ad_shape_const(c, &X(0)->shape), X(1)};
+    IrValue *o = ad_op1(c, op, X(0), &X(0)->shape, 3, in);
+    copy_attr(o->producer, n, attr);
+    return contrib(c, n, 0, o, err);
+}
+/* rows of a 2-D table (an embedding the canonicalizer did not claim): the
+ * EmbeddingGrad kernel; any other axis or rank (Falcon's and BLOOM's fused
+ * QKV split by index, say): GatherGrad */
 static int g_gather(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
-    if (ir_attr_int(n, "axis", 0) != 0 || X(0)->shape.rank != 2)
-        return ir_errorf(err, "only Gather of rows of a 2-D table (axis 0) is differentiable");
-    return emb_grad(c, n, X(0), X(1), DY, err, 0);
+    int64_t a = ir_attr_int(n, "axis", 0);
+    if (X(0)->shape.rank == 2 && (a == 0 || a == -2) && X(0)->dtype == IR_F32)
+        return emb_grad(c, n, X(0), X(1), DY, err, 0);
+    return gather_adjoint(c, n, IR_OP_GATHER_GRAD, "axis", DY, err);
+}
+static int g_gather_nd(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    return gather_adjoint(c, n, IR_OP_GATHER_ND_GRAD, "batch_dims", DY, err);
+}
+static int g_gather_elements(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    return gather_adjoint(c, n, IR_OP_GATHER_ELEMENTS_GRAD, "axis", DY, err);
+}
+/* ScatterND: with reduction "none" the overwritten slices of data get no
+ * gradient (dy scattered over by zeros) and updates get dy's slices
+ * (GatherND); with "add" data gets all of dy.  With repeated indices under
+ * "none" (undefined in ONNX) every duplicate gets the slice's gradient. */
+static int g_scatter_nd(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    const char *red = ir_attr_string(n, "reduction", "none");
+    int add = !strcmp(red, "add");
+    if (!add && strcmp(red, "none"))
+        return ir_errorf(err, "ScatterND with reduction '%s' is not differentiable (none and "
+                         "add are)", red);
+    if (needs(c, n, 0)) {
+        IrValue *g = DY;
+        if (!add) {
+            IrValue *in[3] = {DY, X(1), ad_zeros(c, X(2))};
+            g = ad_op1(c, IR_OP_SCATTER_ND, X(0), &X(0)->shape, 3, in);
+        }
+        if (contrib(c, n, 0, g, err)) return -1;
+    }
+    if (!needs(c, n, 2)) return 0;
+    IrValue *in[2] = {DY, X(1)};
+    return contrib(c, n, 2, ad_op1(c, IR_OP_GATHER_ND, X(2), &X(2)->shape, 2, in), err);
+}
+/* Tile: dy viewed as [r0, d0, r1, d1, ...] (axes repeated once stay [d]),
+ * summed over the repeat axes */
+static int g_tile(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    const IrShape *xs = &X(0)->shape;
+    int64_t rep[IR_MAX_RANK], axes[IR_MAX_RANK];
+    IrError e2;
+    int r = value_read_ints(X(1), rep, IR_MAX_RANK, &e2), na = 0;
+    if (r < 0) return ir_errorf(err, "repeats: %s", e2.msg);
+    if (r != xs->rank) return ir_errorf(err, "repeats has %d entries for rank %d", r, xs->rank);
+    IrShape split = ir_shape_make(0, NULL);
+    for (int i = 0; i < r; i++) {
+        if (split.rank + (rep[i] != 1) + 1 > IR_MAX_RANK)
+            return ir_errorf(err, "the gradient of Tile of %s needs a rank above %d", X(0)->name,
+                             IR_MAX_RANK);
+        if (rep[i] != 1) axes[na++] = split.rank, split.dims[split.rank++] = rep[i];
+        split.dims[split.rank++] = xs->dims[i];
+    }
+    if (na == 0) return contrib(c, n, 0, DY, err);
+    IrValue *rs[2] = {DY, ad_shape_const(c, &split)};
+    IrValue *g = ad_op1(c, IR_OP_RESHAPE, X(0), &split, 2, rs);
+    IrValue *sm[2] = {g, ir_const_i64s(ad_graph(c), "bwd/tile_axes", na, axes)};
+    IrValue *o = ad_op1(c, IR_OP_REDUCE_SUM, X(0), xs, 2, sm);
+    ir_node_set_int(o->producer, "keepdims", 0);
+    return contrib(c, n, 0, o, err);
 }
 static int g_cross_entropy(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     IrValue *in[3] = {X(0), X(1), DY};
@@ -363,7 +429,9 @@ static const GradRule rules[IR_OP_COUNT] = {
     [IR_OP_CONCAT] = R(g_concat, ~0u), [IR_OP_SLICE] = R(g_slice, 1),
     [IR_OP_SQUEEZE] = R(g_reshape, 1), [IR_OP_UNSQUEEZE] = R(g_reshape, 1),
     [IR_OP_EXPAND] = R(g_expand, 1), [IR_OP_FLATTEN] = R(g_reshape, 1),
-    [IR_OP_GATHER] = R(g_gather, 1), [IR_OP_LINEAR] = R(g_linear, 7),
+    [IR_OP_GATHER] = R(g_gather, 1), [IR_OP_GATHER_ND] = R(g_gather_nd, 1),
+    [IR_OP_GATHER_ELEMENTS] = R(g_gather_elements, 1), [IR_OP_TILE] = R(g_tile, 1),
+    [IR_OP_SCATTER_ND] = R(g_scatter_nd, 5), [IR_OP_LINEAR] = R(g_linear, 7),
     [IR_OP_LAYER_NORM] = R(g_norm, 7), [IR_OP_RMS_NORM] = R(g_norm, 3),
     [IR_OP_GELU] = R(g_unary, 1), [IR_OP_SILU] = R(g_unary, 1),
     [IR_OP_ATTENTION] = R(g_attention, 7), [IR_OP_EMBEDDING] = R(g_embedding, 1),

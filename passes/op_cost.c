@@ -90,6 +90,7 @@ static const OpCostRule op_rules[IR_OP_COUNT] = {
     [IR_OP_FLOOR] = NOGRAD,
     [IR_OP_CEIL] = NOGRAD,
     [IR_OP_NOT] = NOGRAD,
+    [IR_OP_IS_NAN] = NOGRAD,
     [IR_OP_CAST] = MOVE,
     [IR_OP_CLIP] = ELEM(2, 1, 1, 0),
     [IR_OP_IDENTITY] = MOVE,
@@ -118,6 +119,10 @@ static const OpCostRule op_rules[IR_OP_COUNT] = {
     [IR_OP_TRILU] = MOVE,
     [IR_OP_GATHER] = {R_GATHER, 0, 1, 0, 1, 0},   /* keeps the indices */
     [IR_OP_CUMSUM] = ELEM(1, 1, 0, 0),
+    [IR_OP_GATHER_ND] = {R_GATHER, 0, 1, 0, 1, 0}, /* keeps the indices */
+    [IR_OP_TILE] = MOVE,
+    [IR_OP_GATHER_ELEMENTS] = {R_GATHER, 0, 1, 0, 1, 0},
+    [IR_OP_SCATTER_ND] = MOVE,
     [IR_OP_LINEAR] = {R_LINEAR, 0, 2, 1, 1, 0},
     [IR_OP_LAYER_NORM] = ELEM(5, 2, 1, 0),
     [IR_OP_RMS_NORM] = ELEM(4, 2, 1, 0),
@@ -143,6 +148,9 @@ static const OpCostRule op_rules[IR_OP_COUNT] = {
     [IR_OP_EMBEDDING_GRAD] = {R_OUT_ELEMS, 1, 0, 0, 0, 0},     /* zero + scatter-add into dtable */
     [IR_OP_SUM_TO_SHAPE] = {R_IN_ELEMS, 1, 0, 0, 0, 0},
     [IR_OP_SLICE_GRAD] = {R_MOVE, 0, 0, 0, 0, 0},
+    [IR_OP_GATHER_GRAD] = {R_OUT_ELEMS, 1, 0, 0, 0, 0},          /* zero + scatter-add */
+    [IR_OP_GATHER_ND_GRAD] = {R_OUT_ELEMS, 1, 0, 0, 0, 0},
+    [IR_OP_GATHER_ELEMENTS_GRAD] = {R_OUT_ELEMS, 1, 0, 0, 0, 0},
 };
 
 int op_is_heavy(IrOp op)

@@ -328,7 +328,7 @@ int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *
     if (tp > 1) {
         if (tp_shard_layers(fwd, tp, spec->tp_rank, spec->first_layer[s], spec->last_layer[s],
                             &tr, err))
-            return ir_error_prefix(err, "partition stage %d (tp %d)", s, tp);
+            return ir_error_prefix(err, "partition stage %d (tp %d)", s, tp); /* tp_shard: no stage */
         if (!tr.mlp && !tr.attention && !tr.vocab_embed && !tr.vocab_head) {
             tp_shard_free(&tr);
             return ir_errorf(err, "partition stage %d: tp %d, but no attention, MLP or "
@@ -339,7 +339,7 @@ int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *
     PartAna A;
     if (part_analyse(fwd, spec, &A, err)) {
         tp_shard_free(&tr);
-        return ir_error_prefix(err, "partition stage %d", s);
+        return ir_error_prefix_stage(err, "partition", s);
     }
     out->stage = s;
     out->first_layer = spec->first_layer[s];

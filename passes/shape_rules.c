@@ -652,6 +652,114 @@ static int rule_cumsum(IrNode *n, IrError *err) {
     return set_out(n, 0, n->in[0]->dtype, &n->in[0]->shape, err);
 }
 
+/* GatherND: data [b..., r dims], indices [b..., m..., k] -> [b..., m..., data dims
+ * after b + k]; the first batch_dims dims of data and indices must agree. */
+static int rule_gather_nd(IrNode *n, IrError *err) {
+    if (need_in(n, 0, err) || need_in(n, 1, err)) return -1;
+    const IrShape *x = &n->in[0]->shape, *ix = &n->in[1]->shape;
+    if (n->in[1]->dtype != IR_I64 && n->in[1]->dtype != IR_I32)
+        return node_errorf(err, n, "indices '%s' are %s, expected i64 or i32", n->in[1]->name,
+                           ir_dtype_name(n->in[1]->dtype));
+    int64_t b = ir_attr_int(n, "batch_dims", 0);
+    if (x->rank < 1 || ix->rank < 1)
+        return node_errorf(err, n, "data %s and indices %s must have rank >= 1", SH(x), SH(ix));
+    if (b < 0 || b >= x->rank || b >= ix->rank)
+        return node_errorf(err, n, "batch_dims %lld must be in [0, min(rank(data), "
+                           "rank(indices))) for data %s, indices %s", (long long)b, SH(x),
+                           SH(ix));
+    int64_t k = ix->dims[ix->rank - 1];
+    if (k < 1 || k > x->rank - b)
+        return node_errorf(err, n, "indices %s address %lld dims, data %s has %lld after "
+                           "batch_dims %lld", SH(ix), (long long)k, SH(x),
+                           (long long)(x->rank - b), (long long)b);
+    for (int i = 0; i < b; i++)
+        if (x->dims[i] != ix->dims[i])
+            return node_errorf(err, n, "batch dim %d differs: data %s, indices %s", i, SH(x),
+                               SH(ix));
+    IrShape s = ir_shape_make(0, NULL);
+    for (int i = 0; i < ix->rank - 1; i++) s.dims[s.rank++] = ix->dims[i];
+    for (int i = (int)(b + k); i < x->rank; i++) {
+        if (s.rank >= IR_MAX_RANK)
+            return node_errorf(err, n, "output rank exceeds %d", IR_MAX_RANK);
+        s.dims[s.rank++] = x->dims[i];
+    }
+    return set_out(n, 0, n->in[0]->dtype, &s, err);
+}
+
+static int rule_gather_elements(IrNode *n, IrError *err) {
+    if (need_in(n, 0, err) || need_in(n, 1, err)) return -1;
+    const IrShape *x = &n->in[0]->shape, *ix = &n->in[1]->shape;
+    if (n->in[1]->dtype != IR_I64 && n->in[1]->dtype != IR_I32)
+        return node_errorf(err, n, "indices '%s' are %s, expected i64 or i32", n->in[1]->name,
+                           ir_dtype_name(n->in[1]->dtype));
+    if (x->rank < 1 || ix->rank != x->rank)
+        return node_errorf(err, n, "indices %s must have the rank of data %s (>= 1)", SH(ix),
+                           SH(x));
+    int64_t axis = 0;
+    if (norm_axis(n, ir_attr_int(n, "axis", 0), x->rank, "axis", &axis, err)) return -1;
+    for (int d = 0; d < x->rank; d++)
+        if (d != axis && ix->dims[d] > x->dims[d])
+            return node_errorf(err, n, "indices %s exceed data %s on axis %d", SH(ix), SH(x), d);
+    return set_out(n, 0, n->in[0]->dtype, ix, err);
+}
+
+/* ScatterND: updates must be indices.shape[:-1] + data.shape[k:]. */
+static int rule_scatter_nd(IrNode *n, IrError *err) {
+    for (int i = 0; i < 3; i++)
+        if (need_in(n, i, err)) return -1;
+    const IrShape *x = &n->in[0]->shape, *ix = &n->in[1]->shape, *u = &n->in[2]->shape;
+    if (n->in[1]->dtype != IR_I64 && n->in[1]->dtype != IR_I32)
+        return node_errorf(err, n, "indices '%s' are %s, expected i64 or i32", n->in[1]->name,
+                           ir_dtype_name(n->in[1]->dtype));
+    if (same_dtype(n, 0, 2, err)) return -1;
+    const char *red = ir_attr_string(n, "reduction", "none");
+    if (strcmp(red, "none") && strcmp(red, "add") && strcmp(red, "mul") && strcmp(red, "max") &&
+        strcmp(red, "min"))
+        return node_errorf(err, n, "reduction '%s' is not one of none, add, mul, max, min", red);
+    int64_t k = ix->rank ? ix->dims[ix->rank - 1] : 0;
+    if (x->rank < 1 || ix->rank < 1 || k < 1 || k > x->rank)
+        return node_errorf(err, n, "indices %s do not address data %s", SH(ix), SH(x));
+    IrShape want = ir_shape_make(0, NULL);
+    for (int i = 0; i < ix->rank - 1; i++) want.dims[want.rank++] = ix->dims[i];
+    for (int i = (int)k; i < x->rank; i++) {
+        if (want.rank >= IR_MAX_RANK) return node_errorf(err, n, "updates rank too large");
+        want.dims[want.rank++] = x->dims[i];
+    }
+    if (!ir_shape_equal(&want, u))
+        return node_errorf(err, n, "updates '%s' %s must be %s (indices %s, data %s)",
+                           n->in[2]->name, SH(u), SH(&want), SH(ix), SH(x));
+    return set_out(n, 0, n->in[0]->dtype, x, err);
+}
+
+static int rule_tile(IrNode *n, IrError *err) {
+    if (need_in(n, 0, err) || need_in(n, 1, err)) return -1;
+    const IrShape *x = &n->in[0]->shape;
+    int64_t rep[IR_MAX_RANK];
+    int r = value_read_ints(n->in[1], rep, IR_MAX_RANK, err);
+    if (r < 0) return ir_error_prefix(err, "node '%s' (Tile): repeats", n->name);
+    if (r != x->rank)
+        return node_errorf(err, n, "repeats '%s' has %d entries for input %s of rank %d",
+                           n->in[1]->name, r, SH(x), x->rank);
+    IrShape s = *x;
+    for (int i = 0; i < r; i++) {
+        if (rep[i] < 0)
+            return node_errorf(err, n, "repeats[%d] = %lld is negative", i, (long long)rep[i]);
+        if (rep[i] && x->dims[i] > SHAPE_MAX_NUMEL / rep[i])
+            return node_errorf(err, n, "repeats[%d] = %lld makes the output too large", i,
+                               (long long)rep[i]);
+        s.dims[i] = x->dims[i] * rep[i];
+    }
+    return set_out(n, 0, n->in[0]->dtype, &s, err);
+}
+
+static int rule_is_nan(IrNode *n, IrError *err) {
+    if (need_in(n, 0, err)) return -1;
+    if (!ir_dtype_is_float(n->in[0]->dtype))
+        return node_errorf(err, n, "input '%s' is %s, expected a float type", n->in[0]->name,
+                           ir_dtype_name(n->in[0]->dtype));
+    return set_out(n, 0, IR_BOOL, &n->in[0]->shape, err);
+}
+
 /* ---------------------------------------------------------------- canonical ops */
 static int rule_linear(IrNode *n, IrError *err) {
     if (need_in(n, 0, err) || need_in(n, 1, err) || same_dtype(n, 0, 1, err)) return -1;
@@ -730,7 +838,7 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     [IR_OP_RECIPROCAL] = rule_unary, [IR_OP_EXP] = rule_unary, [IR_OP_LOG] = rule_unary,
     [IR_OP_SIN] = rule_unary, [IR_OP_COS] = rule_unary, [IR_OP_TANH] = rule_unary,
     [IR_OP_SIGMOID] = rule_unary, [IR_OP_ERF] = rule_unary, [IR_OP_RELU] = rule_unary,
-    [IR_OP_FLOOR] = rule_unary, [IR_OP_CEIL] = rule_unary, [IR_OP_NOT] = rule_not,
+    [IR_OP_FLOOR] = rule_unary, [IR_OP_CEIL] = rule_unary, [IR_OP_NOT] = rule_not, [IR_OP_IS_NAN] = rule_is_nan,
     [IR_OP_CAST] = rule_cast, [IR_OP_CLIP] = rule_clip, [IR_OP_IDENTITY] = rule_unary,
     [IR_OP_TP_ALL_REDUCE] = rule_unary, [IR_OP_TP_COPY] = rule_unary,
     [IR_OP_DROPOUT] = rule_dropout,
@@ -744,6 +852,8 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     [IR_OP_EXPAND] = rule_expand, [IR_OP_FLATTEN] = rule_flatten, [IR_OP_SHAPE] = rule_shape,
     [IR_OP_CONSTANT_OF_SHAPE] = rule_constant_of_shape, [IR_OP_RANGE] = rule_range,
     [IR_OP_TRILU] = rule_trilu, [IR_OP_GATHER] = rule_gather, [IR_OP_CUMSUM] = rule_cumsum,
+    [IR_OP_GATHER_ND] = rule_gather_nd, [IR_OP_TILE] = rule_tile,
+    [IR_OP_GATHER_ELEMENTS] = rule_gather_elements, [IR_OP_SCATTER_ND] = rule_scatter_nd,
     [IR_OP_LINEAR] = rule_linear, [IR_OP_LAYER_NORM] = rule_norm, [IR_OP_RMS_NORM] = rule_norm,
     [IR_OP_GELU] = rule_unary, [IR_OP_SILU] = rule_unary, [IR_OP_ATTENTION] = rule_attention,
     [IR_OP_EMBEDDING] = rule_embedding,
@@ -757,7 +867,9 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     [IR_OP_RMS_NORM_GRAD] = rule_grad_like_inputs, [IR_OP_ATTENTION_GRAD] = rule_grad_like_inputs,
     [IR_OP_UNARY_GRAD] = rule_grad_like_inputs, [IR_OP_SOFTMAX_GRAD] = rule_grad_like_inputs,
     [IR_OP_EMBEDDING_GRAD] = rule_grad_like_inputs, [IR_OP_SUM_TO_SHAPE] = rule_grad_to_shape,
-    [IR_OP_SLICE_GRAD] = rule_grad_to_shape,
+    [IR_OP_SLICE_GRAD] = rule_grad_to_shape, [IR_OP_GATHER_GRAD] = rule_grad_to_shape,
+    [IR_OP_GATHER_ND_GRAD] = rule_grad_to_shape,
+    [IR_OP_GATHER_ELEMENTS_GRAD] = rule_grad_to_shape,
 };
 
 int shape_rule_exists(IrOp op) { return (int)op >= 0 && op < IR_OP_COUNT && shape_rules[op]; }

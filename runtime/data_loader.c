@@ -4,8 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,14 +27,16 @@ static int32_t le_i32(const unsigned char *p)
                      (uint32_t)p[3] << 24);
 }
 
-/* Decide the format and locate the tokens inside the mapped bytes. */
-static int parse_layout(RtDataLoader *dl, const char *path, char *err)
+/* Decide the format and locate the tokens from the first bytes (bytes,
+ * nbytes of them: the whole header when the file is that long) and the
+ * file's length. */
+static int parse_layout(RtDataLoader *dl, const unsigned char *bytes, size_t nbytes,
+                        const char *path, char *err)
 {
-    const unsigned char *bytes = dl->map;
-    size_t len = dl->map_len;
+    size_t len = dl->file_len;
     size_t hdr = RT_LLMC_HEADER_INTS * sizeof(int32_t);
     char msg[RT_ERRLEN];
-    if (len >= 4 && le_i32(bytes) == RT_LLMC_MAGIC) {
+    if (nbytes >= 4 && le_i32(bytes) == RT_LLMC_MAGIC) {
         if (len < hdr) {
             snprintf(msg, sizeof msg,
                      "llm.c magic %d but only %zu bytes, shorter than the %zu-byte header",
@@ -61,7 +63,7 @@ static int parse_layout(RtDataLoader *dl, const char *path, char *err)
             return fail(err, path, msg);
         }
         dl->format = RT_TOKENS_LLMC;
-        dl->tokens = (const uint16_t *)(bytes + hdr);
+        dl->tok_off = hdr;
         dl->ntok = ntok;
         return 0;
     }
@@ -73,7 +75,7 @@ static int parse_layout(RtDataLoader *dl, const char *path, char *err)
         return fail(err, path, msg);
     }
     dl->format = RT_TOKENS_NANOGPT;
-    dl->tokens = (const uint16_t *)bytes;
+    dl->tok_off = 0;
     dl->ntok = (int64_t)(len / 2);
     return 0;
 }
@@ -111,14 +113,23 @@ int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int d
         close(fd);
         return fail(err, path, "empty token file");
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED)
-        return fail(err, path, strerror(e));
-    dl->map = map;
-    dl->map_len = (size_t)st.st_size;
-    if (parse_layout(dl, path, err)) {
+    dl->path = strdup(path);
+    if (!dl->path) {
+        close(fd);
+        return fail(err, path, "out of memory");
+    }
+    dl->fd = fd; /* owned from here: rt_data_close closes it (path set) */
+    dl->file_len = (size_t)st.st_size;
+    unsigned char head[RT_LLMC_HEADER_INTS * sizeof(int32_t)];
+    size_t want = dl->file_len < sizeof head ? dl->file_len : sizeof head;
+    ssize_t got = pread(fd, head, want, 0);
+    if (got != (ssize_t)want) {
+        snprintf(msg, sizeof msg, "cannot read the header: %s",
+                 got < 0 ? strerror(errno) : "short read");
+        rt_data_close(dl);
+        return fail(err, path, msg);
+    }
+    if (parse_layout(dl, head, want, path, err)) {
         rt_data_close(dl);
         return -1;
     }
@@ -137,14 +148,12 @@ int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int d
         return fail(err, path, msg);
     }
     dl->nbatches = (dl->ntok - 1) / (B * T);
+    dl->buf = malloc(((size_t)dl->rows * (size_t)T + 1) * sizeof *dl->buf);
+    if (!dl->buf) {
+        rt_data_close(dl);
+        return fail(err, path, "out of memory for one batch of tokens");
+    }
     return 0;
-}
-
-/* First token of this rank's rows in step's batch. */
-static const uint16_t *batch_start(const RtDataLoader *dl, int64_t step)
-{
-    int64_t idx = step % dl->nbatches;
-    return dl->tokens + idx * dl->B * dl->T + (int64_t)dl->dp_rank * dl->rows * dl->T;
 }
 
 static int bad_step(int64_t step, char *err)
@@ -156,16 +165,52 @@ static int bad_step(int64_t step, char *err)
     return -1;
 }
 
-int rt_data_batch(const RtDataLoader *dl, int64_t step, int64_t *inputs, int64_t *targets,
-                  char *err)
+/* Read this rank's rows of step's batch (rows*T + 1 tokens) into dl->buf,
+ * little-endian as stored.  A short read means the file shrank since open. */
+static int read_rows(const RtDataLoader *dl, int64_t step, char *err)
 {
     if (bad_step(step, err))
         return -1;
-    const uint16_t *t = batch_start(dl, step);
+    int64_t idx = step % dl->nbatches;
+    int64_t first = idx * dl->B * dl->T + (int64_t)dl->dp_rank * dl->rows * dl->T;
+    size_t n = ((size_t)dl->rows * (size_t)dl->T + 1) * sizeof(uint16_t);
+    size_t off = dl->tok_off + (size_t)first * sizeof(uint16_t), done = 0;
+    while (done < n) {
+        ssize_t r = pread(dl->fd, (char *)dl->buf + done, n - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            struct stat st;
+            long long now = fstat(dl->fd, &st) == 0 ? (long long)st.st_size : -1;
+            if (err)
+                snprintf(err, RT_ERRLEN,
+                         "%s: token file changed under the run: batch %lld needs bytes "
+                         "[%zu, %zu) but %s (it had %zu bytes at start, now %lld)",
+                         dl->path, (long long)idx, off, off + n,
+                         r < 0 ? strerror(errno) : "the file ends before them", dl->file_len,
+                         now);
+            return -1;
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+static uint16_t tok_at(const RtDataLoader *dl, int64_t i)
+{
+    const unsigned char *b = (const unsigned char *)(dl->buf + i);
+    return (uint16_t)(b[0] | b[1] << 8);
+}
+
+int rt_data_batch(const RtDataLoader *dl, int64_t step, int64_t *inputs, int64_t *targets,
+                  char *err)
+{
+    if (read_rows(dl, step, err))
+        return -1;
     int64_t n = dl->rows * dl->T;
     for (int64_t i = 0; i < n; i++) {
-        inputs[i] = t[i];
-        targets[i] = t[i + 1];
+        inputs[i] = tok_at(dl, i);
+        targets[i] = tok_at(dl, i + 1);
     }
     return 0;
 }
@@ -173,20 +218,21 @@ int rt_data_batch(const RtDataLoader *dl, int64_t step, int64_t *inputs, int64_t
 int rt_data_batch_i32(const RtDataLoader *dl, int64_t step, int32_t *inputs, int32_t *targets,
                       char *err)
 {
-    if (bad_step(step, err))
+    if (read_rows(dl, step, err))
         return -1;
-    const uint16_t *t = batch_start(dl, step);
     int64_t n = dl->rows * dl->T;
     for (int64_t i = 0; i < n; i++) {
-        inputs[i] = t[i];
-        targets[i] = t[i + 1];
+        inputs[i] = tok_at(dl, i);
+        targets[i] = tok_at(dl, i + 1);
     }
     return 0;
 }
 
 void rt_data_close(RtDataLoader *dl)
 {
-    if (dl->map)
-        munmap(dl->map, dl->map_len);
+    if (dl->path) /* a zeroed, never-opened loader owns no fd (not even 0) */
+        close(dl->fd);
+    free(dl->path);
+    free(dl->buf);
     memset(dl, 0, sizeof *dl);
 }

@@ -41,9 +41,14 @@
 typedef enum RtTokenFormat { RT_TOKENS_LLMC, RT_TOKENS_NANOGPT } RtTokenFormat;
 
 typedef struct RtDataLoader {
-    void *map;              /* whole file, mmap'd read-only */
-    size_t map_len;
-    const uint16_t *tokens; /* first token (after the header for llm.c) */
+    /* Rows are read with pread, not mmap: a file truncated under a running
+     * job then gives a short read and an error naming the file, where a
+     * mapping gave SIGBUS. */
+    int fd;                 /* open read-only for the loader's lifetime */
+    char *path;             /* for messages; NULL: not open (fd then means nothing) */
+    size_t file_len;        /* bytes at open */
+    size_t tok_off;         /* byte offset of the first token (1024 for llm.c) */
+    uint16_t *buf;          /* rows * T + 1 tokens: one read per batch */
     int64_t ntok;
     RtTokenFormat format;
     int64_t B, T;           /* global batch rows, sequence length */
@@ -61,7 +66,9 @@ int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int d
                  int dp_size, char *err);
 /* This rank's rows of step k's batch: rows*T inputs and rows*T targets.
  * The 32-bit variant exists for callers whose id input is int32.  The
- * caller owns the arrays.  -1 on a negative step. */
+ * caller owns the arrays.  -1 on a negative step, or when the file no
+ * longer holds the rows (truncated or unreadable since rt_data_open), with
+ * a message naming the file, the batch and the sizes. */
 int rt_data_batch(const RtDataLoader *dl, int64_t step, int64_t *inputs, int64_t *targets,
                   char *err);
 int rt_data_batch_i32(const RtDataLoader *dl, int64_t step, int32_t *inputs, int32_t *targets,

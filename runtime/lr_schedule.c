@@ -11,7 +11,7 @@ double rt_lr_at(const RtLrSchedule *s, int64_t step)
     int64_t W = s->warmup_steps > 0 ? s->warmup_steps : 0, D = s->decay_steps;
     double min_lr = s->max_lr * s->min_lr_ratio;
     if (step < W)
-        return s->max_lr * (double)(step + 1) / (double)(W + 1);
+        return s->max_lr * ((double)step + 1.0) / ((double)W + 1.0); /* W may be INT64_MAX */
     if (D <= W)
         return s->max_lr;
     if (step > D)

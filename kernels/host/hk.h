@@ -188,6 +188,32 @@ int hk_gather(size_t esize, const void *x, int rank, const int64_t *dims, int ax
  * diagonal offset k. */
 void hk_trilu(size_t esize, const void *x, int rank, const int64_t *dims, int64_t k,
               int upper, void *y);
+/* ONNX GatherND (kernels/host/hk_index.c): idx (irank, idims) holds tuples
+ * of k = idims[irank-1] coordinates into the dims after the first
+ * batch_dims (which data and indices share); y = the selected slices, shape
+ * idims[:-1] + dims[batch_dims + k:].  Negative coordinates count from the
+ * end; out of range -> error. */
+int hk_gather_nd(size_t esize, const void *x, int rank, const int64_t *dims, HkDType idt,
+                 const void *idx, int irank, const int64_t *idims, int batch_dims, void *y,
+                 char *err);
+/* ONNX GatherElements: y (shape idims, same rank as x) takes
+ * x[p with p[axis] = idx[p]]; idims[d] <= dims[d] off the axis. */
+int hk_gather_elements(size_t esize, const void *x, int rank, const int64_t *dims, int axis,
+                       HkDType idt, const void *idx, const int64_t *idims, void *y, char *err);
+typedef enum HkScatterRed {
+    HK_RED_NONE, HK_RED_ADD, HK_RED_MUL, HK_RED_MAX, HK_RED_MIN
+} HkScatterRed;
+/* ONNX ScatterND: y = x, then each index tuple's slice of y is replaced by
+ * (or combined with, per red: f32 f64 i32 i64) the matching slice of upd
+ * (shape idims[:-1] + dims[k:]).  Tuples apply in order. */
+int hk_scatter_nd(HkDType dt, const void *x, int rank, const int64_t *dims, HkDType idt,
+                  const void *idx, int irank, const int64_t *idims, const void *upd,
+                  HkScatterRed red, void *y, char *err);
+/* y = x repeated reps[i] times along each axis i (ONNX Tile). */
+void hk_tile(size_t esize, const void *x, int rank, const int64_t *dims, const int64_t *reps,
+             void *y);
+/* y[i] = isnan(x[i]) as bool bytes; f32 f64 f16 bf16. */
+int hk_isnan(HkDType dt, const void *x, uint8_t *y, int64_t n, char *err);
 /* y[i] = start + i * delta for i < n (f32 f64 i16 i32 i64). */
 int hk_range(HkDType dt, const void *start, const void *delta, int64_t n, void *y, char *err);
 

@@ -22,7 +22,9 @@ void hk_slice(size_t esize, const void *x, int rank, const int64_t *dims,
     hk_contig_strides(rank, dims, xs);
     if (hk_numel(rank, ydims) == 0) return;
     for (int i = 0; i < rank; i++) {
-        ss[i] = xs[i] * step[i];
+        /* an axis that keeps one element never steps: its step may be
+         * INT64_MAX, whose product with the stride would overflow */
+        ss[i] = ydims[i] > 1 ? xs[i] * step[i] : 0;
         off += start[i] * xs[i];
     }
     hk_strided_copy(esize, rank, ydims, x, off, ss, y);

@@ -154,6 +154,19 @@ int hk_embedding_backward_shard_f32(HkDType idt, const void *ids, int64_t n, con
                                     int64_t start, int64_t V, int64_t Vfull, int64_t D,
                                     float *dtable, int accum, char *err);
 
+/* ------------------------------------------------------------ gathers' adjoints */
+/* dx (shape dims, zeroed first) += dy scattered back to where the forward
+ * gather read it; repeated indices accumulate; indices are checked before
+ * any write (kernels/host/hk_index.c). */
+int hk_gather_backward_f32(const float *dy, int rank, const int64_t *dims, int axis,
+                           HkDType idt, const void *idx, int64_t nidx, float *dx, char *err);
+int hk_gather_nd_backward_f32(const float *dy, int rank, const int64_t *dims, HkDType idt,
+                              const void *idx, int irank, const int64_t *idims, int batch_dims,
+                              float *dx, char *err);
+int hk_gather_elements_backward_f32(const float *dy, int rank, const int64_t *dims, int axis,
+                                    HkDType idt, const void *idx, const int64_t *idims,
+                                    float *dx, char *err);
+
 /* ------------------------------------------------------------ loss */
 /* Fused softmax cross entropy over logits [N,V] and integer targets [N]
  * (int32 or int64), torch.nn.functional.cross_entropy(logits, targets,

@@ -196,6 +196,11 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
             x->nsubmax = x->nsub[a];
         x->D += m->nodes * m->per_node;
     }
+    /* the DP's choice packs (last layer i <= L, submesh j < nsubmax) in
+     * an int (choice_pack) */
+    if ((long long)(L + 1) * x->nsubmax > INT_MAX)
+        return ir_errorf(err, "plan: %d layers x %d submesh shapes is too many to search", L,
+                         x->nsubmax);
     x->Smax = L < x->D ? L : x->D;
     if (x->opt->max_stages > 0 && x->opt->max_stages < x->Smax)
         x->Smax = x->opt->max_stages;
@@ -523,7 +528,7 @@ typedef struct Work {
     double *G;              /* [L+2][D] relaxed DP */
     double *F;              /* [L+2][D][Smax+1] */
     int *N;                 /* warm-up of the first stage of the substructure */
-    int *ch;                /* choice: i * 256 + j, -1 none */
+    int *ch;                /* choice: i * nsubmax + j (choice_pack), -1 none */
     int *slo, *shi;         /* [L+2][D]: range of s with finite F (empty: lo > hi) */
     int *Nm, *Sm;           /* [L+2][D]: dp_feasible */
     int *Ks;                /* [Smax+1]: K by stage count (schedules other than H-1F1B) */
@@ -554,6 +559,15 @@ static int better(double v, int n, int ch, double v0, int n0, int ch0)
     if (n != n0)
         return n < n0;
     return ch < ch0;
+}
+
+/* A stage choice (last layer i, submesh index j) as one int: i major, so
+ * comparing packed values orders by (i, j) as better() wants.  The radix is
+ * the largest submesh count (a mesh of N nodes has N + log2(M) shapes,
+ * more than 256 on 256 x 8 devices); ctx_build checks it fits. */
+static inline int choice_pack(const Ctx *x, int i, int j)
+{
+    return i * x->nsubmax + j;
 }
 
 typedef struct RunEnv {     /* dp_run's state for its transition function */
@@ -590,7 +604,7 @@ static inline __attribute__((always_inline)) void run_tr(void *env, const Trans 
     Work *w = e->w;
     const int L = x->L, B = x->B, S1 = x->Smax + 1, p = t->p;
     const int terminal = t->kind == TR_LAST, kmax = t->kmax, K1 = t->K1;
-    const int chv = t->i * 256 + t->j;
+    const int chv = choice_pack(x, t->i, t->j);
     const double w0 = 2.0 * t->c + t->t;
     /* s stages for layers k..L: at most one per layer and per free device
      * (d here and the meshes after p), at least one per remaining mesh */
@@ -716,7 +730,7 @@ static int dp_trace(const Ctx *x, const Order *od, const Work *w, int s, StageRe
         int chv = w->ch[widx(x, s, k, od->off[p] + d - 1)];
         if (chv < 0)
             return -1;
-        int i = chv / 256, j = chv % 256;
+        int i = chv / x->nsubmax, j = chv % x->nsubmax;
         Submesh sub = x->subs[(size_t)od->mesh[p] * x->nsubmax + j];
         out[n++] = (StageRec){k, i, p, j};
         d -= sub.n * sub.m;

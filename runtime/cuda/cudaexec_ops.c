@@ -243,11 +243,11 @@ static int slice_walk(IrNode *n, int first, const IrValue *x, int64_t *start, in
         if (k > 0) {
             s0 = s0 < 0 ? 0 : s0 > dim ? dim : s0;
             e0 = e0 < 0 ? 0 : e0 > dim ? dim : e0;
-            cnt = e0 > s0 ? (e0 - s0 + k - 1) / k : 0;
+            cnt = e0 > s0 ? (e0 - s0 - 1) / k + 1 : 0; /* no k - 1: k may be INT64_MAX */
         } else {
             s0 = s0 < 0 ? 0 : s0 > dim - 1 ? dim - 1 : s0;
             e0 = e0 < -1 ? -1 : e0 > dim - 1 ? dim - 1 : e0;
-            cnt = s0 > e0 ? (s0 - e0 + (-k) - 1) / (-k) : 0;
+            cnt = s0 > e0 ? (e0 - s0 + 1) / k + 1 : 0; /* no -k: k may be INT64_MIN */
         }
         start[a] = s0, step[a] = k, yd[a] = cnt;
     }
@@ -272,7 +272,7 @@ static int run_slice(Cx *c, int grad) {
     memset(&walk, 0, sizeof walk);
     int64_t base = 0;
     for (int d = 0; d < r; d++) {
-        walk.s[d] = step[d] * xst.s[d];
+        walk.s[d] = yd[d] > 1 ? step[d] * xst.s[d] : 0; /* step may be INT64_MAX */
         base += start[d] * xst.s[d];
     }
     if (grad)

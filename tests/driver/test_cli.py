@@ -39,6 +39,18 @@ for sub in ("import", "run"):
     rc, out, err = run(sub, "/nonexistent/model.onnx")
     check(rc == 1 and "/nonexistent/model.onnx" in err, f"{sub}: missing model file named")
 
+# --batch / --seq help: every dim name the importer binds (frontend/onnx_dims.c's lists)
+import re
+dims_src = open(os.path.join(SRC, "frontend", "onnx_dims.c")).read()
+for which in ("batch", "seq"):
+    names = re.findall(r'"([^"]+)"', re.search(which + r"_names\[\] = \{([^}]*)\}", dims_src).group(1))
+    for sub in ("import", "train", "plan"):
+        rc, out, err = run(sub, "--help")
+        line = re.search(r"--%s N .*?\)" % which, out, re.S)
+        got = re.findall(r"[\w]+", line.group(0).split("(dim_params", 1)[1]) if line else []
+        check(rc == 0 and names and got == names,
+              f"{sub} --help: --{which} lists the importer's names {names}: {got}")
+
 rc, out, err = run("import", "m.onnx", "--batch", "abc")
 check(rc == 2 and "--batch" in err and "abc" in err, "--batch with junk")
 rc, out, err = run("import", "m.onnx", "--bind", "novalue")
@@ -85,6 +97,93 @@ if os.path.exists(model) and os.path.exists(corpus):
               and any("@bwd" in text[f] for f in dumps if "autodiff" in f)
               and any("@upd" in text[f] for f in dumps if "optimizer" in f),
               "train dumps mark backward (@bwd) and update (@upd) nodes, forward dumps neither")
+
+# one name per meaning in every command: --adam-eps (AdamW), --plan-eps (the planner's ε)
+cluster = os.path.join(SRC, "examples", "clusters", "tiny_pair.yaml")
+for sub, extra in (("train", ["--data", corpus, "--steps", "1"]), ("plan", [cluster]),
+                   ("compile", [cluster])):
+    for spelling in (["--eps", "0.2"], ["--eps=0.2"]):
+        rc, out, err = run(sub, model, *extra, *spelling)
+        check(rc == 2 and "--adam-eps" in err and "--plan-eps" in err,
+              f"{sub} {spelling[0]}: rejected, naming both new names: {err.strip()}")
+for sub in ("train", "plan", "compile"):
+    rc, out, err = run(sub, "--help")
+    check(rc == 0 and ("--adam-eps" in out or "--plan-eps" in out)
+          and not re.search(r"^\s*--eps\b", out, re.M), f"{sub} --help: no bare --eps")
+if os.path.exists(model):
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run("plan", model, cluster, "--batch", "2", "--seq", "16", "--threads", "2",
+                           "--plan-eps", "0.25", "-o", d)
+        import json
+        ok = rc == 0 and json.load(open(os.path.join(d, "plan.json")))["eps"] == 0.25
+        check(ok, f"plan --plan-eps 0.25 is plan.json's eps: {err[-300:]}")
+
+# hetc plan --help says what plans are for now (no "later release")
+rc, out, err = run("plan", "--help")
+check(rc == 0 and "later release" not in out and "hetc compile" in out,
+      "plan --help: points at hetc compile for the stage binaries")
+
+# fixed-shape (static) exports: messages that say what to do, and compile at dp 1
+if os.path.exists(model) and os.path.exists(corpus):
+    import onnx
+    with tempfile.TemporaryDirectory() as d:
+        m = onnx.load(model)
+        for v in list(m.graph.input) + list(m.graph.output):
+            for dim, val in zip(v.type.tensor_type.shape.dim, (2, 16)):
+                if dim.dim_param in ("batch", "seq"):
+                    dim.Clear()
+                    dim.dim_value = val
+        static = os.path.join(d, "static.onnx")
+        onnx.save(m, static)
+        tr = ["--data", corpus, "--steps", "2", "--no-checkpoint"]
+        rc, out, err = run("train", static, *tr, "--microbatch", "4", "--seq", "16")
+        check(rc == 1 and "fixed batch of 2" in err and "--microbatch 2" in err
+              and "export_hf.py" in err, f"train: a fixed batch says --microbatch 2: {err.strip()}")
+        rc, out, err = run("train", static, *tr, "--microbatch", "2", "--seq", "64")
+        check(rc == 1 and "fixed sequence length of 16" in err and "--seq 16" in err,
+              f"train: a fixed sequence says --seq 16: {err.strip()}")
+        rc, out, err = run("plan", static, cluster, "--microbatch", "1", "--seq", "16",
+                           "--threads", "2", "-o", os.path.join(d, "p"))
+        check(rc == 1 and "fixed batch of 2" in err and "--microbatch 2" in err
+              and "--global-batch" in err, f"plan: a fixed batch says --microbatch 2: {err.strip()}")
+        hetero = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")
+        out_dir = os.path.join(d, "c")
+        rc, out, err = run(static, hetero, "--microbatch", "2", "--global-batch", "4", "--seq",
+                           "16", "--threads", "2", "--steps", "2", "-o", out_dir)
+        import json
+        plan = json.load(open(os.path.join(out_dir, "plan.json"))) if rc == 0 else {}
+        check(rc == 0 and "fixed batch of 2" in err and plan["stages"]
+              and all(st["dp"] == 1 for st in plan["stages"]),
+              f"compile of a fixed-batch model plans dp 1 everywhere: {err[-500:]}")
+        if rc == 0:
+            env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                       OMPI_MCA_rmaps_base_oversubscribe="1")
+            p = subprocess.run([os.path.join(out_dir, "launch.sh"), "--data",
+                                os.path.abspath(corpus), "--steps", "2"],
+                               capture_output=True, text=True, cwd=d, env=env, timeout=300)
+            rc2, tout, _ = run("train", static, *tr, "--microbatch", "2", "--accum", "2",
+                               "--seq", "16")
+            pat = r"^step\s+(\d+)/\d+ \| loss (\S+)"
+            got = dict(re.findall(pat, p.stdout, re.M))
+            want = dict(re.findall(pat, tout, re.M))
+            e = max((abs(float(got.get(k, "nan")) - float(v)) / abs(float(v))
+                     for k, v in want.items()), default=1.0)
+            check(p.returncode == 0 and rc2 == 0 and len(want) == 2 and e <= 1e-5,
+                  f"the fixed-batch stage binaries train as hetc train: {got} vs {want}: "
+                  + p.stderr[-600:])
+        # --plan with a stage at dp 2 (its own rows: 1 of the fixed 2)
+        rc, out, err = run("plan", model, hetero, "--microbatch", "2", "--global-batch", "4",
+                           "--seq", "16", "--threads", "2", "--dp-divides-microbatch", "-o",
+                           os.path.join(d, "p2"))
+        p2 = json.load(open(os.path.join(d, "p2", "plan.json"))) if rc == 0 else None
+        if check(p2 is not None and any(st["dp"] > 1 for st in p2["stages"]),
+                 "the symbolic model's plan has a stage at dp > 1 (the case to check)"):
+                json.dump(p2, open(os.path.join(d, "dp2.json"), "w"))
+                rc, out, err = run(static, hetero, "--seq", "16", "--plan",
+                                   os.path.join(d, "dp2.json"), "-o", os.path.join(d, "c2"))
+                check(rc != 0 and "fixed batch of 2" in err and "dp 1" in err
+                      and "stage 0: stage 0" not in err and "export_hf.py" in err,
+                      f"compile --plan with a dp-2 stage of a fixed-batch model: {err.strip()}")
 
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
 
+import deep_nesting
 import fe_common as fc
 
 F = T.FLOAT
@@ -310,6 +311,28 @@ def test_symbolic_dims():
     expect_error(fc.save(m, "anon_dim.onnx"), "'x'", "axis 0")
 
 
+def test_deep_nesting():
+    # If bodies nested 3,000 deep overflowed protobuf-c's recursive unpack
+    # (SIGSEGV); the wire pre-scan refuses past 64 subgraph levels.  n If
+    # nodes make n + 1 graphs: 63 pass the scan (and then fail a later
+    # check: the graph has no outputs), 64 are one level too many.
+    p = write_bytes("if_nested_63.onnx", deep_nesting.if_nested(63))
+    rc, out = fc.run([p])
+    fc.check(rc == 1 and "nested more than" not in out, "63 nested Ifs: rc=%d %s" % (rc, out))
+    for n in (64, 3000):
+        expect_error(write_bytes("if_nested_%d.onnx" % n, deep_nesting.if_nested(n)),
+                     "if_nested_%d.onnx" % n, "subgraphs nested more than 64 deep")
+        expect_error(write_bytes("if_nested_%d.onnx" % n, deep_nesting.if_nested(n)),
+                     "<buffer>", "subgraphs nested more than 64 deep", args=["--buffer"])
+    # no subgraph at all: sequence(sequence(...)) types 20,000 deep
+    expect_error(write_bytes("seq_nested.onnx", deep_nesting.sequence_nested(20000)),
+                 "seq_nested.onnx", "messages nested more than 256 deep", "TypeProto")
+    # the libFuzzer corpus copies (fuzz/CMakeLists.txt) replay here in every build
+    reg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_regress")
+    for name in sorted(os.listdir(reg)):
+        expect_error(os.path.join(reg, name), name)
+
+
 fc.init()
 test_garbage()
 test_structure()
@@ -318,4 +341,5 @@ test_dtypes()
 test_external()
 test_external_huge()
 test_symbolic_dims()
+test_deep_nesting()
 fc.finish()

@@ -18,7 +18,8 @@ OPS = ("Add Sub Mul Div Pow Max Min Mod Equal Less LessOrEqual Greater GreaterOr
        "Xor Where Neg Abs Sqrt Reciprocal Exp Log Sin Cos Tanh Sigmoid Erf Relu Floor Ceil Not "
        "Cast Clip Identity Dropout MatMul Gemm ReduceMean ReduceSum ReduceMax Softmax LogSoftmax "
        "Reshape Transpose Split Concat Slice Squeeze Unsqueeze Expand Flatten Shape "
-       "ConstantOfShape Range Trilu Gather CumSum LayerNormalization Gelu Constant").split()
+       "ConstantOfShape Range Trilu Gather CumSum LayerNormalization Gelu Constant IsNaN GatherND "
+       "Tile GatherElements ScatterND").split()
 
 # IR op each ONNX op lowers to (ir/ops.def names)
 IR_NAME = {"LayerNormalization": "LayerNorm", "Constant": None}
@@ -198,6 +199,33 @@ def build(op, v):
         inits = [init("ax", np.int64(0))]
         return ([helper.make_node(op, ["x", "ax"], ["z"])], [vi("x", F, [4])],
                 [vi("z", F, None)], inits, moved)
+    if op == "IsNaN":
+        return ([helper.make_node(op, ["x"], ["z"])], [x23], [vi("z", T.BOOL, None)], [], moved)
+    if op == "GatherND":
+        # batch_dims exists from opset 12: one index tuple per batch row
+        attrs = {"batch_dims": 1} if v >= 12 else {}
+        idx = np.array([[1], [2]] if v >= 12 else [[0, 1], [1, 2]], np.int64)
+        return ([helper.make_node(op, ["x", "i"], ["z"], **attrs)], [vi("x", F, [2, 3, 4])],
+                [vi("z", F, None)], [init("i", idx)], moved)
+    if op == "Tile":
+        if v < 6:  # Tile-1: (input, tiles, axis) scalars become the repeats vector
+            moved = {1: "1,2"}
+            inits = [init("t", np.float32(2)), init("a", np.float32(1))]
+            return ([helper.make_node(op, ["x", "t", "a"], ["z"])], [x23], [vi("z", F, None)],
+                    inits, moved)
+        inits = [init("r", np.array([1, 2], np.int64))]
+        return ([helper.make_node(op, ["x", "r"], ["z"])], [x23], [vi("z", F, None)], inits,
+                moved)
+    if op == "GatherElements":
+        inits = [init("i", np.array([[2, 0], [1, -1]], np.int64))]
+        return ([helper.make_node(op, ["x", "i"], ["z"], axis=1)], [x23], [vi("z", F, None)],
+                inits, moved)
+    if op == "ScatterND":
+        # reduction exists from opset 16 (add/mul) and 18 (max/min)
+        attrs = {"reduction": "add"} if v >= 16 else {}
+        inits = [init("i", np.array([[1]], np.int64)), init("u", np.ones((1, 3), np.float32))]
+        return ([helper.make_node(op, ["x", "i", "u"], ["z"], **attrs)], [x23],
+                [vi("z", F, None)], inits, moved)
     if op == "LayerNormalization":
         inits = [init("sc", np.ones(4, np.float32)), init("bi", np.zeros(4, np.float32))]
         return ([helper.make_node(op, ["x", "sc", "bi"], ["z"], axis=-1, epsilon=1e-5)],
@@ -251,6 +279,12 @@ def check_model(op, v):
         fc.check(("Flatten" in d.ops) == (v < 13), "%s %d: flatten path %s" % (op, v, d.ops))
     if op == "Dropout" and v < 12:
         fc.check(d.values.get("m", {}).get("dtype") == "bool", "Dropout %d: mask dtype" % v)
+    if op == "GatherND":
+        fc.check(node["attrs"].get("batch_dims") == ("1" if v >= 12 else None),
+                 "GatherND %d: attrs %s" % (v, node["attrs"]))
+    if op == "ScatterND":
+        fc.check(node["attrs"].get("reduction") == ("'add'" if v >= 16 else None),
+                 "ScatterND %d: attrs %s" % (v, node["attrs"]))
     if op in ("Add", "Sub", "Mul", "Div", "Pow"):
         fc.check("broadcast" not in node["attrs"], "%s %d: broadcast attr kept" % (op, v))
 

@@ -163,7 +163,33 @@ static void test_compact(void) {
     }
 }
 
+/* ir_error_prefix_stage names a stage once: a callee's "stage 0: ..." is
+ * not prefixed "stage 0: " again, "stage 1" is not taken for "stage 10". */
+static void test_error_prefix_stage(void) {
+    static const struct {
+        const char *msg, *what;
+        int stage;
+        const char *want;
+    } cases[] = {
+        {"stage 0: xfer 3 ('h'): bad", NULL, 0, "stage 0: xfer 3 ('h'): bad"},
+        {"stage 0: dp 3 does not divide", "partition", 0, "partition: stage 0: dp 3 does not divide"},
+        {"node 'x' (MatMul): bad", "partition", 2, "partition stage 2: node 'x' (MatMul): bad"},
+        {"node 'x': bad", NULL, 1, "stage 1: node 'x': bad"},
+        {"stage 10: bad", NULL, 1, "stage 1: stage 10: bad"},
+        {"codegen stage 3: bad", NULL, 3, "codegen stage 3: bad"},
+        {"stage 2 (recompute full): bad", "codegen", 2, "codegen: stage 2 (recompute full): bad"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        IrError err = {{0}};
+        snprintf(err.msg, sizeof err.msg, "%s", cases[i].msg);
+        CHECK(ir_error_prefix_stage(&err, cases[i].what, cases[i].stage) == -1);
+        CHECK_MSG(!strcmp(err.msg, cases[i].want), "'%s' -> '%s', want '%s'", cases[i].msg,
+                  err.msg, cases[i].want);
+    }
+}
+
 void test_graph(void) {
+    test_error_prefix_stage();
     test_toposort();
     test_compact();
 }

@@ -368,10 +368,59 @@ for dt in [np.float32, np.int64, np.bool_, np.float16]:
     case("Gather", [I(xd), C(i64(1))], [np.take(xd, 1, axis=1)], {"axis": 1})
     case("Gather", [I(xd), C(i64([3]))], [xd[:1]], {"axis": 0}, error="out of range")
     case("Gather", [I(xd), C(i64([-4]))], [xd[:, :1]], {"axis": 1}, error="out of range")
+# GatherND, Tile, IsNaN: onnxruntime is the oracle
+for dt in [np.float32, np.int64, np.bool_, np.float16]:
+    xd = rnd((2, 3, 4), dt, -9, 9) if dt != np.float16 else rnd((2, 3, 4)).astype(np.float16)
+    for b, idx in [(0, i64([[1, 2], [0, -1], [1, 0]])), (0, i64([[[1], [0]], [[-1], [1]]])),
+                   (0, i64([[1, 2, 3], [0, -3, -4]])), (1, i64([[2], [-1]])),
+                   (1, i64([[[0, 1], [2, 3]], [[1, 1], [-1, -1]]])), (2, i64([[[3], [1], [0]],
+                                                                             [[2], [2], [-4]]]))]:
+        want = ort_run("GatherND", [xd, idx], {"batch_dims": b})[0]
+        case("GatherND", [I(xd), C(idx)], [want], {"batch_dims": b})
+    for reps in ([1, 1, 1], [2, 1, 3], [1, 0, 2], [3, 2, 1]):
+        case("Tile", [I(xd), C(i64(reps))], [ort_run("Tile", [xd, i64(reps)])[0]])
+    for axis, ix3 in [(0, i64([[[1], [0], [1]], [[0], [-2], [1]]])),
+                      (1, i64([[[2, 0, 1, -1], [0, 0, 2, 1]]])),
+                      (2, i64([[[3, 0, -4, 1]], [[2, 2, 2, 2]]])), (-1, i64([[[0], [3], [1]]]))]:
+        want = ort_run("GatherElements", [xd, ix3], {"axis": axis})[0]
+        case("GatherElements", [I(xd), C(ix3)], [want], {"axis": axis})
+    if dt != np.bool_:
+        idx = i64([[1, 2], [0, -1]])
+        upd = rnd((2, 4), dt, -9, 9) if dt != np.float16 else rnd((2, 4)).astype(np.float16)
+        reds = ["none"] if dt == np.float16 else ["none", "add", "mul", "max", "min"]
+        for red in reds:
+            want = ort_run("ScatterND", [xd, idx, upd], {"reduction": red}, opset=18)[0]
+            case("ScatterND", [I(xd), C(idx), I(upd)], [want], {"reduction": red})
+        idx = i64([[1], [0], [1]])  # a repeated index: "add" accumulates
+        upd = np.ascontiguousarray(np.broadcast_to(xd[:1], (3, 3, 4)))
+        if dt == np.float16:
+            case("ScatterND", [I(xd), C(idx), I(upd)], [xd], {"reduction": "add"},
+                 error="does not support dtype")
+        else:
+            want = ort_run("ScatterND", [xd, idx, upd], {"reduction": "add"}, opset=18)[0]
+            case("ScatterND", [I(xd), C(idx), I(upd)], [want], {"reduction": "add"})
+xs0 = rnd((2, 3))
+case("GatherElements", [I(xs0), C(i64([[0, 3]]))], [xs0[:1, :2]], {"axis": 1}, error="out of range")
+case("ScatterND", [I(xs0), C(i64([[2]])), I(xs0[:1])], [xs0], error="out of range")
+case("ScatterND", [I(xs0), C(i64([[1]])), I(xs0[:1])], [xs0], {"reduction": "xor"},
+     error="unknown reduction")
+case("GatherND", [I(xs0), C(i64([[2, 0]]))], [xs0[:1, :1]], error="out of range")
+case("GatherND", [I(xs0), C(i64([[0, -4]]))], [xs0[:1, 0]], error="out of range")
+case("GatherND", [I(xs0), C(i32 := np.array([[1, 2], [0, 0]], np.int32))], [xs0[[1, 0], [2, 0]]])
+case("Tile", [I(xs0), C(i64([2]))], [xs0], error="one entry per input axis")
+for dt in (np.float32, np.float64):
+    xn = rnd((3, 5), dt)
+    xn[0, 1], xn[2, 2], xn[1, 0], xn[1, 4] = np.nan, -np.nan, np.inf, -np.inf
+    case("IsNaN", [I(xn)], [ort_run("IsNaN", [xn])[0]])
+xn = np.array([np.nan, 1.0, -np.inf, 0.0, -np.nan, 65504.0], np.float16)
+case("IsNaN", [I(xn)], [np.isnan(xn)])
+case("IsNaN", [I(xn.astype(np.float32))], [np.isnan(xn)], ev=True)
 # Slice: python slicing is the oracle (it clamps the way ONNX does)
 SL = [([1], [3], [1], None), ([0, 1], [-1, 100], [0, 2], None), ([-1], [-1000], [2], [-1]),
       ([5], [0], [1], [-2]), ([0, 2 ** 63 - 1], [2 ** 63 - 1, -2 ** 63], [0, 1], [2, -1]),
-      ([1, 0, 3], [2, 3, 0], [0, 1, 2], [1, 2, -1]), ([2], [1], [0], None)]
+      ([1, 0, 3], [2, 3, 0], [0, 1, 2], [1, 2, -1]), ([2], [1], [0], None),
+      # extreme steps take one element (UBSan: e - s + k - 1 and -k overflowed)
+      ([1, 3], [3, -2 ** 63], [1, 2], [2 ** 63 - 1, -2 ** 63]), ([0], [5], [2], [2 ** 63 - 1])]
 xs = rnd((3, 4, 5))
 for st, en, ax, sp in SL:
     sl = [slice(None)] * 3

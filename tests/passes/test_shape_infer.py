@@ -149,6 +149,22 @@ add("gather_axis1_2d_idx", "Gather", [("x", (3, 5, 2), f32), ("i", (2, 4), i64)]
 add("gather_scalar_idx", "Gather", [("x", (3, 5), f32), ("i", np.array(1, np.int64))])
 add("cumsum", "CumSum", [("x", (3, 4), f32), ("a", np.array(1, np.int64))])
 add("dropout_mask", "Dropout", [("x", (3, 4), f32)], nout=2)
+add("isnan", "IsNaN", [("x", (3, 4), f32)])
+add("gather_nd_tuples", "GatherND", [("x", (4, 5, 6), f32), ("i", (2, 3, 2), i64)])
+add("gather_nd_batch_dims", "GatherND", [("x", (2, 3, 4), f32),
+                                         ("i", np.array([[[1], [2]], [[0], [2]]], np.int64))],
+    batch_dims=1)
+add("gather_nd_full_tuple", "GatherND", [("x", (2, 3), f32), ("i", np.array([[1, 2]], np.int64))])
+add("tile", "Tile", [("x", (2, 3, 1), f32), ("r", I(2, 1, 4))])
+add("tile_zero", "Tile", [("x", (2, 3), i64), ("r", I(0, 2))])
+add("gather_elements", "GatherElements", [("x", (3, 4), f32),
+                                          ("i", np.array([[1, -1, 0]], np.int64))], axis=1)
+add("gather_elements_axis0", "GatherElements",
+    [("x", (3, 4), f32), ("i", np.array([[2, 0, -3, 1], [1, 1, 0, 2]], np.int64))])
+add("scatter_nd", "ScatterND", [("x", (4, 3), f32), ("i", np.array([[1], [3]], np.int64)),
+                                ("u", (2, 3), f32)])
+add("scatter_nd_elements", "ScatterND", [("x", (4, 3), f32), ("i", np.array([[1, 2]], np.int64)),
+                                         ("u", (1,), f32)], reduction="add")
 
 # older opsets: attributes the importer turns into the inputs the rules read
 add("squeeze_opset11_attr", "Squeeze", [("x", (1, 3, 1), f32)], opset=11, axes=[2])
@@ -178,6 +194,25 @@ def shape_chain_folds_into_reshape():
     assert r.info["outputs"][0]["shape"] == list(pu.ort_run(m, feeds)[0].shape)
     # everything but the Reshape was evaluated away
     assert r.info["after"] == {"Reshape": 1}, r.info["after"]
+
+
+@S.case
+def mask_from_shapes_folds_through_tile_and_gather_nd():
+    # the dynamo exporter's mask code: indices built from shapes (Range,
+    # Tile) select from a constant table with GatherND; all of it must fold
+    N = helper.make_node
+    nodes = [N("Shape", ["x"], ["sh"]), pu.const("i1", np.array(1, np.int64)),
+             N("Gather", ["sh", "i1"], ["t"], axis=0), pu.const("zero", np.array(0, np.int64)),
+             pu.const("one", np.array(1, np.int64)), N("Range", ["zero", "t", "one"], ["r"]),
+             pu.const("ax", I(0)), N("Unsqueeze", ["r", "ax"], ["r1"]),
+             pu.const("reps", I(2, 1)), N("Tile", ["r1", "reps"], ["rt"]),
+             pu.const("tab", np.tril(np.ones((4, 4), np.float32))),
+             N("GatherND", ["tab", "rt"], ["m"]), N("Add", ["x", "m"], ["y"])]
+    m = model(nodes, [vi("x", pu.F32, [2, 2])], [helper.make_tensor_value_info("y", 0, None)])
+    feeds = [data((2, 2), f32)]
+    r = pu.run_check(m, passes="shape-infer")
+    assert r.info["outputs"][0]["shape"] == list(pu.ort_run(m, feeds)[0].shape)
+    assert r.info["after"] == {"Add": 1}, r.info["after"]
 
 
 @S.case

@@ -104,6 +104,12 @@ dx = np.zeros((4, 6), np.float32)
 dx[1:3, 1::2] = dy
 case("SliceGrad", [I(dy), C(i64([4, 6])), C(i64([1, -5])), C(i64([3, 6])), C(i64([0, 1])),
                    C(i64([1, 2]))], [dx])
+# extreme steps: x[1::2**63-1, 4::-2**63] takes one element per axis
+dy = rnd((1, 1))
+dx = np.zeros((4, 6), np.float32)
+dx[1::2 ** 63 - 1, 4::-2 ** 63] = dy
+case("SliceGrad", [I(dy), C(i64([4, 6])), C(i64([1, 4])), C(i64([4, -2 ** 63])), C(i64([0, 1])),
+                   C(i64([2 ** 63 - 1, -2 ** 63]))], [dx])
 
 
 # Vocabulary-parallel loss (passes/tp_shard_vocab.c): one rank's columns
@@ -159,3 +165,42 @@ for k, i in enumerate(ids.reshape(-1)):
         dt[r] += dy.reshape(-1, 3)[k]
 case("EmbeddingGrad", [I(lo), I(ids), I(dy)], [dt.astype(np.float32)], ea)
 case("Embedding", [C(lo), I(i64([[0, 6]]))], [want[:1]], ea, error="outside")
+
+# GatherGrad / GatherNDGrad / GatherElementsGrad: the forward gather's reads
+# added back (np.add.at accumulates repeated indices)
+x = rnd((2, 5, 3))
+ids = i64([[4, 1], [-1, 0]])
+dy = rnd((2, 2, 2, 3))
+dx = np.zeros(x.shape, f64)
+np.add.at(dx, (slice(None), ids % 5), dy.astype(f64))
+case("GatherGrad", [I(dy), C(i64(x.shape)), C(ids)], [dx.astype(np.float32)], {"axis": 1})
+dy0 = rnd((2, 2, 5, 3))
+dx = np.zeros(x.shape, f64)
+np.add.at(dx, ids % 2, dy0.astype(f64))
+case("GatherGrad", [I(dy0), C(i64(x.shape)), C(ids % 2)], [dx.astype(np.float32)], {"axis": -3})
+case("GatherGrad", [I(dy), C(i64(x.shape)), C(i64([[5, 0], [0, 0]]))], [dx.astype(np.float32)],
+     {"axis": 1}, error="out of range")
+x = rnd((2, 3, 4))
+for b, idx in [(0, i64([[1, 2], [1, -1], [1, 2]])), (1, i64([[[2], [2]], [[0], [-1]]])),
+               (0, i64([[0, 1, 2], [0, 1, 2]]))]:
+    out_shape = idx.shape[:-1] + x.shape[b + idx.shape[-1]:]
+    dy = rnd(out_shape)
+    dx = np.zeros(x.shape, f64)
+    for t in np.ndindex(*idx.shape[:-1]):
+        pos = tuple(t[:b]) + tuple(int(v) % x.shape[b + j] for j, v in enumerate(idx[t]))
+        dx[pos] += dy[t]
+    case("GatherNDGrad", [I(dy), C(i64(x.shape)), C(idx)], [dx.astype(np.float32)],
+         {"batch_dims": b})
+x = rnd((3, 4))
+idx = i64([[0, 3, 3, -1, 1], [2, 2, 0, 0, 1]])
+dy = rnd(idx.shape)
+dx = np.zeros(x.shape, f64)
+for (i, j), v in np.ndenumerate(idx):
+    dx[i, v % 4] += dy[i, j]
+case("GatherElementsGrad", [I(dy), C(i64(x.shape)), C(idx)], [dx.astype(np.float32)], {"axis": 1})
+dx = np.zeros(x.shape, f64)
+idx0 = i64([[2, 0, 0, 1], [2, 2, -1, 0]])
+dy = rnd(idx0.shape)
+for (i, j), v in np.ndenumerate(idx0):
+    dx[v % 3, j] += dy[i, j]
+case("GatherElementsGrad", [I(dy), C(i64(x.shape)), C(idx0)], [dx.astype(np.float32)], {"axis": 0})

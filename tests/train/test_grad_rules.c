@@ -8,7 +8,8 @@
  * IR) is compared with central differences of the loss (the executor
  * running the forward graph with a perturbed parameter) — the oracle is
  * the forward ops alone.  fp32 kernels: eps 1e-2 on inputs of order 1, and
- * |num - ana| <= 2e-2 max(|num|, |ana|) + 2e-3. */
+ * |num - ana| <= 2e-2 max(|num|, |ana|) + 2e-3.  Parameters of up to 32
+ * elements are checked at every element, larger ones at 6 random ones. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,7 +161,50 @@ static int build(IrOp op, IrGraph *g, Rng *r, IrValue **ys) {
         ys[0] = node(g, op, 1, in, IR_F32);
         ir_node_set_int(last(g), "axis", 1);
         return 1;
-    case IR_OP_GATHER: case IR_OP_EMBEDDING: {
+    case IR_OP_GATHER: {
+        /* the middle axis of a 3-D activation (a fused-QKV split by index) */
+        in[0] = param(g, r, "x", 3, D(2, 5, 3), 0.2, 1.0, 1);
+        int64_t ids[4] = {4, 1, -1, 0}; /* -1 is 4 again: repeated ids accumulate */
+        IrShape s = ir_shape_make(2, D(2, 2));
+        in[1] = ir_const_new(g, NULL, IR_I64, &s, ids);
+        ys[0] = node(g, op, 2, in, IR_F32);
+        ir_node_set_int(last(g), "axis", 1);
+        return 1;
+    }
+    case IR_OP_GATHER_ND: {
+        in[0] = param(g, r, "x", 3, D(2, 3, 4), 0.2, 1.0, 1);
+        int64_t ids[4] = {2, 2, 0, -1}; /* per batch row; a repeated tuple accumulates */
+        IrShape s = ir_shape_make(3, D(2, 2, 1));
+        in[1] = ir_const_new(g, NULL, IR_I64, &s, ids);
+        ys[0] = node(g, op, 2, in, IR_F32);
+        ir_node_set_int(last(g), "batch_dims", 1);
+        return 1;
+    }
+    case IR_OP_GATHER_ELEMENTS: {
+        in[0] = param(g, r, "x", 2, D(3, 4), 0.2, 1.0, 1);
+        int64_t ids[10] = {0, 3, 3, -1, 1, 2, 2, 0, 0, 1};
+        IrShape s = ir_shape_make(2, D(2, 5));
+        in[1] = ir_const_new(g, NULL, IR_I64, &s, ids);
+        ys[0] = node(g, op, 2, in, IR_F32);
+        ir_node_set_int(last(g), "axis", 1);
+        return 1;
+    }
+    case IR_OP_TILE:
+        in[0] = param(g, r, "x", 3, D(2, 1, 3), 0.2, 1.0, 1);
+        in[1] = ci64(g, 3, D(2, 3, 1));
+        ys[0] = node(g, op, 2, in, IR_F32);
+        return 1;
+    case IR_OP_SCATTER_ND: {
+        /* rows 1 and 3 of data overwritten: their gradient is 0 */
+        in[0] = param(g, r, "data", 2, D(4, 3), 0.2, 1.0, 1);
+        int64_t ids[2] = {1, -1};
+        IrShape s = ir_shape_make(2, D(2, 1));
+        in[1] = ir_const_new(g, NULL, IR_I64, &s, ids);
+        in[2] = param(g, r, "updates", 2, D(2, 3), 0.2, 1.0, 1);
+        ys[0] = node(g, op, 3, in, IR_F32);
+        return 1;
+    }
+    case IR_OP_EMBEDDING: {
         in[0] = param(g, r, "table", 2, D(5, 3), 0.2, 1.0, 1);
         int64_t ids[4] = {4, 1, 4, 0}; /* a repeated id accumulates */
         IrShape s = ir_shape_make(2, D(2, 2));
@@ -296,8 +340,11 @@ static int check_op(IrOp op, int *checks, double *worst) {
         float *pd = p->data;
         const float *ana = base[gi]->data;
         int64_t n = ir_shape_numel(&p->shape);
-        for (int k = 0; k < 6 && k < n; k++) {
-            int64_t j = (int64_t)(urand(&r) * (double)n) % n;
+        /* every element of a small parameter (a gather's rule must get the
+         * untouched ones right too: zero), 6 random ones of a larger one */
+        int64_t nk = n <= 32 ? n : 6;
+        for (int64_t k = 0; k < nk; k++) {
+            int64_t j = n <= 32 ? k : (int64_t)(urand(&r) * (double)n) % n;
             float keep = pd[j], eps = 1e-2f;
             double lp, lm;
             IrTensor **o;

@@ -62,7 +62,7 @@ def check_model(model, refname, accum=1, passes=None):
            "--steps", str(hp["steps"]), "--microbatch", str(hp["batch"] // accum),
            "--accum", str(accum), "--seq", str(hp["seq"]),
            "--optimizer", "adamw", "--lr", repr(hp["lr"]), "--beta1", repr(hp["betas"][0]),
-           "--beta2", repr(hp["betas"][1]), "--eps", repr(hp["eps"]),
+           "--beta2", repr(hp["betas"][1]), "--adam-eps", repr(hp["eps"]),
            "--weight-decay", repr(hp["weight_decay"]), "--clip", repr(hp["clip"]),
            "--lr-schedule", hp["lr_schedule"], "--dump-grads", gd, "--checkpoint-dir", ck,
            "--export", ex] + (["--passes", passes] if passes else [])

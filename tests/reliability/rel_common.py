@@ -1,0 +1,53 @@
+"""Shared helpers for the reliability tests (issue 16): run a command with a
+timeout, flag crashes and sanitizer reports, collect failures."""
+import os
+import subprocess
+import sys
+import tempfile
+
+FAILS = []
+
+
+def fail(msg):
+    FAILS.append(msg)
+    print("FAIL:", msg, flush=True)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    return cond
+
+
+def run(args, timeout=120, env=None, **kw):
+    """Run args; returns CompletedProcess (rc -9 and 'TIMEOUT' in stderr on a
+    timeout, so a hang fails the test instead of blocking it).  A signal or a
+    sanitizer report is a failure by itself."""
+    e = dict(os.environ)
+    e["ASAN_OPTIONS"] = e.get("ASAN_OPTIONS", "") + ":exitcode=86"
+    e["UBSAN_OPTIONS"] = e.get("UBSAN_OPTIONS", "") + ":halt_on_error=1:exitcode=87"
+    e.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if env:
+        e.update(env)
+    try:
+        p = subprocess.run([str(a) for a in args], capture_output=True, text=True,
+                           errors="replace", env=e, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as t:
+        p = subprocess.CompletedProcess(t.cmd, -9, "", "TIMEOUT after %ss" % timeout)
+    bad = ("Sanitizer" in p.stderr or "runtime error:" in p.stderr or p.returncode < 0
+           or p.returncode in (86, 87))
+    if bad:
+        fail("%s: crashed, hung or sanitizer report (rc=%d)\n%s" %
+             (" ".join(str(a) for a in args), p.returncode, p.stderr[-3000:]))
+    return p
+
+
+def workdir():
+    return tempfile.mkdtemp(prefix="hetc_rel_")
+
+
+def finish():
+    if FAILS:
+        print("%d failure(s)" % len(FAILS))
+        sys.exit(1)
+    print("all passed")
