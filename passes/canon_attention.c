@@ -15,7 +15,11 @@
  * [0,2,3,1] becomes one with [0,2,1,3]); otherwise an explicit Transpose
  * of kT is inserted (the dynamo exporter's 3-D Reshape/Transpose/Reshape
  * spelling of kT is undone too).  k and v broadcast over q's batch dims
- * (multi-query: one K/V head) get an explicit Expand. */
+ * (multi-query: one K/V head) get an explicit Expand.
+ *
+ * SDPA exports put a NaN guard between Softmax and the second MatMul,
+ * Where(IsNaN(p), 0, p), for rows whose every key is masked; it is matched
+ * through and dropped when no such row can exist (see canon_attention). */
 #include <math.h>
 #include <string.h>
 
@@ -182,6 +186,23 @@ static IrValue *peel_scale(const Canon *c, IrValue *v, double *scale, Match *m, 
     return NULL;
 }
 
+/* SDPA's NaN guard after the Softmax: Where(IsNaN(p), 0, p).  Returns p (a
+ * Softmax output) with the guard's two nodes added to m, or NULL.  Whether
+ * dropping it is sound is decided by the caller once the mask is known. */
+static IrValue *peel_nan_guard(const Canon *c, IrValue *x, Match *m) {
+    IrNode *w = canon_def(x, IR_OP_WHERE);
+    if (!w) return NULL;
+    IrNode *nan = canon_def(w->in[0], IR_OP_IS_NAN);
+    double z;
+    if (!nan || nan->in[0] != w->in[2] || !canon_const_scalar(w->in[1], &z) || z != 0.0)
+        return NULL;
+    IrValue *p = w->in[2];
+    if (!canon_def(p, IR_OP_SOFTMAX) || canon_uses(c, w->in[0]) != 1) return NULL;
+    match_add(m, w);
+    match_add(m, nan);
+    return p;
+}
+
 /* The dynamo exporter spells kT of a k[.., S, D] through a 3-D batch:
  * Reshape(Transpose(Reshape(k, [N, S, D]), [0, 2, 1]), [.., D, S]) with N
  * the product of k's batch dims.  The inner Reshape only merges the
@@ -235,7 +256,11 @@ static IrValue *expand_to_batch(Canon *c, IrNode *root, IrValue *x, const IrShap
 int canon_attention(Canon *c, IrNode *root, IrError *err) {
     if (root->op != IR_OP_MATMUL) return 0;
     Match m = {0};
-    IrNode *sm = canon_def(root->in[0], IR_OP_SOFTMAX);
+    IrValue *p = root->in[0];
+    IrValue *u = peel_nan_guard(c, p, &m);
+    int guarded = u != NULL;
+    if (u) p = u;
+    IrNode *sm = canon_def(p, IR_OP_SOFTMAX);
     if (!sm) return 0;
     IrValue *s = sm->in[0], *v = root->in[1];
     int r = s->shape.rank;
@@ -250,8 +275,14 @@ int canon_attention(Canon *c, IrNode *root, IrError *err) {
         causal = 1;
         s = w;
     }
+    /* The NaN guard only changes rows whose every score is masked (Softmax
+     * of all -inf).  Unmasked, or under a mask proven causal with S >= T
+     * (row i sees keys 0..i+S-T, at least one), no row is, so for finite
+     * scores the guard is the identity and is dropped.  Otherwise (T > S:
+     * the first T-S rows see nothing) the guard matters: stay primitive. */
+    if (guarded && causal && s->shape.dims[r - 1] < s->shape.dims[r - 2]) return 0;
     double scale = 1.0;
-    IrValue *u = peel_scale(c, s, &scale, &m, 0);
+    u = peel_scale(c, s, &scale, &m, 0);
     if (u) s = u;
     IrNode *qk = canon_def(s, IR_OP_MATMUL);
     if (!qk) return 0;

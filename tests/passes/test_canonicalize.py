@@ -478,6 +478,44 @@ def attention_multi_query_broadcast_kv():
 
 
 @S.case
+def attention_sdpa_nan_guard_causal():
+    # SDPA's Where(IsNaN(p), 0, p): a no-op under a causal mask, dropped
+    r = check(attn_graph(mask="sdpa_shape", scale="split", guard=True), attn_inputs(),
+              "Attention", 1, forbid=("Softmax", "IsNaN", "Where"))
+    attn_attrs(r, 1, 0.5)
+    check(attn_graph(mask="add", k_layout="flat", guard=True, hk=1), attn_inputs(hk=1),
+          "Attention", 1, forbid=("Softmax", "IsNaN", "Where"))
+
+
+@S.case
+def attention_nan_guard_no_mask():
+    r = check(attn_graph(mask="none", scale="none", guard=True), attn_inputs(), "Attention", 1,
+              forbid=("IsNaN", "Where"))
+    attn_attrs(r, 0, 1.0)
+
+
+@S.case
+def near_miss_attention_nan_guard_fully_masked_rows():
+    # 7 queries over 5 keys, bottom-right aligned causal mask: queries 0 and 1
+    # see no key, Softmax gives NaN there and the guard zeroes those rows.
+    # The mask passes the causal check, but the guard is not a no-op: keep it.
+    tq = T + 2
+    r = check(attn_graph(mask_arr=causal_mask_ts(tq, T), tq=tq, guard=True),
+              attn_inputs(tq=tq), "Attention", 0)
+    assert r.after("IsNaN") == 1, r.info["after"]
+    assert not np.isnan(r.outputs[0]).any() and not r.outputs[0][:, :, :2].any()
+
+
+@S.case
+def near_miss_attention_nan_guard_padding_mask():
+    # causal + key 0 padded: query 0 sees nothing; not causal, guard kept
+    m = causal_add_mask()
+    m[:, 0] = -np.inf
+    r = check(attn_graph(mask_arr=m, guard=True), attn_inputs(), "Attention", 0)
+    assert r.after("IsNaN") == 1, r.info["after"]
+
+
+@S.case
 def near_miss_attention_shifted_mask():
     # hides j > i+1: not causal, must stay primitive (and still compute right)
     check(attn_graph(mask_arr=causal_add_mask(offset=1)), attn_inputs(), "Attention", 0)
