@@ -13,7 +13,13 @@
  * gives causal=0.  k is recovered from a Transpose feeding kT by swapping
  * the last two entries of its perm (so a head-split Transpose with perm
  * [0,2,3,1] becomes one with [0,2,1,3]); otherwise an explicit Transpose
- * of kT is inserted. */
+ * of kT is inserted (the dynamo exporter's 3-D Reshape/Transpose/Reshape
+ * spelling of kT is undone too).  k and v broadcast over q's batch dims
+ * (multi-query: one K/V head) get an explicit Expand.
+ *
+ * SDPA exports put a NaN guard between Softmax and the second MatMul,
+ * Where(IsNaN(p), 0, p), for rows whose every key is masked; it is matched
+ * through and dropped when no such row can exist (see canon_attention). */
 #include <math.h>
 #include <string.h>
 
@@ -180,26 +186,103 @@ static IrValue *peel_scale(const Canon *c, IrValue *v, double *scale, Match *m, 
     return NULL;
 }
 
+/* SDPA's NaN guard after the Softmax: Where(IsNaN(p), 0, p).  Returns p (a
+ * Softmax output) with the guard's two nodes added to m, or NULL.  Whether
+ * dropping it is sound is decided by the caller once the mask is known. */
+static IrValue *peel_nan_guard(const Canon *c, IrValue *x, Match *m) {
+    IrNode *w = canon_def(x, IR_OP_WHERE);
+    if (!w) return NULL;
+    IrNode *nan = canon_def(w->in[0], IR_OP_IS_NAN);
+    double z;
+    if (!nan || nan->in[0] != w->in[2] || !canon_const_scalar(w->in[1], &z) || z != 0.0)
+        return NULL;
+    IrValue *p = w->in[2];
+    if (!canon_def(p, IR_OP_SOFTMAX) || canon_uses(c, w->in[0]) != 1) return NULL;
+    match_add(m, w);
+    match_add(m, nan);
+    return p;
+}
+
+/* The dynamo exporter spells kT of a k[.., S, D] through a 3-D batch:
+ * Reshape(Transpose(Reshape(k, [N, S, D]), [0, 2, 1]), [.., D, S]) with N
+ * the product of k's batch dims.  The inner Reshape only merges the
+ * leading dims and the outer one splits them back, so kT is k with its last
+ * two dims swapped.  Returns k (the three nodes added to m) or NULL. */
+static IrValue *k_from_flat_kt(const Canon *c, IrValue *kt, Match *m) {
+    int r = kt->shape.rank;
+    IrNode *r2 = canon_def(kt, IR_OP_RESHAPE);
+    if (!r2 || r < 3 || canon_uses(c, kt) != 1 || kt->is_graph_output) return NULL;
+    IrValue *t = r2->in[0];
+    IrNode *tr = canon_def(t, IR_OP_TRANSPOSE);
+    if (!tr || t->shape.rank != 3) return NULL;
+    const int64_t *p;
+    if (ir_attr_ints(tr, "perm", &p) != 3 || p[0] != 0 || p[1] != 2 || p[2] != 1) return NULL;
+    IrNode *r1 = canon_def(tr->in[0], IR_OP_RESHAPE);
+    if (!r1) return NULL;
+    IrValue *k = r1->in[0], *flat = tr->in[0];
+    if (k->shape.rank != r || flat->shape.rank != 3) return NULL;
+    int64_t s = k->shape.dims[r - 2], d = k->shape.dims[r - 1], n = 1;
+    for (int i = 0; i < r - 2; i++) {
+        if (k->shape.dims[i] != kt->shape.dims[i]) return NULL;
+        n *= k->shape.dims[i];
+    }
+    if (flat->shape.dims[0] != n || flat->shape.dims[1] != s || flat->shape.dims[2] != d ||
+        kt->shape.dims[r - 2] != d || kt->shape.dims[r - 1] != s)
+        return NULL;
+    match_add(m, r2);
+    match_add(m, tr);
+    match_add(m, r1);
+    return k;
+}
+
+/* Multi-query / grouped attention whose K/V heads are broadcast by the
+ * MatMuls themselves (Falcon: one K/V head): the canonical op wants q's
+ * batch dims on k and v, so broadcast them explicitly (Expand's gradient
+ * sums over the copies, which is what the MatMul broadcast did). */
+static IrValue *expand_to_batch(Canon *c, IrNode *root, IrValue *x, const IrShape *q,
+                                const char *what, IrError *err) {
+    int r = q->rank, same = 1;
+    for (int i = 0; i < r - 2; i++) same &= x->shape.dims[i] == q->dims[i];
+    if (same) return x;
+    int64_t dims[IR_MAX_RANK];
+    for (int i = 0; i < r; i++) dims[i] = i < r - 2 ? q->dims[i] : x->shape.dims[i];
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s_shape", root->name, what);
+    IrValue *in[2] = {x, ir_const_i64s(c->g, name, r, dims)};
+    snprintf(name, sizeof name, "%s.%s_expand", root->name, what);
+    return canon_insert(c, root, IR_OP_EXPAND, name, 2, in, err);
+}
+
 int canon_attention(Canon *c, IrNode *root, IrError *err) {
     if (root->op != IR_OP_MATMUL) return 0;
-    IrNode *sm = canon_def(root->in[0], IR_OP_SOFTMAX);
+    Match m = {0};
+    IrValue *p = root->in[0];
+    IrValue *u = peel_nan_guard(c, p, &m);
+    int guarded = u != NULL;
+    if (u) p = u;
+    IrNode *sm = canon_def(p, IR_OP_SOFTMAX);
     if (!sm) return 0;
     IrValue *s = sm->in[0], *v = root->in[1];
     int r = s->shape.rank;
     if (r < 2 || v->shape.rank != r || s->dtype != IR_F32) return 0;
     int64_t ax = ir_attr_int(sm, "axis", -1);
     if (ax != -1 && ax != r - 1) return 0;
-    Match m = {0};
     match_add(&m, sm);
     int causal = 0;
     for (int k = 0; k < 3; k++) {
-        IrValue *u = peel_mask(c, s, &m);
-        if (!u) break;
+        IrValue *w = peel_mask(c, s, &m);
+        if (!w) break;
         causal = 1;
-        s = u;
+        s = w;
     }
+    /* The NaN guard only changes rows whose every score is masked (Softmax
+     * of all -inf).  Unmasked, or under a mask proven causal with S >= T
+     * (row i sees keys 0..i+S-T, at least one), no row is, so for finite
+     * scores the guard is the identity and is dropped.  Otherwise (T > S:
+     * the first T-S rows see nothing) the guard matters: stay primitive. */
+    if (guarded && causal && s->shape.dims[r - 1] < s->shape.dims[r - 2]) return 0;
     double scale = 1.0;
-    IrValue *u = peel_scale(c, s, &scale, &m, 0);
+    u = peel_scale(c, s, &scale, &m, 0);
     if (u) s = u;
     IrNode *qk = canon_def(s, IR_OP_MATMUL);
     if (!qk) return 0;
@@ -208,20 +291,26 @@ int canon_attention(Canon *c, IrNode *root, IrError *err) {
     if ((u = peel_scale(c, q, &scale, &m, 1))) q = u;
     if ((u = peel_scale(c, kt, &scale, &m, 1))) kt = u;
     if (q->shape.rank != r || kt->shape.rank != r) return 0;
-    /* the canonical op takes q, k, v with identical batch dims (no
-     * broadcasting of heads; kT has k's batch dims): else stay primitive */
-    for (int i = 0; i < r - 2; i++)
-        if (kt->shape.dims[i] != q->shape.dims[i] || v->shape.dims[i] != q->shape.dims[i])
-            return 0;
+    /* the canonical op takes q, k, v with identical batch dims: q's must be
+     * the scores' (no broadcasting of q); k and v may broadcast (size-1
+     * dims, multi-query) and get an explicit Expand below */
+    for (int i = 0; i < r - 2; i++) {
+        int64_t qd = q->shape.dims[i], kd = kt->shape.dims[i], vd = v->shape.dims[i];
+        if (qd != s->shape.dims[i] || (kd != qd && kd != 1) || (vd != qd && vd != 1)) return 0;
+    }
     /* k from kT: undo the swap of the last two dims */
     IrValue *k = NULL;
     IrNode *tr = canon_def(kt, IR_OP_TRANSPOSE);
     int64_t perm[IR_MAX_RANK];
-    if (tr && canon_uses(c, kt) == 1 && !kt->is_graph_output) {
-        const int64_t *p;
-        int np = ir_attr_ints(tr, "perm", &p);
+    Match mf = m;
+    if (!tr && (k = k_from_flat_kt(c, kt, &mf)) && match_internal(c, &mf, root)) {
+        m = mf;
+    } else if (tr && canon_uses(c, kt) == 1 && !kt->is_graph_output) {
+        k = NULL;
+        const int64_t *pp;
+        int np = ir_attr_ints(tr, "perm", &pp);
         if (np && np != r) return 0;
-        for (int i = 0; i < r; i++) perm[i] = np ? p[i] : r - 1 - i;
+        for (int i = 0; i < r; i++) perm[i] = np ? pp[i] : r - 1 - i;
         int64_t t = perm[r - 1];
         perm[r - 1] = perm[r - 2];
         perm[r - 2] = t;
@@ -233,6 +322,7 @@ int canon_attention(Canon *c, IrNode *root, IrError *err) {
         m = mt;
         if (ident) k = tr->in[0];
     } else {
+        k = NULL;
         tr = NULL;
         for (int i = 0; i < r; i++) perm[i] = i;
         perm[r - 1] = r - 2;
@@ -248,6 +338,9 @@ int canon_attention(Canon *c, IrNode *root, IrError *err) {
         ir_node_set_ints(k->producer, "perm", r, perm);
         if (shape_infer_node(k->producer, err)) return -1;
     }
+    IrShape qs = q->shape;
+    if (!(k = expand_to_batch(c, root, k, &qs, "k", err))) return -1;
+    if (!(v = expand_to_batch(c, root, v, &qs, "v", err))) return -1;
     IrValue *in[3] = {q, k, v};
     CanonAttr at[2] = {{.name = "causal", .i = causal}, {.name = "scale", .is_float = 1, .f = scale}};
     return canon_rewrite(c, &m, root, IR_OP_ATTENTION, 3, in, at, 2, err) ? 1 : -1;

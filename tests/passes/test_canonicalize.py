@@ -336,17 +336,34 @@ def causal_add_mask(t=T, offset=0, big=-np.inf):
     return m
 
 
-def attn_graph(mask="add", scale="mul", k_layout="bhtd", softmax_axis=-1, mask_arr=None):
+def causal_mask_ts(tq, s, big=-np.inf):
+    """[tq, s] additive mask hiding key j from query i when j > i + s - tq."""
+    m = np.zeros((tq, s), np.float32)
+    m[np.triu(np.ones((tq, s), bool), 1 + s - tq)] = big
+    return m
+
+
+def attn_graph(mask="add", scale="mul", k_layout="bhtd", softmax_axis=-1, mask_arr=None,
+               hk=H, tq=T, guard=False):
+    """hk: K/V heads (1: multi-query, broadcast by the MatMuls); tq: query
+    length (keys: T); guard: SDPA's Where(IsNaN(p), 0, p) after Softmax."""
     N = pu.helper.make_node
     nodes, inits = [], []
-    ins = [vi("q", F32, [B, H, T, D])]
+    ins = [vi("q", F32, [B, H, tq, D])]
     if k_layout == "bhtd":
-        ins.append(vi("k", F32, [B, H, T, D]))
+        ins.append(vi("k", F32, [B, hk, T, D]))
         nodes.append(N("Transpose", ["k"], ["kT"], perm=[0, 1, 3, 2]))
+    elif k_layout == "flat":  # dynamo: kT through a 3-D [B*H, T, D] transpose
+        ins.append(vi("k", F32, [B, hk, T, D]))
+        nodes += [const("flat", np.array([-1, T, D], np.int64)),
+                  N("Reshape", ["k", "flat"], ["kf"]),
+                  N("Transpose", ["kf"], ["kfT"], perm=[0, 2, 1]),
+                  const("unflat", np.array([B, hk, D, T], np.int64)),
+                  N("Reshape", ["kfT", "unflat"], ["kT"])]
     else:  # k as [B,T,H,D], head split + transpose in one perm (GPT-2 exports)
         ins.append(vi("k", F32, [B, T, H, D]))
         nodes.append(N("Transpose", ["k"], ["kT"], perm=[0, 2, 3, 1]))
-    ins.append(vi("v", F32, [B, H, T, D]))
+    ins.append(vi("v", F32, [B, hk, T, D]))
     q, kT = "q", "kT"
     if scale == "split":  # torch SDPA export: sqrt(scale) on both sides
         nodes += [const("sq", np.array([0.5 ** 0.5], np.float32)), N("Mul", ["q", "sq"], ["qs"]),
@@ -387,13 +404,17 @@ def attn_graph(mask="add", scale="mul", k_layout="bhtd", softmax_axis=-1, mask_a
                   N("Where", ["hid", "ninf", "zf"], ["amask"]), N("Add", ["s1", "amask"], ["s2"])]
     else:
         nodes.append(N("Identity", ["s1"], ["s2"]))
-    nodes += [N("Softmax", ["s2"], ["p"], axis=softmax_axis), N("MatMul", ["p", "v"], ["y"])]
+    nodes.append(N("Softmax", ["s2"], ["p"], axis=softmax_axis))
+    if guard:
+        nodes += [N("IsNaN", ["p"], ["pnan"]), const("pz", np.array(0.0, np.float32)),
+                  N("Where", ["pnan", "pz", "p"], ["pg"])]
+    nodes.append(N("MatMul", ["pg" if guard else "p", "v"], ["y"]))
     return model(nodes, ins, [vi("y")], inits)
 
 
-def attn_inputs(k_layout="bhtd", extra=()):
-    k = rand(B, H, T, D) if k_layout == "bhtd" else rand(B, T, H, D)
-    return [rand(B, H, T, D), k, rand(B, H, T, D)] + list(extra)
+def attn_inputs(k_layout="bhtd", extra=(), hk=H, tq=T):
+    k = rand(B, T, H, D) if k_layout == "bthd" else rand(B, hk, T, D)
+    return [rand(B, H, tq, D), k, rand(B, hk, T, D)] + list(extra)
 
 
 def attn_attrs(r, causal, scale):
@@ -436,6 +457,62 @@ def attention_pretransposed_k():
 def attention_no_mask_not_causal():
     r = check(attn_graph(mask="none", scale="none"), attn_inputs(), "Attention", 1)
     attn_attrs(r, 0, 1.0)
+
+
+@S.case
+def attention_dynamo_flat_kt():
+    # kT = Reshape(Transpose(Reshape(k, [-1,T,D]), [0,2,1]), [B,H,D,T]): k itself
+    r = check(attn_graph(k_layout="flat", scale="split"), attn_inputs(), "Attention", 1,
+              forbid=("Softmax", "Transpose", "Reshape"))
+    attn_attrs(r, 1, 0.5)
+
+
+@S.case
+def attention_multi_query_broadcast_kv():
+    # Falcon: one K/V head broadcast over H query heads by the MatMuls
+    r = check(attn_graph(hk=1), attn_inputs(hk=1), "Attention", 1, forbid=("Softmax",))
+    assert r.after("Expand") == 2, r.info["after"]
+    r = check(attn_graph(hk=1, k_layout="flat", scale="split"), attn_inputs(hk=1), "Attention",
+              1, forbid=("Softmax", "Transpose"))
+    attn_attrs(r, 1, 0.5)
+
+
+@S.case
+def attention_sdpa_nan_guard_causal():
+    # SDPA's Where(IsNaN(p), 0, p): a no-op under a causal mask, dropped
+    r = check(attn_graph(mask="sdpa_shape", scale="split", guard=True), attn_inputs(),
+              "Attention", 1, forbid=("Softmax", "IsNaN", "Where"))
+    attn_attrs(r, 1, 0.5)
+    check(attn_graph(mask="add", k_layout="flat", guard=True, hk=1), attn_inputs(hk=1),
+          "Attention", 1, forbid=("Softmax", "IsNaN", "Where"))
+
+
+@S.case
+def attention_nan_guard_no_mask():
+    r = check(attn_graph(mask="none", scale="none", guard=True), attn_inputs(), "Attention", 1,
+              forbid=("IsNaN", "Where"))
+    attn_attrs(r, 0, 1.0)
+
+
+@S.case
+def near_miss_attention_nan_guard_fully_masked_rows():
+    # 7 queries over 5 keys, bottom-right aligned causal mask: queries 0 and 1
+    # see no key, Softmax gives NaN there and the guard zeroes those rows.
+    # The mask passes the causal check, but the guard is not a no-op: keep it.
+    tq = T + 2
+    r = check(attn_graph(mask_arr=causal_mask_ts(tq, T), tq=tq, guard=True),
+              attn_inputs(tq=tq), "Attention", 0)
+    assert r.after("IsNaN") == 1, r.info["after"]
+    assert not np.isnan(r.outputs[0]).any() and not r.outputs[0][:, :, :2].any()
+
+
+@S.case
+def near_miss_attention_nan_guard_padding_mask():
+    # causal + key 0 padded: query 0 sees nothing; not causal, guard kept
+    m = causal_add_mask()
+    m[:, 0] = -np.inf
+    r = check(attn_graph(mask_arr=m, guard=True), attn_inputs(), "Attention", 0)
+    assert r.after("IsNaN") == 1, r.info["after"]
 
 
 @S.case
