@@ -21,6 +21,7 @@
 #include <yaml.h>
 
 #include "planner.h"
+#include "input_file.h"
 
 #define GIB 1073741824.0
 #define MAX_DEVICES_PER_MESH (1 << 20)   /* guards n*m against overflow */
@@ -618,9 +619,10 @@ int cluster_load_yaml_string(const char *text, const char *name, ClusterSpec *cl
 int cluster_load_yaml(const char *path, ClusterSpec *cl, IrError *err)
 {
     memset(cl, 0, sizeof *cl);
-    FILE *f = fopen(path, "rb");
+    char ebuf[sizeof err->msg];
+    FILE *f = input_fopen(path, ebuf, sizeof ebuf); /* a FIFO would block in fopen() */
     if (!f)
-        return ir_errorf(err, "%s: cannot open: %s", path, strerror(errno));
+        return ir_errorf(err, "%s", ebuf);
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     size_t got;
