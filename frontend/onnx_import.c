@@ -11,6 +11,7 @@
  */
 #include "onnx_internal.h"
 #include "onnx_wire_scan.h"
+#include "input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -793,9 +794,10 @@ IrGraph *hetc_import_onnx_buffer(const void *buf, size_t len, const char *model_
 }
 
 IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrError *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char ebuf[sizeof err->msg];
+    int fd = input_open(path, ebuf, sizeof ebuf); /* a FIFO would block in open() */
     if (fd < 0) {
-        ir_errorf(err, "%s: cannot open: %s", path, strerror(errno));
+        ir_errorf(err, "%s", ebuf);
         return NULL;
     }
     struct stat st;
