@@ -306,6 +306,14 @@ def main():
         model = build(args.family, SEEDS[args.family], "fresh")
     export(model, args.output, args.exporter, static=args.static)
     print("export_hf: wrote %s (%s exporter)" % (args.output, args.exporter))
+    const = [n for n, p in model.named_parameters() if bool((p == p.flatten()[0]).all())]
+    if args.exporter == "dynamo" and const:
+        # onnxscript's optimizer folds an Add of a zero bias away and merges
+        # equal LayerNorms: such parameters are then not in the file at all
+        print("export_hf: warning: %d parameters hold one value each (%s, ...): the dynamo "
+              "exporter's optimizer may remove them (zero biases, equal norms), so hetc could "
+              "not train them; to train from this initialisation use --exporter torchscript"
+              % (len(const), const[0]))
 
 
 if __name__ == "__main__":
