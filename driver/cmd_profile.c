@@ -431,7 +431,8 @@ int cmd_profile(int argc, char **argv) {
     lo.target_layers = (int)a.layers;
     lo.param_dtype_bytes = dtype_size_bytes(a.dtype);
     LayerSummary ls;
-    if (!lg || compile_run_passes(lg, &lco, &ctx, &err) || modules_detect(lg, &mo, &mrep, &err) ||
+    if (!lg || compile_check_token_shape(lg, &lco, "--microbatch", &err) ||
+        compile_run_passes(lg, &lco, &ctx, &err) || modules_detect(lg, &mo, &mrep, &err) ||
         layers_build(lg, &lo, &layers, &ls, &err)) {
         fprintf(stderr, "hetc profile: %s\n", err.msg);
         goto done;
