@@ -146,6 +146,10 @@ if os.path.exists(model) and os.path.exists(corpus):
                            "--threads", "2", "-o", os.path.join(d, "p"))
         check(rc == 1 and "fixed batch of 2" in err and "--microbatch 2" in err
               and "--global-batch" in err, f"plan: a fixed batch says --microbatch 2: {err.strip()}")
+        rc, out, err = run("profile", "--device-type", "A100-80GB", static, "--analytic",
+                           "--seq", "16", "--microbatch", "1", "-o", os.path.join(d, "prof.json"))
+        check(rc == 1 and "fixed batch of 2" in err and "--microbatch 2" in err,
+              f"profile: a fixed batch says --microbatch 2: {err.strip()}")
         hetero = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")
         out_dir = os.path.join(d, "c")
         rc, out, err = run(static, hetero, "--microbatch", "2", "--global-batch", "4", "--seq",
