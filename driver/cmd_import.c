@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "autodiff.h"
 #include "cli.h"
 #include "compile_opts.h"
 
@@ -18,6 +19,21 @@ static void usage(FILE *f) {
             "                         SHAPE`, `tied NAME DTYPE SHAPE OF`, `const NAME DTYPE\n"
             "                         SHAPE`) and one .npy per trainable tensor, and stop\n");
     compile_opts_help(f);
+}
+
+/* A graph that runs but cannot train says so now, naming the nodes,
+ * rather than at step 1 of hetc train (exit status unchanged). */
+static void warn_untrainable(IrGraph *g) {
+    AdBlocker bl[16];
+    int nb = autodiff_blockers(g, bl, 16);
+    if (nb <= 0) return;
+    fprintf(stderr, "hetc import: warning: the graph runs but cannot train: %d node%s on a "
+            "parameter's gradient path %s no gradient:\n", nb, nb > 1 ? "s" : "",
+            nb > 1 ? "have" : "has");
+    for (int i = 0; i < nb && i < 16; i++)
+        fprintf(stderr, "  node '%s' (%s): %s\n", bl[i].node->name, ir_op_name(bl[i].node->op),
+                bl[i].why);
+    if (nb > 16) fprintf(stderr, "  ... and %d more\n", nb - 16);
 }
 
 static double now_s(void) {
@@ -139,6 +155,7 @@ int cmd_import(int argc, char **argv) {
     }
     double t2 = now_s();
     compile_print_summary(stderr, g, "after passes");
+    warn_untrainable(g);
     fprintf(stderr, "import %.3f s, passes %.3f s\n", t1 - t0, t2 - t1);
     if (o.dump_after) fprintf(stderr, "IR dumps in %s/\n", irdir);
     if (o.print_ir) {

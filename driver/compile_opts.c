@@ -183,8 +183,8 @@ int compile_check_token_shape(const IrGraph *g, const CompileOpts *o, const char
     if (o->batch >= 0 && b >= 0 && b != o->batch)
         return ir_errorf(err,
                          "%s has a fixed batch of %lld (input '%s' %s%s has no symbolic batch "
-                         "dim), not the %lld rows asked for: use %s %lld (hetc plan / compile: "
-                         "and a --global-batch that is a multiple of it), or " COMPILE_REEXPORT_HINT,
+                         "dim), not the %lld rows asked for: use %s %lld (when planning, with a "
+                         "--global-batch that is a multiple of it), or " COMPILE_REEXPORT_HINT,
                          model, (long long)b, ids->name, ir_dtype_name(ids->dtype), sb,
                          (long long)o->batch, batch_opt, (long long)b);
     if (o->seq >= 0 && t >= 0 && t != o->seq)

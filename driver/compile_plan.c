@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "partition.h"
+#include "input_file.h"
 
 static char *slurp(const char *path, IrError *err) {
-    FILE *f = fopen(path, "rb");
+    char ebuf[sizeof err->msg];
+    FILE *f = input_fopen(path, ebuf, sizeof ebuf); /* a FIFO would block in fopen() */
     if (!f) {
-        ir_errorf(err, "%s: cannot open the plan", path);
+        ir_errorf(err, "%s (the plan)", ebuf);
         return NULL;
     }
     fseek(f, 0, SEEK_END);

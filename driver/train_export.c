@@ -14,14 +14,16 @@
 #include <string.h>
 
 #include "atomic_file.h"
+#include "input_file.h"
 #include "onnx.pb-c.h"
 #include "onnx_wire_scan.h"
 #include "train_state.h"
 
 static unsigned char *read_all(const char *path, size_t *n, IrError *err) {
-    FILE *f = fopen(path, "rb");
+    char ebuf[sizeof err->msg];
+    FILE *f = input_fopen(path, ebuf, sizeof ebuf); /* a FIFO would block in fopen() */
     if (!f) {
-        ir_errorf(err, "cannot open '%s': %s", path, strerror(errno));
+        ir_errorf(err, "%s", ebuf);
         return NULL;
     }
     size_t cap = 1 << 20, len = 0;

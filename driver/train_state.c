@@ -1,5 +1,6 @@
 /* Trainer state: parameters, gradients, optimizer steps, checkpoints. */
 #include "train_state.h"
+#include "input_file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -175,7 +176,7 @@ static int rm_tree_flat(const char *dir) {
     char cmdless[4096];
     FILE *m;
     snprintf(cmdless, sizeof cmdless, "%s/MANIFEST", dir);
-    if ((m = fopen(cmdless, "r"))) {
+    if ((m = input_fopen(cmdless, NULL, 0))) { /* a FIFO would block in fopen() */
         char line[2048];
         while (fgets(line, sizeof line, m)) {
             char fname[1024];

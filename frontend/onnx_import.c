@@ -11,6 +11,7 @@
  */
 #include "onnx_internal.h"
 #include "onnx_wire_scan.h"
+#include "input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -517,6 +518,83 @@ static int create_node_outputs(ImportCtx *c, const Onnx__GraphProto *gp) {
     return 0;
 }
 
+/* Why hetc cannot lower a node of this op_type/domain at the model's opset
+ * (into why; 0), or 1 when it can. */
+static int op_supported(const ImportCtx *c, const char *op_type, const char *domain,
+                        const NameMap *domains, char *opset, size_t ol, char *why, size_t wl) {
+    *why = 0;
+    if (*domain && strcmp(domain, "ai.onnx") != 0) {
+        void *dv = namemap_get(domains, domain);
+        if (dv) snprintf(opset, ol, "opset %lld", (long long)((intptr_t)dv - 1));
+        else snprintf(opset, ol, "opset none: the domain is not imported");
+        snprintf(why, wl, "only the default ONNX domain is supported");
+        return 0;
+    }
+    snprintf(opset, ol, "opset %lld", (long long)c->opset);
+    if (import_table_find(op_type, c->opset)) return 1;
+    int lo, hi;
+    if (import_table_span(op_type, &lo, &hi))
+        snprintf(why, wl, "%s is defined at opsets %d..%d", op_type, lo, hi);
+    return 0;
+}
+
+/* Every node hetc cannot lower, in one error: one line per distinct
+ * (domain, op) with its first node, the opset and how many nodes use it,
+ * so a user sees the whole gap at once, not one op per attempt. */
+static int check_all_supported(ImportCtx *c, const Onnx__GraphProto *gp,
+                               const NameMap *domains) {
+    typedef struct { const char *op, *dom, *node; size_t idx; int count; } Gap;
+    Gap *gaps = NULL;
+    int ngap = 0, nodes = 0;
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        const char *op = np->op_type ? np->op_type : "", *dom = np->domain ? np->domain : "";
+        char opset[64], why[160];
+        if (!*op || op_supported(c, op, dom, domains, opset, sizeof opset, why, sizeof why))
+            continue;
+        nodes++;
+        int k = 0;
+        while (k < ngap && (strcmp(gaps[k].op, op) || strcmp(gaps[k].dom, dom))) k++;
+        if (k == ngap) {
+            Gap *grown = realloc(gaps, (size_t)(ngap + 1) * sizeof *gaps);
+            if (!grown) {
+                free(gaps);
+                return ir_errorf(c->err, "%s: out of memory", c->file);
+            }
+            gaps = grown;
+            gaps[ngap++] = (Gap){op, dom, np->name, i, 0};
+        }
+        gaps[k].count++;
+    }
+    if (!ngap) return 0;
+    char *m = c->err->msg;
+    size_t cap = sizeof c->err->msg, len = 0;
+#define PUT(...) (len += (size_t)snprintf(m + len, len < cap ? cap - len : 0, __VA_ARGS__))
+    /* the first line names the first gap (what a reader, or a script that
+     * reads one line, sees first); the others follow one per line */
+    if (ngap > 1) PUT("%s: %d ops (%d nodes) are not supported by hetc: ", c->file, ngap, nodes);
+    else PUT("%s: ", c->file);
+    for (int k = 0; k < ngap && len < cap; k++) {
+        char opset[64], why[160], gen[64];
+        op_supported(c, gaps[k].op, gaps[k].dom, domains, opset, sizeof opset, why, sizeof why);
+        const char *name = gaps[k].node;
+        if (!name || !*name) {
+            snprintf(gen, sizeof gen, "%.32s_%zu", gaps[k].op, gaps[k].idx);
+            name = gen;
+        }
+        if (k > 0) PUT("\n  ");
+        PUT("node '%s' (%s, domain '%s', %s)", name, gaps[k].op, gaps[k].dom, opset);
+        if (gaps[k].count > 1)
+            PUT(" and %d more node%s", gaps[k].count - 1, gaps[k].count > 2 ? "s" : "");
+        if (ngap == 1) PUT(" %s not supported by hetc", gaps[k].count > 1 ? "are" : "is");
+        if (*why) PUT(ngap == 1 ? ": %s" : " (%s)", why);
+    }
+#undef PUT
+    if (len >= cap && cap > 5) memcpy(m + cap - 5, "...", 4);
+    free(gaps);
+    return -1;
+}
+
 static int lower_node(ImportCtx *c, const Onnx__NodeProto *np, size_t idx,
                       const NameMap *domains) {
     char gen[64];
@@ -639,6 +717,7 @@ static IrGraph *import_model(const Onnx__ModelProto *m, ImportCtx *c) {
     int rc = import_initializers(c, gp);
     if (!rc) rc = import_inputs(c, gp);
     if (!rc) rc = create_node_outputs(c, gp);
+    if (!rc) rc = check_all_supported(c, gp, &domains);
     for (size_t i = 0; !rc && i < gp->n_node; i++) rc = lower_node(c, gp->node[i], i, &domains);
     if (!rc && !nodes_in_order(c->g) && ir_graph_toposort(c->g, c->err))
         rc = ir_error_prefix(c->err, "%s", c->file);
@@ -654,6 +733,9 @@ static IrGraph *import_model(const Onnx__ModelProto *m, ImportCtx *c) {
     if (!rc) imp_demote_buffers(c->g);
     if (!rc && (rc = imp_untie_dedups(c->g, &nuntied, c->err)))
         ir_error_prefix(c->err, "%s", c->file);
+    /* a copy whose reader takes no gradient (a dedup of a weight with a
+     * mask of the same values) is a buffer */
+    if (!rc && nuntied) imp_demote_buffers(c->g);
     if (!rc) rc = imp_param_overrides(c->g, gp, c->opt, c->file, &nforced_t, &nforced_f, c->err);
     if (!rc && c->opt->param_set) {
         imp_param_report(c->g, gp, nuntied, c->opt->param_set);
@@ -712,9 +794,10 @@ IrGraph *hetc_import_onnx_buffer(const void *buf, size_t len, const char *model_
 }
 
 IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrError *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char ebuf[sizeof err->msg];
+    int fd = input_open(path, ebuf, sizeof ebuf); /* a FIFO would block in open() */
     if (fd < 0) {
-        ir_errorf(err, "%s: cannot open: %s", path, strerror(errno));
+        ir_errorf(err, "%s", ebuf);
         return NULL;
     }
     struct stat st;

@@ -3,6 +3,7 @@
 #include "onnx_internal.h"
 
 #include "atomic_file.h"
+#include "input_file.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -13,8 +14,9 @@
 
 /* Whole file into memory (tensor files are small test/feed data). */
 static int slurp(const char *path, unsigned char **buf, size_t *len, IrError *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ir_errorf(err, "%s: cannot open: %s", path, strerror(errno));
+    char ebuf[sizeof err->msg];
+    FILE *f = input_fopen(path, ebuf, sizeof ebuf); /* a FIFO would block in fopen() */
+    if (!f) return ir_errorf(err, "%s", ebuf);
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* also set by the build; guarded to avoid a redefinition warning */
 #endif
 #include "ir.h"
+#include "input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -375,10 +376,10 @@ const void *ir_value_data(IrValue *v, IrError *err) {
         v->nbytes = 0;
         return v->data;
     }
-    int fd = open(v->ext.path, O_RDONLY | O_CLOEXEC);
+    char ebuf[sizeof err->msg];
+    int fd = input_open(v->ext.path, ebuf, sizeof ebuf); /* a FIFO would block in open() */
     if (fd < 0) {
-        ir_errorf(err, "value '%s': cannot open external data '%s': %s", v->name, v->ext.path,
-                  strerror(errno));
+        ir_errorf(err, "value '%s': external data: %s", v->name, ebuf);
         return NULL;
     }
     struct stat st;

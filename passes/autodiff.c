@@ -181,9 +181,9 @@ static int ad_run(IrGraph *g, const AdSeed *seeds, int nseeds, IrValue *const *w
         for (int j = 0; j < n->nin; j++)
             if (ad_needs(&c, n->in[j]) && (!r || j >= 32 || (r->diff >> j) & 1)) any_in = 1;
         if (!any_out || !any_in) continue;
-        if (!r) {
-            rc = ir_errorf(err, "node '%s' (%s): no gradient rule for this op", n->name,
-                           ir_op_name(n->op));
+        char why[256];
+        if (!grad_node_ok(n, why, sizeof why)) {
+            rc = ir_errorf(err, "node '%s' (%s): %s", n->name, ir_op_name(n->op), why);
             break;
         }
         if (r->fn(&c, n, gout, err))
@@ -234,4 +234,48 @@ int autodiff_seeded(IrGraph *g, const AdSeed *seeds, int nseeds, IrValue *const 
             return ir_errorf(err, "seed '%s' without a gradient must be an f32 scalar (a loss)",
                              seeds[i].value->name);
     return ad_run(g, seeds, nseeds, wrt, nwrt, wrt_grad, err);
+}
+
+int autodiff_blockers(IrGraph *g, AdBlocker *out, int max) {
+    ir_graph_compact(g); /* dense value ids, as ad_run */
+    AdCtx c = {.g = g, .nfwd = g->nvalues};
+    c.needs = ir_xcalloc((size_t)c.nfwd + 1, 1);
+    mark_needs(&c);
+    /* reach[v]: a gradient of a loss on the graph outputs could arrive at v.
+     * A blocked node still passes it on, so every blocker is found, not
+     * just the last one on each path. */
+    unsigned char *reach = ir_xcalloc((size_t)c.nfwd + 1, 1);
+    for (int i = 0; i < g->noutputs; i++)
+        if (c.needs[g->outputs[i]->id]) reach[g->outputs[i]->id] = 1;
+    int cnt = 0;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const IrNode *n = g->nodes[i];
+        int any_out = 0, any_in = 0;
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] && reach[n->out[j]->id]) any_out = 1;
+        const GradRule *r = grad_rule(n->op);
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] && c.needs[n->in[j]->id] && (!r || j >= 32 || (r->diff >> j) & 1)) {
+                reach[n->in[j]->id] = (unsigned char)(reach[n->in[j]->id] | any_out);
+                any_in = 1;
+            }
+        if (!any_out || !any_in) continue;
+        char why[256];
+        if (grad_node_ok(n, why, sizeof why)) continue;
+        if (cnt < max) {
+            out[cnt].node = n;
+            snprintf(out[cnt].why, sizeof out[cnt].why, "%s", why);
+        }
+        cnt++;
+    }
+    free(c.needs);
+    free(reach);
+    /* graph order reads better than the reverse walk's */
+    int k = cnt < max ? cnt : max;
+    for (int a = 0, b = k - 1; a < b; a++, b--) {
+        AdBlocker t = out[a];
+        out[a] = out[b];
+        out[b] = t;
+    }
+    return cnt;
 }

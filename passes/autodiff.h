@@ -14,13 +14,35 @@ typedef struct AdCtx AdCtx;
  * rule calls ad_contrib for each differentiable input that ad_needs. */
 typedef int (*GradRuleFn)(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err);
 
+/* 1 if the rule handles this node, else 0 with the reason in why (rules
+ * that only cover some attribute values or shapes: Pow with a constant
+ * exponent, ScatterND without mul/max/min, ...). */
+typedef int (*GradCheckFn)(const IrNode *n, char *why, size_t whylen);
+
 typedef struct GradRule {
     GradRuleFn fn;
-    unsigned diff; /* bit i: input i can carry a gradient */
+    unsigned diff;     /* bit i: input i can carry a gradient */
+    GradCheckFn check; /* NULL: every node of the op */
 } GradRule;
 
 /* The rule for op, or NULL if the op has none (not differentiable). */
 const GradRule *grad_rule(IrOp op);
+/* 1 if autodiff can take a gradient through node n, else 0 with the reason
+ * (no rule for the op, or the rule's check refuses this node).  The one
+ * place that knows; autodiff and autodiff_blockers ask it. */
+int grad_node_ok(const IrNode *n, char *why, size_t whylen);
+
+/* A node that stops training: a parameter's gradient would have to flow
+ * through it and grad_node_ok says no. */
+typedef struct AdBlocker {
+    const IrNode *node;
+    char why[256];
+} AdBlocker;
+/* The blockers of training a loss on g's float graph outputs, in graph
+ * order (up to max filled; returns how many there are).  Run on the
+ * forward graph (hetc import warns with it before hetc train would fail);
+ * compacts g's value ids like the autodiff pass does. */
+int autodiff_blockers(IrGraph *g, AdBlocker *out, int max);
 
 /* ---- helpers rules use (autodiff.c) */
 IrGraph *ad_graph(AdCtx *c);

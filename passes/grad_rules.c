@@ -100,16 +100,23 @@ static int g_unary(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     ir_node_set_string(b, "fn", f);
     return contrib(c, n, 0, o, err);
 }
+/* sin' = cos, cos' = -sin (the dynamo exports' rotary tables: inv_freq is
+ * a float initializer, so a parameter until marked frozen) */
+static int g_sin_cos(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
+    IrValue *t = ad_op1(c, n->op == IR_OP_SIN ? IR_OP_COS : IR_OP_SIN, X(0), &X(0)->shape, 1,
+                        &X(0));
+    IrValue *m[2] = {DY, t};
+    IrValue *g = ad_op1(c, IR_OP_MUL, X(0), &DY->shape, 2, m);
+    if (n->op == IR_OP_COS) g = ad_op1(c, IR_OP_NEG, X(0), &DY->shape, 1, &g);
+    return contrib(c, n, 0, g, err);
+}
 static int g_identity(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     return contrib(c, n, 0, DY, err);
 }
 /* TpAllReduce sum: identity (Megatron's g).  A max is only ever the
  * vocab-parallel loss's shift, which its rule does not differentiate */
 static int g_tp_all_reduce(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
-    const char *op = ir_attr_string(n, "op", "sum");
-    if (strcmp(op, "sum"))
-        return ir_errorf(err, "TpAllReduce op '%s' has no gradient (only 'sum' does)", op);
-    return contrib(c, n, 0, DY, err);
+    return contrib(c, n, 0, DY, err); /* op "sum": ck_tp_all_reduce */
 }
 /* TpCopy replicates x over the TP ranks, each rank using it for its shard:
  * dx is the sum of the ranks' partial gradients (Megatron's f) */
@@ -155,9 +162,7 @@ static IrValue *swap_last2(AdCtx *c, IrValue *v) {
 /* numpy matmul (rank >= 2): dA = dy B^T, dB = A^T dy, each summed over the
  * batch dims it was broadcast along */
 static int g_matmul(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
-    if (X(0)->shape.rank < 2 || X(1)->shape.rank < 2)
-        return ir_errorf(err, "MatMul gradient needs operands of rank >= 2");
-    int r = DY->shape.rank;
+    int r = DY->shape.rank; /* both operands of rank >= 2: ck_matmul */
     if (needs(c, n, 0)) {
         IrShape s = DY->shape;
         s.dims[r - 1] = X(0)->shape.dims[X(0)->shape.rank - 1];
@@ -287,11 +292,7 @@ static int g_gather_elements(AdCtx *c, IrNode *n, IrValue *const *gout, IrError 
  * (GatherND); with "add" data gets all of dy.  With repeated indices under
  * "none" (undefined in ONNX) every duplicate gets the slice's gradient. */
 static int g_scatter_nd(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
-    const char *red = ir_attr_string(n, "reduction", "none");
-    int add = !strcmp(red, "add");
-    if (!add && strcmp(red, "none"))
-        return ir_errorf(err, "ScatterND with reduction '%s' is not differentiable (none and "
-                         "add are)", red);
+    int add = !strcmp(ir_attr_string(n, "reduction", "none"), "add"); /* or none: ck_ */
     if (needs(c, n, 0)) {
         IrValue *g = DY;
         if (!add) {
@@ -409,20 +410,51 @@ static int g_slice(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     return contrib(c, n, 0, ad_op1(c, IR_OP_SLICE_GRAD, X(0), &X(0)->shape, nin, in), err);
 }
 
+/* ------------------------------------------------------------ rule checks */
+static int ck_pow(const IrNode *n, char *w, size_t wl) {
+    double b;
+    if (n->nin > 1 && n->in[1] && ir_shape_numel(&n->in[1]->shape) == 1 &&
+        n->in[1]->kind == IR_VK_CONST && !value_read_double(n->in[1], 0, &b))
+        return 1;
+    snprintf(w, wl, "only a constant scalar exponent is differentiable");
+    return 0;
+}
+static int ck_matmul(const IrNode *n, char *w, size_t wl) {
+    if (n->in[0]->shape.rank >= 2 && n->in[1]->shape.rank >= 2) return 1;
+    snprintf(w, wl, "MatMul gradient needs operands of rank >= 2");
+    return 0;
+}
+static int ck_scatter_nd(const IrNode *n, char *w, size_t wl) {
+    const char *red = ir_attr_string(n, "reduction", "none");
+    if (!strcmp(red, "none") || !strcmp(red, "add")) return 1;
+    snprintf(w, wl, "ScatterND with reduction '%s' is not differentiable (none and add are)",
+             red);
+    return 0;
+}
+static int ck_tp_all_reduce(const IrNode *n, char *w, size_t wl) {
+    const char *op = ir_attr_string(n, "op", "sum");
+    if (!strcmp(op, "sum")) return 1;
+    snprintf(w, wl, "TpAllReduce op '%s' has no gradient (only 'sum' does)", op);
+    return 0;
+}
+
 /* ------------------------------------------------------------ the table */
-#define R(fn, mask) {fn, mask}
+#define R(fn, mask) {fn, mask, NULL}
+#define RC(fn, mask, check) {fn, mask, check}
 static const GradRule rules[IR_OP_COUNT] = {
     [IR_OP_ADD] = R(g_add, 3), [IR_OP_SUB] = R(g_sub, 3), [IR_OP_MUL] = R(g_mul, 3),
-    [IR_OP_DIV] = R(g_div, 3), [IR_OP_POW] = R(g_pow, 1), [IR_OP_WHERE] = R(g_where, 6),
+    [IR_OP_DIV] = R(g_div, 3), [IR_OP_POW] = RC(g_pow, 1, ck_pow), [IR_OP_WHERE] = R(g_where, 6),
     [IR_OP_NEG] = R(g_neg, 1), [IR_OP_SQRT] = R(g_unary, 1), [IR_OP_EXP] = R(g_unary, 1),
     [IR_OP_LOG] = R(g_unary, 1), [IR_OP_TANH] = R(g_unary, 1),
+    [IR_OP_SIN] = R(g_sin_cos, 1), [IR_OP_COS] = R(g_sin_cos, 1),
     [IR_OP_SIGMOID] = R(g_unary, 1), [IR_OP_ERF] = R(g_unary, 1), [IR_OP_RELU] = R(g_unary, 1),
     [IR_OP_RECIPROCAL] = R(g_unary, 1), [IR_OP_CAST] = R(g_cast, 1),
     [IR_OP_IDENTITY] = R(g_identity, 1), [IR_OP_DROPOUT] = R(g_identity, 1),
     /* TpAllReduce's output is replicated and each rank's loss replica seeds
      * it: the gradient passes through (Megatron's g) */
-    [IR_OP_TP_ALL_REDUCE] = R(g_tp_all_reduce, 1), [IR_OP_TP_COPY] = R(g_tp_copy, 1),
-    [IR_OP_MATMUL] = R(g_matmul, 3), [IR_OP_REDUCE_MEAN] = R(g_reduce, 1),
+    [IR_OP_TP_ALL_REDUCE] = RC(g_tp_all_reduce, 1, ck_tp_all_reduce),
+    [IR_OP_TP_COPY] = R(g_tp_copy, 1),
+    [IR_OP_MATMUL] = RC(g_matmul, 3, ck_matmul), [IR_OP_REDUCE_MEAN] = R(g_reduce, 1),
     [IR_OP_REDUCE_SUM] = R(g_reduce, 1), [IR_OP_SOFTMAX] = R(g_softmax, 1),
     [IR_OP_LOG_SOFTMAX] = R(g_softmax, 1), [IR_OP_RESHAPE] = R(g_reshape, 1),
     [IR_OP_TRANSPOSE] = R(g_transpose, 1), [IR_OP_SPLIT] = R(g_split, 1),
@@ -431,7 +463,7 @@ static const GradRule rules[IR_OP_COUNT] = {
     [IR_OP_EXPAND] = R(g_expand, 1), [IR_OP_FLATTEN] = R(g_reshape, 1),
     [IR_OP_GATHER] = R(g_gather, 1), [IR_OP_GATHER_ND] = R(g_gather_nd, 1),
     [IR_OP_GATHER_ELEMENTS] = R(g_gather_elements, 1), [IR_OP_TILE] = R(g_tile, 1),
-    [IR_OP_SCATTER_ND] = R(g_scatter_nd, 5), [IR_OP_LINEAR] = R(g_linear, 7),
+    [IR_OP_SCATTER_ND] = RC(g_scatter_nd, 5, ck_scatter_nd), [IR_OP_LINEAR] = R(g_linear, 7),
     [IR_OP_LAYER_NORM] = R(g_norm, 7), [IR_OP_RMS_NORM] = R(g_norm, 3),
     [IR_OP_GELU] = R(g_unary, 1), [IR_OP_SILU] = R(g_unary, 1),
     [IR_OP_ATTENTION] = R(g_attention, 7), [IR_OP_EMBEDDING] = R(g_embedding, 1),
@@ -441,4 +473,13 @@ static const GradRule rules[IR_OP_COUNT] = {
 
 const GradRule *grad_rule(IrOp op) {
     return (int)op >= 0 && op < IR_OP_COUNT && rules[op].fn ? &rules[op] : NULL;
+}
+
+int grad_node_ok(const IrNode *n, char *why, size_t wl) {
+    const GradRule *r = grad_rule(n->op);
+    if (!r) {
+        snprintf(why, wl, "no gradient rule for this op");
+        return 0;
+    }
+    return r->check ? r->check(n, why, wl) : 1;
 }

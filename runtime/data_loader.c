@@ -1,5 +1,6 @@
 /* Token-file data loader; layout and batching rules in data_loader.h. */
 #include "data_loader.h"
+#include "input_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -96,18 +97,14 @@ int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int d
                  (long long)B, dp_size);
         return fail(err, path, msg);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = input_open(path, err, err ? RT_ERRLEN : 0); /* a FIFO would block in open() */
     if (fd < 0)
-        return fail(err, path, strerror(errno));
+        return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
         return fail(err, path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return fail(err, path, "not a regular file");
     }
     if (st.st_size == 0) {
         close(fd);

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "rt.h"
 #include "atomic_file.h"
+#include "input_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -263,11 +264,10 @@ static int read_whole(const char *path, unsigned char **out, size_t *len, char *
                       size_t errlen) {
     *out = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    /* MANIFEST and layer files: a FIFO would block in fopen() */
+    FILE *f = input_fopen(path, err, errlen);
+    if (!f)
         return 1;
-    }
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
         seterr(err, errlen, "cannot stat %s", path);

@@ -209,7 +209,11 @@ def references(model, family, init):
                              {"params": other, "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=EPS)
     xs, ys = llmc_batches(STEPS)
-    m.train()
+    # hetc trains without dropout, so the reference does too: GPT-2's and
+    # OPT's configs default to 0.1, which train() would turn on (and make
+    # the trajectory a random draw).  eval() only switches dropout off here:
+    # these models have no batch-norm.
+    m.eval()
     losses, norms = [], []
     for k in range(STEPS):
         opt.zero_grad(set_to_none=True)
@@ -302,6 +306,14 @@ def main():
         model = build(args.family, SEEDS[args.family], "fresh")
     export(model, args.output, args.exporter, static=args.static)
     print("export_hf: wrote %s (%s exporter)" % (args.output, args.exporter))
+    const = [n for n, p in model.named_parameters() if bool((p == p.flatten()[0]).all())]
+    if args.exporter == "dynamo" and const:
+        # onnxscript's optimizer folds an Add of a zero bias away and merges
+        # equal LayerNorms: such parameters are then not in the file at all
+        print("export_hf: warning: %d parameters hold one value each (%s, ...): the dynamo "
+              "exporter's optimizer may remove them (zero biases, equal norms), so hetc could "
+              "not train them; to train from this initialisation use --exporter torchscript"
+              % (len(const), const[0]))
 
 
 if __name__ == "__main__":

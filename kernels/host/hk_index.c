@@ -87,7 +87,7 @@ static int nd_geom(int rank, const int64_t *dims, int irank, const int64_t *idim
     return 0;
 }
 
-/* Offset (elements) of tuple t = (batch, row) in the data, after validation. */
+/* Every coordinate of every tuple within its axis (before any access). */
 static int nd_validate(const NdGeom *g, HkDType idt, const void *idx, char *err) {
     for (int64_t t = 0; t < g->B * g->M; t++)
         for (int64_t j = 0; j < g->k; j++) {
@@ -101,6 +101,7 @@ static int nd_validate(const NdGeom *g, HkDType idt, const void *idx, char *err)
         }
     return 0;
 }
+/* Offset (elements) in the data of tuple t = batch * M + row (validated). */
 static int64_t nd_offset(const NdGeom *g, HkDType idt, const void *idx, int64_t t) {
     int64_t off = (t / (g->M ? g->M : 1)) * g->per_batch;
     for (int64_t j = 0; j < g->k; j++) {

@@ -21,6 +21,7 @@
 #include <yaml.h>
 
 #include "planner.h"
+#include "input_file.h"
 
 #define GIB 1073741824.0
 #define MAX_DEVICES_PER_MESH (1 << 20)   /* guards n*m against overflow */
@@ -149,7 +150,25 @@ static int require(Ctx *c, const yaml_node_t *map, const char *path, const char 
 
 enum { NUM_POSITIVE, NUM_NONNEG };
 
-static int get_number(Ctx *c, const yaml_node_t *n, const char *path, int rule, double *out)
+/* Accepted range of a number in the file's own unit (0 is also accepted
+ * where the rule is NUM_NONNEG).  Finite values beyond these overflowed
+ * after unit scaling (bandwidth_gbps: 1e308 -> inf bytes/s, written to
+ * plan.json as null) or made every time infinite (tflops_fp16: 1e-300);
+ * inside them every product the cost model forms stays far from double's
+ * limits.  docs/CLUSTER.md lists them. */
+typedef struct NumRange {
+    double lo, hi;
+    const char *unit;
+} NumRange;
+
+static const NumRange R_BANDWIDTH = {1e-6, 1e7, "gigabits/s"};  /* 1 kbit/s .. 10 Pbit/s */
+static const NumRange R_LATENCY = {0, 1e9, "microseconds"};     /* .. 1000 s */
+static const NumRange R_MEMORY = {1e-6, 1e6, "GiB"};            /* ~1 KiB .. ~1 PiB */
+static const NumRange R_TFLOPS = {1e-6, 1e6, "TFLOP/s"};        /* 1 MFLOP/s .. 1 EFLOP/s */
+static const NumRange R_HBM = {1e-6, 1e7, "gigabytes/s"};
+
+static int get_number(Ctx *c, const yaml_node_t *n, const char *path, int rule,
+                      const NumRange *r, double *out)
 {
     const char *s = scalar(n);
     const char *want = rule == NUM_POSITIVE ? "a positive number" : "a non-negative number";
@@ -162,10 +181,14 @@ static int get_number(Ctx *c, const yaml_node_t *n, const char *path, int rule, 
     double v = strtod(s, &end);
     while (*end == ' ')
         end++;
-    if (end == s || *end || errno == ERANGE || !isfinite(v))
+    if (end == s || *end || isnan(v) || (isinf(v) && errno != ERANGE))
         return fail(c, n, path, "expected %s, got %s", want, got);
     if ((rule == NUM_POSITIVE && !(v > 0)) || (rule == NUM_NONNEG && !(v >= 0)))
         return fail(c, n, path, "expected %s, got %s", want, got);
+    /* ERANGE: beyond double (1e400) or below its smallest normal (1e-320) */
+    if (errno == ERANGE || ((v < r->lo || v > r->hi) && !(rule == NUM_NONNEG && v == 0)))
+        return fail(c, n, path, "%s is outside [%g, %g] %s%s (hetc's bounds, docs/CLUSTER.md)",
+                    s, r->lo, r->hi, r->unit, rule == NUM_NONNEG && r->lo > 0 ? " or 0" : "");
     *out = v;
     return 0;
 }
@@ -223,11 +246,11 @@ static int parse_net(Ctx *c, const yaml_node_t *n, const char *path, double *bw,
     if (require(c, n, path, "bandwidth_gbps", "gigabits per second", &v))
         return -1;
     snprintf(sub, sizeof sub, "%s.bandwidth_gbps", path);
-    if (get_number(c, v, sub, NUM_POSITIVE, &g))
+    if (get_number(c, v, sub, NUM_POSITIVE, &R_BANDWIDTH, &g))
         return -1;
     if ((v = lookup(c, n, "latency_us"))) {
         snprintf(sub, sizeof sub, "%s.latency_us", path);
-        if (get_number(c, v, sub, NUM_NONNEG, &us))
+        if (get_number(c, v, sub, NUM_NONNEG, &R_LATENCY, &us))
             return -1;
     }
     *bw = g * 1e9 / 8.0;
@@ -305,19 +328,19 @@ static int parse_device(Ctx *c, const yaml_node_t *n, const char *path, DeviceSp
         if (get_name(c, v, sub, d->name, sizeof d->name))
             return -1;
     }
-    struct { const char *key; double *dst; double scale; int rule; } nums[] = {
-        {"memory_gb", &d->mem_bytes, GIB, NUM_POSITIVE},
-        {"tflops_fp32", &d->flops_fp32, 1e12, NUM_POSITIVE},
-        {"tflops_fp16", &d->flops_fp16, 1e12, NUM_NONNEG},
-        {"tflops_bf16", &d->flops_bf16, 1e12, NUM_NONNEG},
-        {"hbm_gbytes_s", &d->hbm_bw, 1e9, NUM_POSITIVE},
+    struct { const char *key; double *dst; double scale; int rule; const NumRange *r; } nums[] = {
+        {"memory_gb", &d->mem_bytes, GIB, NUM_POSITIVE, &R_MEMORY},
+        {"tflops_fp32", &d->flops_fp32, 1e12, NUM_POSITIVE, &R_TFLOPS},
+        {"tflops_fp16", &d->flops_fp16, 1e12, NUM_NONNEG, &R_TFLOPS},
+        {"tflops_bf16", &d->flops_bf16, 1e12, NUM_NONNEG, &R_TFLOPS},
+        {"hbm_gbytes_s", &d->hbm_bw, 1e9, NUM_POSITIVE, &R_HBM},
     };
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         if (!(v = lookup(c, n, nums[i].key)))
             continue;
         snprintf(sub, sizeof sub, "%s.%s", path, nums[i].key);
         double x;
-        if (get_number(c, v, sub, nums[i].rule, &x))
+        if (get_number(c, v, sub, nums[i].rule, nums[i].r, &x))
             return -1;
         *nums[i].dst = x * nums[i].scale;
     }
@@ -618,9 +641,10 @@ int cluster_load_yaml_string(const char *text, const char *name, ClusterSpec *cl
 int cluster_load_yaml(const char *path, ClusterSpec *cl, IrError *err)
 {
     memset(cl, 0, sizeof *cl);
-    FILE *f = fopen(path, "rb");
+    char ebuf[sizeof err->msg];
+    FILE *f = input_fopen(path, ebuf, sizeof ebuf); /* a FIFO would block in fopen() */
     if (!f)
-        return ir_errorf(err, "%s: cannot open: %s", path, strerror(errno));
+        return ir_errorf(err, "%s", ebuf);
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     size_t got;

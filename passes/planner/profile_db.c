@@ -1,5 +1,6 @@
 /* Profile database loader (format: docs/PROFILE_DB.md).  See profile_db.h. */
 #include "profile_db.h"
+#include "input_file.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -416,9 +417,10 @@ int profile_db_load(const char *path, int microbatch, int seq, const char *dtype
                     IrError *err)
 {
     memset(db, 0, sizeof *db);
-    FILE *f = fopen(path, "rb");
+    char ebuf[sizeof err->msg];
+    FILE *f = input_fopen(path, ebuf, sizeof ebuf); /* a FIFO would block in fopen() */
     if (!f)
-        return ir_errorf(err, "%s: cannot open: %s", path, strerror(errno));
+        return ir_errorf(err, "%s", ebuf);
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     for (;;) {

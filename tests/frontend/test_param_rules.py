@@ -176,6 +176,32 @@ def main():
           ["emb", "head"], "only emb and head are trained (%s)" % err.strip()[-300:])
     check("3 buffers kept constant" in err, "report names 3 buffers")
 
+    # a table gathered by positions and read by two blocks (gpt-j's sin/cos
+    # table) is a buffer; a position embedding gathered the same way and
+    # read once (gpt2's wpe) stays a parameter
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["x0"], name="embed"),
+             helper.make_node("Shape", ["input_ids"], ["shp"], name="shape", start=1, end=2),
+             helper.make_node("Squeeze", ["shp"], ["n"], name="sq"),
+             helper.make_node("Range", ["zero_i", "n", "one_i"], ["pos"], name="range"),
+             helper.make_node("Gather", ["wpe", "pos"], ["pe"], name="wpe_gather"),
+             helper.make_node("Add", ["x0", "pe"], ["x1"], name="add_pe"),
+             helper.make_node("Gather", ["sincos", "pos"], ["sc"], name="sc_gather"),
+             helper.make_node("Mul", ["x1", "sc"], ["b0"], name="block0_rot"),
+             helper.make_node("Mul", ["b0", "sc"], ["b1"], name="block1_rot"),
+             helper.make_node("MatMul", ["b1", "head"], ["logits"], name="lm_head")]
+    inits = [init("emb", rng.normal(size=(V, D))), init("head", rng.normal(size=(D, V))),
+             init("wpe", rng.normal(size=(T, D))), init("sincos", rng.normal(size=(T, D))),
+             numpy_helper.from_array(np.array(0, np.int64), "zero_i"),
+             numpy_helper.from_array(np.array(1, np.int64), "one_i")]
+    ppath = os.path.join(work, "pos_tables.onnx")
+    model(nodes, inits, ppath)
+    rows, err = listing(hetc, ppath, os.path.join(work, "l_pos"))
+    kinds = {n: r[0] for n, r in (rows or {}).items()}
+    check(rows is not None and "sincos" in err and kinds.get("sincos", "const") == "const",
+          "a position table read by two blocks is a buffer")
+    check(rows is not None and kinds.get("wpe") == "trainable",
+          "a position embedding read once stays a parameter")
+
     # overrides: --trainable, --frozen (wins), and a glob that matches nothing
     rows, err = listing(hetc, path, os.path.join(work, "l_ovr"), "--trainable", "inv_*",
                         "--frozen", "he*")

@@ -11,7 +11,7 @@ passed:
   params   hetc's trainable tensors == torch's named_parameters (ties once):
            the same count, and each torch parameter matched by value to one
            hetc tensor (2-D ones possibly transposed) -- `hetc import
-           --list-params`
+           --list-params`, matched as test_param_set.py matches
   train    `hetc train`, 5 AdamW steps with the reference's hyper-parameters:
            loss and pre-clip grad norm of every step vs torch's <= 1e-4
   launch   (--launch) compiled onto examples/clusters/tiny_hetero.yaml,
@@ -33,6 +33,8 @@ import subprocess
 import sys
 
 import numpy as np
+
+import test_param_set as param_set  # the parameter-set oracle (tests/hf)
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HF = os.path.join(SRC, "tests", "hf")
@@ -88,49 +90,6 @@ def mask_inputs(onnx_path, x, work):
     return args
 
 
-def trainable(hetc, path, work):
-    """hetc's trainable tensors: name -> array, from `hetc import --list-params DIR`
-    (one .npy per trainable tensor in DIR, named in DIR/params.txt)."""
-    d = os.path.join(work, "params")
-    p = run([hetc, "import", path, "--batch", "2", "--seq", "16", "--list-params", d])
-    if p.returncode:
-        return None, first_error(p)
-    out = {}
-    for line in open(os.path.join(d, "params.txt")):
-        f = line.split()
-        if len(f) >= 2 and f[0] == "trainable":
-            out[f[1]] = np.load(os.path.join(d, f[2]))
-    return out, None
-
-
-def match_params(mine, ref):
-    """Each torch parameter matched to a distinct hetc tensor of equal values
-    (2-D possibly transposed): a bipartite matching, greedy on exact keys
-    (equal tensors are interchangeable, so greedy is exact)."""
-    torch_p = {k[6:]: ref[k] for k in ref.files if k.startswith("param/")}
-    if len(mine) != len(torch_p):
-        return "%d trainable tensors, torch has %d named parameters" % (len(mine), len(torch_p))
-
-    def key(a):
-        a = np.asarray(a, np.float32)
-        if a.ndim == 2 and a.shape[0] > a.shape[1]:
-            a = a.T  # a transposed copy compares as the same tensor
-        return (a.shape, a.tobytes())
-    pool = {}
-    for n, a in mine.items():
-        pool.setdefault(key(a), []).append(n)
-    missing = []
-    for n, a in torch_p.items():
-        k = key(a)
-        if pool.get(k):
-            pool[k].pop()
-        else:
-            missing.append(n)
-    if missing:
-        return "no hetc tensor holds torch's %s" % ", ".join(missing[:4])
-    return None
-
-
 def train_cmd(hetc, path, hp, accum=1, extra=()):
     return [hetc, "train", path, "--data", DATA, "--steps", str(hp["steps"]),
             "--microbatch", str(hp["batch"] // accum), "--accum", str(accum),
@@ -169,8 +128,13 @@ def check_export(hetc, work, name, ref, hp, launch):
     res["run"] = "ok" if e <= RTOL else "logits off by %.2e" % e
     if e > RTOL:
         return res
-    mine, err = trainable(hetc, path, w)
-    res["params"] = err or match_params(mine, ref) or "ok"
+    mine, err = param_set.listed(hetc, path, os.path.join(w, "params"))
+    torch_p = {k[6:]: ref[k] for k in ref.files if k.startswith("param/")}
+    res["params"] = err or param_set.match(mine, torch_p, hp["family"], name) or "ok"
+    if res["params"] == "ok" and len(mine) < len(torch_p):
+        # what the exporter removed torch still trains: no trajectory to compare
+        res["dropped"] = len(torch_p) - len(mine)
+        return res
     p = run(train_cmd(hetc, path, hp))
     if p.returncode:
         res["train"] = first_error(p)
@@ -253,10 +217,13 @@ def main():
             r.update(family=fam, exporter=ex, init=init)
             results.append(r)
             bad = [s for s in STEPS_ORDER if s in r and r[s] != "ok"]
-            bad += [s for s in STEPS_ORDER[:4] if s not in r and not bad]
+            if "dropped" not in r:
+                bad += [s for s in STEPS_ORDER[:4] if s not in r and not bad]
             fails += bool(bad)
             figs = " ".join("%s %.1e" % (k[:-4], r[k]) for k in ("run_err", "train_err",
                                                                   "launch_err") if k in r)
+            if "dropped" in r:
+                figs += " the exporter dropped %d constant parameters: not trained" % r["dropped"]
             print("%-34s %s%s" % (fname, "ok" if not bad else "FAIL " + "; ".join(
                 "%s: %s" % (s, r.get(s, "not reached")) for s in bad[:1]),
                 "  (" + figs + ")" if figs else ""), flush=True)
@@ -278,6 +245,8 @@ def write_markdown(path, results):
         for s in STEPS_ORDER:
             if s in r and r[s] != "ok":
                 return "%s fails" % s
+        if "dropped" in r:
+            return "import, run, params; exporter dropped %d zero/one tensors" % r["dropped"]
         done = [s for s in STEPS_ORDER if r.get(s) == "ok"]
         return "%s (run %.0e, train %s)" % (
             "all" if "launch" in done else "+".join(done), r.get("run_err", float("nan")),

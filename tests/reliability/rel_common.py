@@ -1,6 +1,8 @@
 """Shared helpers for the reliability tests (issue 16): run a command with a
 timeout, flag crashes and sanitizer reports, collect failures."""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,7 +45,9 @@ def run(args, timeout=120, env=None, **kw):
 
 
 def workdir():
-    return tempfile.mkdtemp(prefix="hetc_rel_")
+    d = tempfile.mkdtemp(prefix="hetc_rel_")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def finish():

@@ -80,6 +80,7 @@ static int build(IrOp op, IrGraph *g, Rng *r, IrValue **ys) {
     case IR_OP_NEG: case IR_OP_EXP: case IR_OP_TANH: case IR_OP_SIGMOID: case IR_OP_ERF:
     case IR_OP_RELU: case IR_OP_IDENTITY: case IR_OP_DROPOUT: case IR_OP_GELU:
     case IR_OP_SILU: case IR_OP_TP_ALL_REDUCE: case IR_OP_TP_COPY: /* one rank: identity */
+    case IR_OP_SIN: case IR_OP_COS:
         in[0] = param(g, r, "x", 2, D(3, 4), 0.2, 1.5, 1);
         ys[0] = node(g, op, 1, in, IR_F32);
         return 1;
