@@ -15,7 +15,8 @@
  * [0,2,3,1] becomes one with [0,2,1,3]); otherwise an explicit Transpose
  * of kT is inserted (the dynamo exporter's 3-D Reshape/Transpose/Reshape
  * spelling of kT is undone too).  k and v broadcast over q's batch dims
- * (multi-query: one K/V head) get an explicit Expand.
+ * (multi-query: one K/V head) get an explicit Expand.  A scalar factor on q
+ * before its head split (OPT) moves into the scale.
  *
  * SDPA exports put a NaN guard between Softmax and the second MatMul,
  * Where(IsNaN(p), 0, p), for rows whose every key is masked; it is matched
@@ -253,6 +254,33 @@ static IrValue *expand_to_batch(Canon *c, IrNode *root, IrValue *x, const IrShap
     return canon_insert(c, root, IR_OP_EXPAND, name, 2, in, err);
 }
 
+/* A scalar factor applied to q before its head split: OPT multiplies
+ * q_proj's output by head_dim^-0.5 and calls SDPA with scale 1, so q =
+ * Transpose/Reshape(..(Mul(x, k))).  Data movement commutes with a scalar
+ * factor, so the factor can move into the Attention's scale.  Finds the Mul
+ * (every value from it to q read once, by the next node only); returns it
+ * with *x its other operand and *k the factor, or NULL. */
+static IrNode *find_q_prescale(const Canon *c, IrValue *q, IrValue **x, double *k) {
+    IrValue *v = q;
+    for (int depth = 0; depth < 4; depth++) {
+        IrNode *p = v->producer;
+        if (!p || p->dead || (p->op != IR_OP_RESHAPE && p->op != IR_OP_TRANSPOSE)) return NULL;
+        if (canon_uses(c, v) != 1 || v->is_graph_output) return NULL;
+        v = p->in[0];
+        IrNode *mul = canon_def(v, IR_OP_MUL);
+        if (!mul) continue;
+        if (canon_uses(c, v) != 1 || v->is_graph_output) return NULL;
+        for (int i = 0; i < 2; i++)
+            if (canon_const_scalar(mul->in[1 - i], k) && mul->in[i]->dtype == v->dtype &&
+                ir_shape_equal(&mul->in[i]->shape, &v->shape)) {
+                *x = mul->in[i];
+                return mul;
+            }
+        return NULL;
+    }
+    return NULL;
+}
+
 int canon_attention(Canon *c, IrNode *root, IrError *err) {
     if (root->op != IR_OP_MATMUL) return 0;
     Match m = {0};
@@ -337,6 +365,17 @@ int canon_attention(Canon *c, IrNode *root, IrError *err) {
         if (!k) return -1;
         ir_node_set_ints(k->producer, "perm", r, perm);
         if (shape_infer_node(k->producer, err)) return -1;
+    }
+    /* last: this rewires the node reading the Mul, so only once the
+     * rewrite is certain */
+    IrValue *qx;
+    double qk_factor;
+    IrNode *qmul = find_q_prescale(c, q, &qx, &qk_factor);
+    if (qmul) {
+        ir_replace_uses(c->g, qmul->out[0], qx);
+        ir_node_kill(qmul);
+        canon_count_uses(c);
+        scale *= qk_factor;
     }
     IrShape qs = q->shape;
     if (!(k = expand_to_batch(c, root, k, &qs, "k", err))) return -1;

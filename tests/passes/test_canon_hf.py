@@ -35,13 +35,13 @@ def run(cmd):
     return r
 
 
-def count_attention(hetc, model, binds, d):
+def canon_ops(hetc, model, binds, d):
     run([hetc, "import", model, "--batch", "2", "--seq", "16", *binds,
          "--dump-ir-after=canonicalize", "-o", d])
     dumps = glob.glob(os.path.join(d, "ir", "*-canonicalize.ir"))
     assert len(dumps) == 1, "no canonicalize dump in %s" % d
     text = open(dumps[0]).read()
-    return len(re.findall(r"= Attention\(", text))
+    return {op: len(re.findall(r"= %s\(" % op, text)) for op in ("Attention", "Softmax", "IsNaN")}
 
 
 def logits_error(hetc, model, binds, ref, d):
@@ -65,10 +65,11 @@ def check(hetc, src, name):
     binds = (["--bind-input", "attention_mask=ones", "--bind-input", "position_ids=arange"]
              if name.endswith("_maskinputs") else [])
     with tempfile.TemporaryDirectory() as d:
-        n = count_attention(hetc, model, binds, d)
+        ops = canon_ops(hetc, model, binds, d)
+        n = ops["Attention"]
         err = logits_error(hetc, model, binds, ref, d)
         if binds:  # a mask that is a run-time input proves nothing: no Attention
-            unbound = count_attention(hetc, model, [], os.path.join(d, "unbound"))
+            unbound = canon_ops(hetc, model, [], os.path.join(d, "unbound"))["Attention"]
             assert unbound == 0, "%s: %d Attention nodes with attention_mask unbound" % (
                 name, unbound)
     cfg = json.loads(str(ref["hparams"]))["config"]
@@ -78,6 +79,9 @@ def check(hetc, src, name):
     print("     %-34s Attention %d  logits max|diff|/max|ref| %.2e" % (name, n, err))
     assert n == want, "%s: %d Attention nodes after canonicalize, expected %d%s" % (
         name, n, want, " (%s)" % PRIMITIVE[fam] if fam in PRIMITIVE else "")
+    if want:  # every Softmax and SDPA NaN guard went into an Attention
+        assert ops["Softmax"] == 0 and ops["IsNaN"] == 0, "%s: left after canonicalize: %s" % (
+            name, ops)
     assert err <= RTOL, "%s: logits differ from torch by %.3g relative" % (name, err)
 
 

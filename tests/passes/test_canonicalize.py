@@ -477,6 +477,65 @@ def attention_multi_query_broadcast_kv():
     attn_attrs(r, 1, 0.5)
 
 
+def grouped_attn_graph(kv_rep_dim=1):
+    """GQA spelled with a group axis: q [B,Hkv,rep,T,D] against k/v
+    [B,Hkv,1,T,D] (kv_rep_dim=1) broadcast by the MatMuls, causal mask."""
+    N = pu.helper.make_node
+    rep = 2
+    ins = [vi("q", F32, [B, H, rep, T, D]), vi("k", F32, [B, H, kv_rep_dim, T, D]),
+           vi("v", F32, [B, H, kv_rep_dim, T, D])]
+    nodes = [N("Transpose", ["k"], ["kT"], perm=[0, 1, 2, 4, 3]),
+             N("MatMul", ["q", "kT"], ["s0"]), const("sc", np.array(0.5, np.float32)),
+             N("Mul", ["s0", "sc"], ["s1"]), const("mask", causal_add_mask()),
+             N("Add", ["s1", "mask"], ["s2"]), N("Softmax", ["s2"], ["p"], axis=-1),
+             N("MatMul", ["p", "v"], ["y"])]
+    return model(nodes, ins, [vi("y")])
+
+
+@S.case
+def attention_grouped_query_broadcast_axis():
+    ins = [rand(B, H, 2, T, D), rand(B, H, 1, T, D), rand(B, H, 1, T, D)]
+    r = check(grouped_attn_graph(), ins, "Attention", 1, forbid=("Softmax",))
+    assert r.after("Expand") == 2, r.info["after"]
+    attn_attrs(r, 1, 0.5)
+
+
+@S.case
+def near_miss_attention_query_broadcast():
+    # q broadcast over k's heads: the canonical op would need q expanded
+    # (its gradient summed): not handled, stays primitive
+    ins = [rand(B, H, 1, T, D), rand(B, H, 2, T, D), rand(B, H, 2, T, D)]
+    m = grouped_attn_graph(kv_rep_dim=2)
+    m.graph.input[0].CopyFrom(vi("q", F32, [B, H, 1, T, D]))
+    check(m, ins, "Attention", 0)
+
+
+def prescaled_q_graph(extra_use=False):
+    """OPT: q_proj's output times a scalar before the head split, SDPA with
+    scale 1; extra_use: the scaled value is also a graph output."""
+    N = pu.helper.make_node
+    ins = [vi("x", F32, [B, T, H * D]), vi("k", F32, [B, H, T, D]), vi("v", F32, [B, H, T, D])]
+    nodes = [const("sc", np.array(0.5, np.float32)), N("Mul", ["x", "sc"], ["xs"]),
+             const("split", np.array([B, T, H, D], np.int64)), N("Reshape", ["xs", "split"], ["qh"]),
+             N("Transpose", ["qh"], ["q"], perm=[0, 2, 1, 3]),
+             N("Transpose", ["k"], ["kT"], perm=[0, 1, 3, 2]), N("MatMul", ["q", "kT"], ["s0"]),
+             const("mask", causal_add_mask()), N("Add", ["s0", "mask"], ["s1"]),
+             N("Softmax", ["s1"], ["p"], axis=-1), N("MatMul", ["p", "v"], ["y"])]
+    outs = [vi("y")] + ([vi("xs")] if extra_use else [])
+    return model(nodes, ins, outs)
+
+
+@S.case
+def attention_q_scaled_before_head_split():
+    ins = [rand(B, T, H * D), rand(B, H, T, D), rand(B, H, T, D)]
+    r = check(prescaled_q_graph(), ins, "Attention", 1, forbid=("Softmax", "Mul"))
+    attn_attrs(r, 1, 0.5)
+    # the scaled value read elsewhere too: the factor stays a Mul
+    r = check(prescaled_q_graph(extra_use=True), ins, "Attention", 1, forbid=("Softmax",))
+    assert r.after("Mul") == 1, r.info["after"]
+    attn_attrs(r, 1, 1.0)
+
+
 @S.case
 def attention_sdpa_nan_guard_causal():
     # SDPA's Where(IsNaN(p), 0, p): a no-op under a causal mask, dropped
