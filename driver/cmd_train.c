@@ -28,10 +28,11 @@ static void usage(FILE *f) {
             "usage: hetc train MODEL.onnx --data TOKENS.bin --steps N [options]\n"
             "\n"
             "Train on the host backend (fp32 reference kernels), one process.  TOKENS.bin is\n"
-            "an llm.c token file (header magic 20240520) or nanoGPT's headerless uint16 .bin;\n"
-            "step k reads microbatch rows like llm.c's loader.\n"
+            "an llm.c token file (header magic 20240520) or, with --data-format raw-u16,\n"
+            "nanoGPT's headerless uint16 .bin; step k reads microbatch rows like llm.c's loader.\n"
             "\n"
             "  --data FILE            token file (required)\n"
+            "  --data-format llmc|raw-u16  llmc (default) requires the llm.c header's magic\n"
             "  --steps N              optimizer steps (required)\n"
             "  --microbatch B         rows per microbatch (binds the batch dim; default 4)\n"
             "  --seq T                sequence length (binds the sequence dim; default 64)\n"
@@ -58,7 +59,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct TrainOpts {
-    const char *data, *loss, *optimizer, *schedule, *ckpt_dir, *export_path, *dump_grads;
+    const char *data, *data_format, *loss, *optimizer, *schedule, *ckpt_dir, *export_path, *dump_grads;
     int64_t steps, accum, warmup, ckpt_every;
     double lr, beta1, beta2, eps, wd, momentum, clip;
     int quiet, no_ckpt;
@@ -101,7 +102,8 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         continue;                                                            \
     }
         if (cli_old_eps("train", argv[i])) return -1;
-        STR("--data", data) STR("--loss", loss) STR("--optimizer", optimizer)
+        STR("--data", data) STR("--data-format", data_format) STR("--loss", loss)
+        STR("--optimizer", optimizer)
         STR("--lr-schedule", schedule) STR("--checkpoint-dir", ckpt_dir)
         STR("--export", export_path) STR("--dump-grads", dump_grads)
         I64("--steps", steps) I64("--accum", accum) I64("--warmup", warmup)
@@ -228,7 +230,12 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
     }
-    if (rt_data_open(&dl, t.data, co.batch, co.seq, 0, 1, rerr)) {
+    RtTokenFormat fmt = RT_TOKENS_LLMC;
+    if (t.data_format && rt_token_format_parse(t.data_format, &fmt)) {
+        fprintf(stderr, "hetc train: --data-format %s: expected llmc or raw-u16\n", t.data_format);
+        goto done;
+    }
+    if (rt_data_open_format(&dl, t.data, fmt, co.batch, co.seq, 0, 1, rerr)) {
         fprintf(stderr, "hetc train: %s: %s\n", t.data, rerr);
         goto done;
     }

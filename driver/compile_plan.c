@@ -7,6 +7,7 @@
 
 #include "partition.h"
 #include "input_file.h"
+#include "plan_json_check.h"
 
 static char *slurp(const char *path, IrError *err) {
     char ebuf[sizeof err->msg];
@@ -67,6 +68,8 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         ir_errorf(err, "%s:%d: not valid JSON", path, line);
         goto done;
     }
+    if (plan_json_check(root, path, err)) /* ranges and enumerations first */
+        goto done;
     double v = 0;
     int64_t i64 = 0;
     if (num(root, "version", &v, path, "", err))

@@ -19,7 +19,7 @@ static int fail(char *err, const char *path, const char *what)
 
 const char *rt_token_format_name(RtTokenFormat f)
 {
-    return f == RT_TOKENS_LLMC ? "llm.c" : "nanoGPT";
+    return f == RT_TOKENS_LLMC ? "llm.c" : "raw-u16";
 }
 
 static int32_t le_i32(const unsigned char *p)
@@ -32,12 +32,31 @@ static int32_t le_i32(const unsigned char *p)
  * nbytes of them: the whole header when the file is that long) and the
  * file's length. */
 static int parse_layout(RtDataLoader *dl, const unsigned char *bytes, size_t nbytes,
-                        const char *path, char *err)
+                        RtTokenFormat want, const char *path, char *err)
 {
     size_t len = dl->file_len;
     size_t hdr = RT_LLMC_HEADER_INTS * sizeof(int32_t);
     char msg[RT_ERRLEN];
-    if (nbytes >= 4 && le_i32(bytes) == RT_LLMC_MAGIC) {
+    int magic = nbytes >= 4 && le_i32(bytes) == RT_LLMC_MAGIC;
+    if (want == RT_TOKENS_LLMC && !magic) {
+        if (nbytes >= 4)
+            snprintf(msg, sizeof msg,
+                     "no llm.c header: the first int32 is %d, not the magic %d (a headerless "
+                     "uint16 token file needs --data-format raw-u16)",
+                     (int)le_i32(bytes), RT_LLMC_MAGIC);
+        else
+            snprintf(msg, sizeof msg,
+                     "%zu bytes, too short for an llm.c header (a headerless uint16 token file "
+                     "needs --data-format raw-u16)", len);
+        return fail(err, path, msg);
+    }
+    if (want == RT_TOKENS_NANOGPT && magic) {
+        snprintf(msg, sizeof msg,
+                 "starts with the llm.c magic %d: an llm.c token file, not raw uint16 tokens "
+                 "(drop --data-format raw-u16)", RT_LLMC_MAGIC);
+        return fail(err, path, msg);
+    }
+    if (magic) {
         if (len < hdr) {
             snprintf(msg, sizeof msg,
                      "llm.c magic %d but only %zu bytes, shorter than the %zu-byte header",
@@ -70,9 +89,7 @@ static int parse_layout(RtDataLoader *dl, const unsigned char *bytes, size_t nby
     }
     if (len % 2) {
         snprintf(msg, sizeof msg,
-                 "not an llm.c token file (no magic %d) and its %zu bytes are an odd length, "
-                 "so not nanoGPT uint16 tokens either",
-                 RT_LLMC_MAGIC, len);
+                 "raw uint16 tokens need an even byte length, the file has %zu bytes", len);
         return fail(err, path, msg);
     }
     dl->format = RT_TOKENS_NANOGPT;
@@ -81,8 +98,27 @@ static int parse_layout(RtDataLoader *dl, const unsigned char *bytes, size_t nby
     return 0;
 }
 
+int rt_token_format_parse(const char *name, RtTokenFormat *out)
+{
+    if (!name)
+        return -1;
+    if (!strcmp(name, "llmc"))
+        *out = RT_TOKENS_LLMC;
+    else if (!strcmp(name, "raw-u16") || !strcmp(name, "nanogpt"))
+        *out = RT_TOKENS_NANOGPT;
+    else
+        return -1;
+    return 0;
+}
+
 int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int dp_rank,
                  int dp_size, char *err)
+{
+    return rt_data_open_format(dl, path, RT_TOKENS_LLMC, B, T, dp_rank, dp_size, err);
+}
+
+int rt_data_open_format(RtDataLoader *dl, const char *path, RtTokenFormat format, int64_t B,
+                        int64_t T, int dp_rank, int dp_size, char *err)
 {
     memset(dl, 0, sizeof *dl);
     char msg[RT_ERRLEN];
@@ -126,7 +162,7 @@ int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int d
         rt_data_close(dl);
         return fail(err, path, msg);
     }
-    if (parse_layout(dl, head, want, path, err)) {
+    if (parse_layout(dl, head, want, format, path, err)) {
         rt_data_close(dl);
         return -1;
     }

@@ -2,17 +2,18 @@
  * uint16 .bin, batched the way llm.c's DataLoader batches (no shuffling),
  * so loss curves are comparable with llm.c and nanoGPT runs.
  *
- * Formats (detected from the bytes, not the file name):
- *  - llm.c: a 256 x int32 little-endian header {20240520 (magic), 1
+ * Formats (chosen by the caller: hetc train / the stage binaries'
+ * --data-format llmc|raw-u16, default llmc):
+ *  - llmc: a 256 x int32 little-endian header {20240520 (magic), 1
  *    (version), ntok, 0...} followed by ntok uint16 tokens; the file size
  *    must be exactly 1024 + 2 ntok bytes (llm.c's "file size is not as
- *    expected" check).
- *  - nanoGPT: the raw uint16 tokens (np.memmap(..., dtype=np.uint16)), no
- *    header; the byte length must be even.
- *  A file whose first int32 is 20240520 is read as llm.c.  A headerless
- *  file starting with that int32 would begin with the tokens 54264, 308;
- *  54264 is beyond GPT-2's 50257-token vocabulary, so for GPT-2-tokenised
- *  nanoGPT data the header test cannot misfire.
+ *    expected" check).  The magic is required: a file without it is
+ *    refused (it used to be read as headerless, so an llm.c-sized header
+ *    with a damaged magic trained as 512 tokens).
+ *  - raw-u16: nanoGPT's raw uint16 tokens (np.memmap(..., dtype=np.uint16)),
+ *    no header; the byte length must be even.  A file that starts with the
+ *    llm.c magic is refused in this format (its header would train as
+ *    tokens 54264, 308, 1, 0, ...).
  *
  * Batching (llm.c dataloader_load_batch with one shard, no shuffle):
  *  with B rows of T tokens per global batch, the file holds
@@ -64,6 +65,11 @@ typedef struct RtDataLoader {
  * divisible by dp_size) return -1 with a message naming the file. */
 int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int dp_rank,
                  int dp_size, char *err);
+/* rt_data_open for a given format (rt_data_open reads RT_TOKENS_LLMC). */
+int rt_data_open_format(RtDataLoader *dl, const char *path, RtTokenFormat format, int64_t B,
+                        int64_t T, int dp_rank, int dp_size, char *err);
+/* "llmc" / "raw-u16" (also "nanogpt") -> format; -1 if unknown. */
+int rt_token_format_parse(const char *name, RtTokenFormat *out);
 /* This rank's rows of step k's batch: rows*T inputs and rows*T targets.
  * The 32-bit variant exists for callers whose id input is int32.  The
  * caller owns the arrays.  -1 on a negative step, or when the file no

@@ -24,6 +24,7 @@ typedef struct StageOpts {
     const char *data, *ckpt_dir, *init_dir;
     int64_t steps, ckpt_every;
     int resume, quiet;
+    RtTokenFormat data_format; /* --data-format (default llmc: 0 in the zeroed struct) */
     char init_default[PATH_MAX + 8];
 } StageOpts;
 
@@ -32,10 +33,12 @@ static void usage(FILE *f, const char *prog) {
             "usage: %s --data TOKENS.bin [options]\n"
             "\n"
             "One pipeline stage of a hetc-compiled training job; launch every stage together\n"
-            "with one MPMD mpirun (build/launch.sh).  TOKENS.bin is an llm.c token file or\n"
-            "nanoGPT's headerless uint16 .bin; every rank reads its own rows.\n"
+            "with one MPMD mpirun (build/launch.sh).  TOKENS.bin is an llm.c token file or,\n"
+            "with --data-format raw-u16, nanoGPT's headerless uint16 .bin; every rank reads\n"
+            "its own rows.\n"
             "\n"
             "  --data FILE              token file (required)\n"
+            "  --data-format llmc|raw-u16  llmc (default) requires the llm.c header's magic\n"
             "  --steps N                optimizer steps (default: the plan's)\n"
             "  --checkpoint-dir DIR     where checkpoints go (default: checkpoints)\n"
             "  --checkpoint-every N     also checkpoint every N steps (default 0: only at the end)\n"
@@ -76,10 +79,10 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
             continue;
         }
         const char *names[] = {"--data", "--steps", "--checkpoint-dir", "--checkpoint-every",
-                               "--init"};
+                               "--init", "--data-format"};
         int k = -1;
         const char *v = NULL;
-        for (int j = 0; j < 5; j++) {
+        for (int j = 0; j < 6; j++) {
             size_t n = strlen(names[j]);
             if (!strncmp(a, names[j], n) && (a[n] == 0 || a[n] == '=')) {
                 k = j;
@@ -97,6 +100,12 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
         case 2: o->ckpt_dir = v; break;
         case 3: if (parse_i64("--checkpoint-every", v, &o->ckpt_every)) return -1; break;
         case 4: o->init_dir = v; break;
+        case 5:
+            if (rt_token_format_parse(v, &o->data_format)) {
+                fprintf(stderr, "stage: --data-format %s: expected llmc or raw-u16\n", v);
+                return -1;
+            }
+            break;
         default:
             fprintf(stderr, "stage: unknown option '%s' (see --help)\n", a);
             return -1;
@@ -335,7 +344,8 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         STAGE_DIE("stage %d: %s", c->stage, terr);
 
     char derr[RT_ERRLEN];
-    if (rt_data_open(&rt.dl, o.data, c->rows, c->seq, rt.ctx.dp_rank, rt.ctx.dp_size, derr))
+    if (rt_data_open_format(&rt.dl, o.data, o.data_format, c->rows, c->seq, rt.ctx.dp_rank,
+                            rt.ctx.dp_size, derr))
         STAGE_DIE("--data: %s", derr);
     rt.dl_open = 1;
     size_t ntok = (size_t)(rt.dl.rows * c->seq);

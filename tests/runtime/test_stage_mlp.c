@@ -11,7 +11,7 @@
  * wte is held by both stages (a `shared` parameter).
  *
  * Modes:
- *   gen DIR [bad]           DIR/data.bin (nanoGPT uint16 tokens) and the
+ *   gen DIR [bad]           DIR/data.bin (llm.c token file) and the
  *                           initial-parameter checkpoint DIR/init
  *   ref DATA STEPS          single-process reference: the unpartitioned
  *                           model through hexec_run (an independent
@@ -192,6 +192,9 @@ static int gen(const char *dir, int bad) {
     snprintf(path, sizeof path, "%s/data.bin", dir);
     FILE *f = fopen(path, "wb");
     if (!f) return perror(path), 1;
+    /* llm.c layout: the loader requires the header's magic by default */
+    int32_t hdr[RT_LLMC_HEADER_INTS] = {RT_LLMC_MAGIC, RT_LLMC_VERSION, NTOK};
+    fwrite(hdr, sizeof hdr, 1, f);
     uint32_t s = 99u;
     uint16_t tok = 3;
     for (int i = 0; i < NTOK; i++) { /* mostly a fixed successor, some noise */

@@ -533,7 +533,7 @@ def test_data():
         steps = 12  # (103-1)//20 = 5 batches: wraps twice
         for path, is_llmc in ((llmc, 1), (nano, 0)):
             for i32 in (0, 1):
-                out = run("data", {}, [B, T, 0, 1, steps, i32], arg=path)
+                out = run("data", {}, [B, T, 0, 1, steps, i32, 1 - is_llmc], arg=path)
                 if not out:
                     continue
                 name = f"data {'llmc' if is_llmc else 'nanogpt'} i32={i32}"
@@ -545,10 +545,10 @@ def test_data():
                     expect(f"{name} step {s}", np.array_equal(out["inputs"][s], wi) and
                            np.array_equal(out["targets"][s], wt), "batch differs")
             # rank-aware: each rank's rows, and together the single-process batch
-            full = run("data", {}, [B, T, 0, 1, steps, 0], arg=path)
+            full = run("data", {}, [B, T, 0, 1, steps, 0, 1 - is_llmc], arg=path)
             parts = []
             for r in range(2):
-                out = run("data", {}, [B, T, r, 2, steps, 0], arg=path)
+                out = run("data", {}, [B, T, r, 2, steps, 0, 1 - is_llmc], arg=path)
                 if not out:
                     continue
                 parts.append(out)
@@ -582,10 +582,12 @@ def test_data():
         p = os.path.join(d, "zero.bin")
         write_llmc(p, [], count=0)
         cases.append((p, "not positive"))
+        raw = set()  # files read with --data-format raw-u16
         p = os.path.join(d, "odd.bin")
         with open(p, "wb") as f:
             f.write(toks.tobytes() + b"\1")
-        cases.append((p, "odd length"))
+        cases.append((p, "even byte length"))
+        raw.add(p)
         p = os.path.join(d, "short.bin")
         with open(p, "wb") as f:
             f.write(np.array([20240520, 1, 3], np.int32).tobytes())
@@ -599,10 +601,24 @@ def test_data():
         p = os.path.join(d, "fewnano.bin")
         toks[:B * T].tofile(p)
         cases.append((p, "too few for one batch"))
+        raw.add(p)
+        # the magic is required (issue 16 item 13): an llm.c-sized header with
+        # a damaged magic used to train as 512 tokens; a headerless file
+        # needs the raw format, and an llm.c file is refused in it
+        p = os.path.join(d, "badmagic.bin")
+        write_llmc(p, toks)
+        with open(p, "r+b") as f:
+            f.write(np.array([20240521], np.int32).tobytes())
+        cases.append((p, "first int32 is 20240521, not the magic 20240520"))
+        cases.append((nano, "needs --data-format raw-u16"))
+        p = os.path.join(d, "llmc_as_raw.bin")
+        write_llmc(p, toks)
+        cases.append((p, "starts with the llm.c magic"))
+        raw.add(p)
         cases.append((os.path.join(d, "missing.bin"), "No such file"))
         cases.append((d, "not a regular file"))
         for path, msg in cases:
-            rc, err, _ = run("data", {}, [B, T, 0, 1, 1, 0], arg=path, fail=True)
+            rc, err, _ = run("data", {}, [B, T, 0, 1, 1, 0, int(path in raw)], arg=path, fail=True)
             expect(f"data error {os.path.basename(path)}",
                    rc == 3 and msg in err and path in err, f"rc={rc} {err.strip()}")
         rc, err, _ = run("data", {}, [3, T, 0, 2, 1, 0], arg=llmc, fail=True)

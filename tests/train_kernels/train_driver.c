@@ -295,8 +295,10 @@ static void run_case(Ctx *c, const char *kase, const char *arg)
         char rerr[RT_ERRLEN];
         if (!arg)
             die("data needs a token file");
-        if (rt_data_open(&dl, arg, (int64_t)P(c, 0), (int64_t)P(c, 1), (int)P(c, 2),
-                         (int)P(c, 3), rerr))
+        /* param 6 (optional): 1 reads raw uint16 tokens (--data-format raw-u16) */
+        RtTokenFormat fmt = c->np > 6 && P(c, 6) ? RT_TOKENS_NANOGPT : RT_TOKENS_LLMC;
+        if (rt_data_open_format(&dl, arg, fmt, (int64_t)P(c, 0), (int64_t)P(c, 1), (int)P(c, 2),
+                                (int)P(c, 3), rerr))
             kfail(rerr);
         int64_t steps = (int64_t)P(c, 4), n = dl.rows * dl.T, dims[2] = {steps, n};
         int i32 = (int)P(c, 5);
