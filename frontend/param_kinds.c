@@ -41,6 +41,14 @@
  *    negative (torch.finfo(float32).min, what HF fills masked scores with)
  *    is an additive mask.  External data is not scanned: masks are small
  *    and written inline, and big weights must not be read at import.
+ *  - rotary tables: a static-shape dynamo export folds RoPE's cos and sin
+ *    into initializers ([1, 1, T, D], read by the q and k Muls of every
+ *    block).  Their values prove what they are: along the position axis
+ *    each column is cos(p f) or sin(p f), so row 0 is all ones (cos) or all
+ *    zeros (sin) and every column obeys the angle-addition recurrence
+ *    x[p+1] + x[p-1] = 2 cos(f) x[p] (cos f = row 1 of a cos table; for a
+ *    sin table sin 2f / (2 sin f)).  A non-constant table that satisfies it
+ *    to 1e-4 in every column is a rotary table; no trained weight does.
  */
 #include "onnx_internal.h"
 
@@ -211,6 +219,42 @@ static int holds_mask_values(const IrValue *v) {
     return 0;
 }
 
+/* cos(f) of column i of a [rows, cols] table, or NAN when the column does
+ * not start like a cos (1) or sin (0) column of distinct angles. */
+static double rotary_cos_f(const float *t, int64_t cols, int64_t i, int is_cos) {
+    if (is_cos) return t[cols + i];
+    double s1 = t[cols + i], s2 = t[2 * cols + i];
+    if (fabs(s1) < 1e-6) return fabs(s2) < 1e-6 ? 1.0 : NAN; /* f = 0: a zero column */
+    return s2 / (2 * s1);
+}
+
+/* An inline f32 table, trailing dims [T >= 3, D], leading dims 1, that is
+ * RoPE's cos or sin table (the recurrence in the header comment). */
+static int holds_rotary_table(const IrValue *v) {
+    if (v->dtype != IR_F32 || v->has_ext || !v->data || !v->shape_known || v->shape.rank < 2)
+        return 0;
+    int r = v->shape.rank;
+    for (int k = 0; k < r - 2; k++)
+        if (v->shape.dims[k] != 1) return 0;
+    int64_t rows = v->shape.dims[r - 2], cols = v->shape.dims[r - 1];
+    if (rows < 3 || cols < 1) return 0;
+    const float *t = v->data;
+    int is_cos = t[0] == 1.0f;
+    if (!is_cos && t[0] != 0.0f) return 0;
+    int varies = 0;
+    for (int64_t i = 0; i < cols; i++) {
+        if (t[i] != (is_cos ? 1.0f : 0.0f)) return 0;
+        double c = rotary_cos_f(t, cols, i, is_cos);
+        if (!(fabs(c) <= 1.0 + 1e-6)) return 0;
+        for (int64_t p = 1; p + 1 < rows; p++) {
+            double x0 = t[(p - 1) * cols + i], x1 = t[p * cols + i], x2 = t[(p + 1) * cols + i];
+            if (fabs(x1) > 1.0 + 1e-6 || fabs(x2 + x0 - 2 * c * x1) > 1e-4) return 0;
+            varies |= x1 != t[i];
+        }
+    }
+    return varies;
+}
+
 static void demote_tables(IrGraph *g, ImpUses *u) {
     int nv = g->nvalues;
     unsigned char *dep = data_dependent(g);
@@ -221,7 +265,7 @@ static void demote_tables(IrGraph *g, ImpUses *u) {
             IrValue *v = g->values[i];
             if (v->kind != IR_VK_PARAM) continue;
             if (ir_shape_numel(&v->shape) == 1 || holds_mask_values(v) ||
-                is_table(g, u, dep, v, stack, seen))
+                holds_rotary_table(v) || is_table(g, u, dep, v, stack, seen))
                 v->kind = IR_VK_CONST;
         }
     free(dep), free(stack), free(seen);
