@@ -62,9 +62,15 @@ def check(hetc, src, name):
     # optimum's signature (its own exports and the TorchScript imitation):
     # the driver binds attention_mask / position_ids to constants (ones /
     # arange, docs/TRAINING.md), after which the folded mask must be proven
-    # causal like the exporters' own
-    binds = (["--bind-input", "attention_mask=ones", "--bind-input", "position_ids=arange"]
-             if name.endswith(("_maskinputs", "_optimum")) else [])
+    # causal like the exporters' own (optimum declares no position_ids
+    # for BLOOM and Gemma: only the inputs the file has are bound)
+    binds = []
+    if name.endswith(("_maskinputs", "_optimum")):
+        import onnx
+        have = {i.name for i in onnx.load(model, load_external_data=False).graph.input}
+        for inp, how in (("attention_mask", "ones"), ("position_ids", "arange")):
+            if inp in have:
+                binds += ["--bind-input", "%s=%s" % (inp, how)]
     with tempfile.TemporaryDirectory() as d:
         ops = canon_ops(hetc, model, binds, d)
         n = ops["Attention"]
