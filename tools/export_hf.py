@@ -7,9 +7,13 @@ suite compares hetc with.
     python3 tools/export_hf.py --model ./my-llama -o llama.onnx --exporter dynamo
     python3 tools/export_hf.py --family qwen2 -o qwen2.onnx
 
-    # the suite's models: every family x {fresh, random} x {torchscript, dynamo}
-    # (+ static-shape LLaMAs) into tests/hf/, with references from torch
-    python3 tools/export_hf.py --test-models
+    # the suite's models: every family x {fresh, random} x {torchscript, dynamo,
+    # optimum} (+ static-shape LLaMAs) into tests/hf/, with references from torch
+    python3 tools/export_hf.py --test-models --optimum-python /path/venv/bin/python
+
+    # only the optimum exports, the references kept as they are (only the
+    # "exports" entry of each ref.npz's hparams changes)
+    python3 tools/export_hf.py --test-models --exporters optimum --keep-refs
 
 What is exported: `input_ids` int64 [batch, seq] -> `logits` float32
 [batch, seq, vocab], `use_cache=False`, dims named `batch` and `seq` (the
@@ -23,6 +27,20 @@ names `hetc --batch/--seq` bind).  The two torch exporters:
   dynamo       torch.onnx.export(..., dynamo=True), torch's default since 2.9:
                torch.export + onnxscript.  Initializers keep the torch names;
                buffers (RoPE inv_freq) are initializers too.
+
+and, with --test-models, a third:
+
+  optimum      `optimum-cli export onnx --task text-generation` (optimum-onnx,
+               TorchScript underneath), run by --optimum-python (default: env
+               HETC_OPTIMUM_PYTHON; optimum is skipped with a note without
+               one): optimum-onnx 0.1 needs transformers 4.57, which cannot
+               share an environment with transformers 5.  This script saves
+               the same model with save_pretrained, optimum exports that
+               directory with its defaults (post-processing on; no KV cache:
+               `text-generation`, not `-with-past`), and the file is kept
+               only if onnxruntime reproduces torch's logits (<= 1e-4
+               relative).  Inputs input_ids, attention_mask, position_ids
+               (dims batch_size, sequence_length) -> logits.
 
 With --test-models, for each family and weight set (`fresh`: the model as
 `from_config` initialises it, so equal ones/zeros exercise the exporters'
@@ -41,6 +59,7 @@ Needs torch, transformers and onnxscript (not the suite: it reads the files).
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -178,6 +197,103 @@ def export_mask_inputs(model, path):
                       output_names=["logits"], dynamic_axes=axes)
 
 
+def optimum_config_fixes(config_path):
+    """Rewrite what transformers 5's save_pretrained writes and transformers
+    4.57 reads differently; returns what was changed (for the record)."""
+    with open(config_path) as fh:
+        cfg = json.load(fh)
+    fixes = []
+    # transformers 5 keeps the rotary settings only in `rope_parameters`;
+    # 4.57 reads them from top-level keys and, finding none, silently takes
+    # its defaults (GPT-NeoX's rotary_pct 0.25 where the model has 0.5; a
+    # real Qwen2's rope_theta 1e6 would become 10000).  Copy them up under
+    # the names 4.57 reads; `rope_parameters` itself is left (4.57 ignores it).
+    rope = cfg.get("rope_parameters") or {}
+    names = {"rope_theta": ["rope_theta"], "partial_rotary_factor": ["partial_rotary_factor"]}
+    if cfg.get("model_type") == "gpt_neox":
+        names = {"rope_theta": ["rotary_emb_base"], "partial_rotary_factor": ["rotary_pct"]}
+    for key, olds in names.items():
+        for o in olds:
+            if key in rope and o not in cfg:
+                cfg[o] = rope[key]
+                fixes.append("%s = rope_parameters.%s (%r)" % (o, key, rope[key]))
+    if rope.get("rope_type", "default") != "default":
+        raise RuntimeError("rope_type %r: no transformers 4.57 spelling known here"
+                           % rope["rope_type"])
+    if fixes:
+        with open(config_path, "w") as fh:
+            json.dump(cfg, fh, indent=2)
+    return fixes
+
+
+def optimum_versions(python):
+    code = ("import importlib.metadata as m; print(' '.join(m.version(p) for p in "
+            "('optimum-onnx', 'optimum', 'transformers', 'torch')))")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
+                         env=optimum_env()).stdout.split()
+    return dict(zip(("optimum-onnx", "optimum", "transformers", "torch"), out))
+
+
+def optimum_env():
+    env = dict(os.environ, HF_HUB_OFFLINE="1")  # a local directory: nothing to fetch
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def export_optimum(model, path, python):
+    """`optimum-cli export onnx --task text-generation` of this model, by the
+    optimum environment's python; the directory it reads is this model's
+    save_pretrained (same weights).  Returns the config fixes applied."""
+    import onnx
+    import shutil
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="export_hf_optimum_") as tmp:
+        src, out = os.path.join(tmp, "model"), os.path.join(tmp, "onnx")
+        model.save_pretrained(src)
+        fixes = optimum_config_fixes(os.path.join(src, "config.json"))
+        cmd = [python, "-m", "optimum.commands.optimum_cli", "export", "onnx", "--model", src,
+               "--task", "text-generation", out]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=optimum_env())
+        if p.returncode:
+            lines = [l for l in (p.stderr + p.stdout).splitlines() if l.strip()]
+            raise RuntimeError("optimum-cli exit %d: %s" % (p.returncode,
+                                                           lines[-1] if lines else ""))
+        src_onnx = os.path.join(out, "model.onnx")
+        m = onnx.load(src_onnx)  # tiny models: no external data
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in m.graph.initializer):
+            raise RuntimeError("optimum wrote external data")
+        # as the dynamo exports: node metadata dropped but the namespace (the
+        # TorchScript exporter underneath writes little; doc strings too)
+        for n in m.graph.node:
+            keep = [q for q in n.metadata_props if q.key == "namespace"]
+            del n.metadata_props[:]
+            n.metadata_props.extend(keep)
+            n.doc_string = ""
+        onnx.save(m, path)
+    return fixes
+
+
+def ort_vs_ref(path, ref):
+    """onnxruntime's logits of the file on ref's input, each extra input of
+    optimum's signature bound as hetc binds it (ones, arange): max |diff| /
+    max |torch|."""
+    import onnxruntime as ort
+    x = ref["input_ids"].astype(np.int64)
+    have = {"input_ids": x, "attention_mask": np.ones_like(x),
+            "position_ids": np.broadcast_to(np.arange(x.shape[1], dtype=np.int64),
+                                            x.shape).copy()}
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in s.get_inputs()]
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise RuntimeError("inputs %s: no binding for %s" % (names, missing))
+    got = s.run(["logits"], {n: have[n] for n in names})[0].astype(np.float64)
+    want = ref["logits"].astype(np.float64)
+    if got.shape != want.shape:
+        raise RuntimeError("logits %s, torch %s" % (got.shape, want.shape))
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
 def llmc_batches(steps):
     raw = np.fromfile(CORPUS, dtype=np.uint8)
     head = raw[:1024].view(np.int32)
@@ -240,24 +356,65 @@ def tied_groups(model):
             if len(keys) > 1]
 
 
-def test_models(families, exporters):
+def same_params(model, ref):
+    """The model build() made now has the weights ref.npz was made from."""
+    named = dict(model.named_parameters())
+    stored = {k[6:] for k in ref if k.startswith("param/")}
+    if stored != set(named):
+        return "parameter names differ"
+    for k in stored:
+        if not np.array_equal(named[k].detach().float().numpy(), ref["param/" + k]):
+            return "%s differs" % k
+    return None
+
+
+def test_models(families, exporters, optimum_python=None, keep_refs=False):
+    """tests/hf/: exports and references.  keep_refs: the references stay
+    (the weights are checked to be the ones they were made from) and only
+    the hparams "exports" entries of `exporters` change."""
     import transformers
     os.makedirs(HF_DIR, exist_ok=True)
+    if "optimum" in exporters and not optimum_python:
+        print("export_hf: no --optimum-python (or HETC_OPTIMUM_PYTHON): optimum exports skipped")
+        exporters = [e for e in exporters if e != "optimum"]
+    opt_versions = optimum_versions(optimum_python) if "optimum" in exporters else None
     for family in families:
         for init in ("fresh", "random"):
             model = build(family, SEEDS[family], init)
-            ref = references(model, family, init)
-            exports = {}
+            npz = os.path.join(HF_DIR, "%s_%s.ref.npz" % (family, init))
+            if keep_refs:
+                with np.load(npz) as z:
+                    ref = {k: z[k] for k in z.files}
+                hp = json.loads(str(ref["hparams"]))
+                bad = same_params(model, ref)
+                if bad:
+                    sys.exit("export_hf: %s: the model built now is not the one of the "
+                             "references (%s): regenerate without --keep-refs" % (npz, bad))
+                exports = hp["exports"]
+            else:
+                ref = references(model, family, init)
+                exports = {}
             for ex in exporters:
                 fname = "%s_%s_%s.onnx" % (family, init, ex)
+                out = os.path.join(HF_DIR, fname)
                 try:
-                    export(model, os.path.join(HF_DIR, fname), ex)
+                    if ex == "optimum":
+                        fixes = export_optimum(model, out, optimum_python)
+                        err = ort_vs_ref(out, ref)
+                        if err > 1e-4:
+                            os.remove(out)
+                            raise RuntimeError("onnxruntime logits vs torch off by %.2e" % err)
+                        print("  %s %s optimum: %d bytes, onnxruntime vs torch %.1e%s" % (
+                            family, init, os.path.getsize(out), err,
+                            "; config: " + ", ".join(fixes) if fixes else ""))
+                    else:
+                        export(model, out, ex)
                     exports[ex] = fname
                 except Exception as e:  # an exporter that cannot export the family
                     exports[ex] = None
                     print("  %s %s %s: export failed: %s" % (family, init, ex,
                                                             str(e).splitlines()[0][:200]))
-            if family == "llama" and init == "random":
+            if not keep_refs and family == "llama" and init == "random":
                 # fixed [2, 16]: TorchScript keeps the tables as Constant
                 # nodes, dynamo folds the mask and RoPE cos/sin into
                 # float initializers (the buffers hetc must not train)
@@ -267,18 +424,28 @@ def test_models(families, exporters):
                 fname = "llama_random_dynstatic.onnx"
                 export(model, os.path.join(HF_DIR, fname), "dynamo", static=True)
                 exports["dynstatic"] = fname
-            if family in ("llama", "gpt2") and init == "random":
+            if not keep_refs and family in ("llama", "gpt2") and init == "random":
                 fname = "%s_random_maskinputs.onnx" % family
                 export_mask_inputs(model, os.path.join(HF_DIR, fname))
                 exports["maskinputs"] = fname
-            hp = dict(family=family, init=init, config=FAMILIES[family], seed=SEEDS[family],
-                      batch=B, seq=T, steps=STEPS, lr=LR, betas=list(BETAS), eps=EPS,
-                      weight_decay=WD, clip=CLIP, lr_schedule="constant",
-                      data="examples/tiny_corpus.bin", opset=OPSET, exports=exports,
-                      tied=tied_groups(model),
-                      torch=torch.__version__, transformers=transformers.__version__)
+            # one order whichever way the file was written (--keep-refs adds
+            # to what is there), so a full regeneration writes the same bytes
+            order = ("torchscript", "dynamo", "static", "maskinputs", "optimum")
+            exports = {k: exports[k] for k in sorted(exports, key=lambda k: (
+                order.index(k) if k in order else len(order), k))}
+            if keep_refs:
+                hp["exports"] = exports
+            else:
+                hp = dict(family=family, init=init, config=FAMILIES[family], seed=SEEDS[family],
+                          batch=B, seq=T, steps=STEPS, lr=LR, betas=list(BETAS), eps=EPS,
+                          weight_decay=WD, clip=CLIP, lr_schedule="constant",
+                          data="examples/tiny_corpus.bin", opset=OPSET, exports=exports,
+                          tied=tied_groups(model),
+                          torch=torch.__version__, transformers=transformers.__version__)
+            if opt_versions:
+                hp["optimum_env"] = opt_versions
             ref["hparams"] = np.array(json.dumps(hp))
-            np.savez_compressed(os.path.join(HF_DIR, "%s_%s.ref.npz" % (family, init)), **ref)
+            np.savez_compressed(npz, **ref)
             print("%-9s %-6s params %d, loss %.4f -> %.4f, exports %s" % (
                 family, init, sum(1 for _ in model.parameters()), ref["traj_loss"][0],
                 ref["traj_loss"][-1], ", ".join(k for k, v in exports.items() if v)))
@@ -297,10 +464,23 @@ def main():
     ap.add_argument("--test-models", action="store_true",
                     help="write the suite's models and references into tests/hf/")
     ap.add_argument("--only", help="with --test-models: comma-separated families")
+    ap.add_argument("--exporters", default="torchscript,dynamo,optimum",
+                    help="with --test-models: comma-separated, of torchscript, dynamo, optimum")
+    ap.add_argument("--keep-refs", action="store_true",
+                    help="with --test-models: keep each ref.npz, change only the exports of "
+                    "--exporters in its hparams")
+    ap.add_argument("--optimum-python", default=os.environ.get("HETC_OPTIMUM_PYTHON"),
+                    help="with --test-models: the python of an environment with optimum-onnx "
+                    "(and the transformers it needs); default env HETC_OPTIMUM_PYTHON, "
+                    "without either the optimum exports are skipped")
     args = ap.parse_args()
     if args.test_models:
         fams = args.only.split(",") if args.only else list(FAMILIES)
-        test_models(fams, ("torchscript", "dynamo"))
+        exps = args.exporters.split(",")
+        unknown = [e for e in exps if e not in ("torchscript", "dynamo", "optimum")]
+        if unknown:
+            ap.error("--exporters: unknown %s (torchscript, dynamo, optimum)" % unknown)
+        test_models(fams, exps, args.optimum_python, args.keep_refs)
         return
     if not args.output or not (args.model or args.family):
         ap.error("give --model DIR or --family NAME, and -o FILE (or --test-models)")

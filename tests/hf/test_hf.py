@@ -1,9 +1,9 @@
 """Hugging Face exports through hetc, against PyTorch (issue 14).
 
 For every export of a family in tests/hf (tools/export_hf.py wrote them:
-TorchScript and dynamo exporters, fresh and randomised weights, the static
-LLaMA and optimum's input signature), each step only when the one before
-passed:
+TorchScript, dynamo and optimum exporters, fresh and randomised weights, the
+static LLaMA and optimum's input signature through TorchScript), each step
+only when the one before passed:
 
   import   `hetc import --batch 2 --seq 16` exits 0
   run      `hetc run` logits vs torch's (ref.npz `logits`): max |diff| /

@@ -34,7 +34,8 @@ HF = os.path.dirname(os.path.abspath(__file__))
 
 def ref_of(onnx_name):
     stem = onnx_name[:-5]
-    for suffix in ("_torchscript", "_dynamo", "_static", "_dynstatic", "_maskinputs"):
+    for suffix in ("_torchscript", "_dynamo", "_optimum", "_static", "_dynstatic",
+                   "_maskinputs"):
         if stem.endswith(suffix):
             return os.path.join(HF, stem[: -len(suffix)] + ".ref.npz")
     raise ValueError("no reference for " + onnx_name)

@@ -23,7 +23,7 @@ PRIMITIVE = {"bloom": "ALiBi: an additive per-head bias the Attention op has no 
 
 def family_of(name):
     """bloom_random_dynamo -> (bloom, random); gpt_neox_fresh_torchscript too."""
-    m = re.match(r"(.+)_(fresh|random)_(dynamo|torchscript|maskinputs|static)$", name)
+    m = re.match(r"(.+)_(fresh|random)_(dynamo|torchscript|optimum|maskinputs|static)$", name)
     return m.group(1), m.group(2)
 
 
@@ -59,11 +59,18 @@ def check(hetc, src, name):
     fam, init = family_of(name)
     ref = np.load(os.path.join(src, "tests", "hf", "%s_%s.ref.npz" % (fam, init)))
     model = os.path.join(src, "tests", "hf", name + ".onnx")
-    # optimum's signature: the driver binds attention_mask / position_ids to
-    # constants (ones / arange, docs/TRAINING.md), after which the folded
-    # mask must be proven causal like the exporters' own
-    binds = (["--bind-input", "attention_mask=ones", "--bind-input", "position_ids=arange"]
-             if name.endswith("_maskinputs") else [])
+    # optimum's signature (its own exports and the TorchScript imitation):
+    # the driver binds attention_mask / position_ids to constants (ones /
+    # arange, docs/TRAINING.md), after which the folded mask must be proven
+    # causal like the exporters' own (optimum declares no position_ids
+    # for BLOOM and Gemma: only the inputs the file has are bound)
+    binds = []
+    if name.endswith(("_maskinputs", "_optimum")):
+        import onnx
+        have = {i.name for i in onnx.load(model, load_external_data=False).graph.input}
+        for inp, how in (("attention_mask", "ones"), ("position_ids", "arange")):
+            if inp in have:
+                binds += ["--bind-input", "%s=%s" % (inp, how)]
     with tempfile.TemporaryDirectory() as d:
         ops = canon_ops(hetc, model, binds, d)
         n = ops["Attention"]
