@@ -727,7 +727,13 @@ again:
         if (cap < smax)
             job->opt.max_stages = cap < cl.nmeshes ? cl.nmeshes : (int)cap;
     }
-    job->opt.time_limit = a.time_limit;
+    /* the limit covers the whole command: what import, layers and profile
+     * took is gone from the search's share (at least 1 ms is left: the
+     * search then returns its fallback plan at once) */
+    if (a.time_limit > 0) {
+        double left = a.time_limit - (now_s() - t0);
+        job->opt.time_limit = left > 1e-3 ? left : 1e-3;
+    }
     job->opt.max_groups = (int)a.max_groups;
     int dprc = run_dp(job, dp_progress);
     t_dp += now_s() - t;
@@ -773,9 +779,11 @@ again:
             st->seconds_tabulate, job->opt.threads,
             job->opt.max_stages ? ", stages capped" : "");
     if (plan.coarse_meshes)
-        fprintf(stderr, "search: heuristic: %d mesh(es) of more than %lld nodes searched in node "
-                "groups (whole groups only, no sub-node stages there; --max-node-groups 0 searches "
-                "every shape)\n", plan.coarse_meshes, (long long)a.max_groups);
+        fprintf(stderr, "search: heuristic: %d mesh(es) searched in node groups (whole groups "
+                "only, no sub-node stages there; %s)\n", plan.coarse_meshes,
+                plan.time_limited && a.max_groups == 0
+                    ? "the time limit's fallback search"
+                    : "--max-node-groups 0 searches every shape");
     if (plan.time_limited)
         fprintf(stderr, "search: stopped by --time-limit %g s: this is the best plan found so far, "
                 "not proven optimal\n", a.time_limit);

@@ -309,7 +309,10 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
     double t0 = now_s();
     long calls = 0, nfeas = 0;
     for (int a = 0; a < P; a++)
-        for (int j = 0; j < x->nsub[a]; j++)
+        for (int j = 0; j < x->nsub[a]; j++) {
+            if (out_of_time(x)) /* (issue 16) a huge table: the limit holds here too */
+                return ir_errorf(err, "plan: the time limit of %g s passed while tabulating the "
+                                 "stage candidates", x->opt->time_limit);
             for (int k = 1; k <= L; k++)
                 for (int i = k; i <= L; i++) {
                     StageCost sc;
@@ -333,6 +336,7 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
                     if (t->feasible)
                         x->tcand[nfeas++] = t->t;
                 }
+        }
     x->nonneg = 1;
     for (int i = 1; i < L; i++)
         for (int a = 0; a < P; a++)
@@ -1911,8 +1915,10 @@ static int dp_plan_once(const ClusterSpec *c, int L, const CostOracle *o, const 
     double t_start = now_s();
     if (opt.time_limit > 0)
         x.deadline = t_start + opt.time_limit; /* the tabulation counts too */
-    if (ctx_build(&x, stats, err))
+    if (ctx_build(&x, stats, err)) {
+        *no_plan_in_time = atomic_load(&stop);
         goto done;
+    }
     if (orders_make(c, &opt, &ol)) {
         ir_errorf(err, "plan: out of memory");
         goto done;
