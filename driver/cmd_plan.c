@@ -192,7 +192,8 @@ static int run_dp(DpJob *j, int tty)
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
             double el = now_s() - t0;
-            if (!tty || el - last < (tty == 1 ? 0.2 : 10.0) || (tty == 2 && el < 5.0))
+            /* mode 2: the first line at 5 s (last starts at 0), then every 10 s */
+            if (!tty || el - last < (tty == 1 ? 0.2 : last > 0 ? 10.0 : 5.0))
                 continue;
             last = el;
             long ot = atomic_load(&pg->orders_total), od = atomic_load(&pg->orders_done);
