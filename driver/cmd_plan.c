@@ -62,8 +62,17 @@ static void usage(FILE *f)
             "                         lacks are costed by the analytic model\n"
             "  --write-profile-db FILE  write the analytic model's per-layer figures in the\n"
             "                         profile database format (a template for hetc profile)\n"
-            "  --progress             print the search progress line even when stderr is not\n"
-            "                         a terminal\n"
+            "  --progress             print the live search progress line even when stderr is\n"
+            "                         not a terminal (default: live on a terminal; otherwise\n"
+            "                         one 'progress:' line every 10 s once the search has\n"
+            "                         run 5 s, on stderr)\n"
+            "  --no-progress          no progress lines\n"
+            "  --time-limit SECONDS   stop the search after SECONDS and write the best plan\n"
+            "                         found so far, marked as such in plan.txt, plan.json and\n"
+            "                         on stderr (default: none)\n"
+            "  --max-node-groups G    search a mesh of more than G nodes in G node groups or\n"
+            "                         fewer (a heuristic, stated in the output; default 32;\n"
+            "                         0 = every submesh shape, exact: slow beyond ~64 nodes)\n"
             "  --dp-divides-microbatch  only DP degrees that divide the microbatch rows (what the\n"
             "                         stage binaries run; hetc compile always sets it)\n"
             "  --max-tp N             largest tensor-parallel degree per stage (power of two,\n"
@@ -112,7 +121,9 @@ typedef struct PlanArgs {
     int schedule;
     int baseline_equal;
     int dp_divides;          /* --dp-divides-microbatch: dp must divide the microbatch rows */
-    int progress;
+    int progress;            /* 1 --progress, -1 --no-progress, 0 default */
+    double time_limit;       /* --time-limit (0: none) */
+    int64_t max_groups;      /* --max-node-groups (default 32) */
     int64_t max_tp;          /* --max-tp (default 8) */
     int zero, recompute;     /* --zero, --recompute: -1 = auto (default) */
     int no_intra;            /* --no-intra-op */
@@ -126,6 +137,18 @@ static void progress_profile(void *arg, long done, long total)
 {
     if (*(int *)arg)
         fprintf(stderr, "\rprofile: %ld / %ld candidates", done, total);
+}
+
+/* Profile only the shapes the DP searches (the node-group heuristic). */
+typedef struct ShapeKeep {
+    const ClusterSpec *c;
+    int max_groups;
+} ShapeKeep;
+
+static int keep_shape(void *arg, int mesh, Submesh sub)
+{
+    const ShapeKeep *k = arg;
+    return hapt_dp_searches_shape(k->c, k->max_groups, mesh, sub);
 }
 
 /* The DP runs in a worker so the main thread can print a progress line. */
@@ -150,6 +173,11 @@ static void *dp_worker(void *arg)
     return NULL;
 }
 
+/* Progress (issue 16): mode 1 is the live line (a terminal, or --progress);
+ * mode 2 (stderr is a log file: Slurm, CI, nohup) prints nothing for the
+ * first 5 s, then one newline-terminated "progress:" line every 10 s, as
+ * training frameworks log; mode 0 (--no-progress) nothing.  stdout (the
+ * plan.txt copy) is never written to. */
 static int run_dp(DpJob *j, int tty)
 {
     pthread_t th;
@@ -164,10 +192,20 @@ static int run_dp(DpJob *j, int tty)
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
             double el = now_s() - t0;
-            if (!tty || el - last < 0.2)
+            /* mode 2: the first line at 5 s (last starts at 0), then every 10 s */
+            if (!tty || el - last < (tty == 1 ? 0.2 : last > 0 ? 10.0 : 5.0))
                 continue;
             last = el;
             long ot = atomic_load(&pg->orders_total), od = atomic_load(&pg->orders_done);
+            long kd = atomic_load(&pg->keys_done);
+            if (ot == 0 || (od == 0 && kd < ot && j->opt.prune_tmax)) {
+                /* tabulating, or the first phase: a lower bound per mesh order */
+                fprintf(stderr, "%ssearch: %d layers, %d meshes, B = %d: %s %ld/%ld, %.1f s%s",
+                        tty == 1 ? "\r" : "progress: ", j->L, j->c->nmeshes,
+                        j->opt.microbatches, ot == 0 ? "tabulating" : "bounding mesh orders",
+                        kd, ot, el, tty == 1 ? "   " : "\n");
+                continue;
+            }
             long tt = atomic_load(&pg->tmax_total), td = atomic_load(&pg->tmax_done);
             /* ETA from finished orders: their cost is alike (same tables,
              * same candidates), while t_max candidates are cut in bulk by
@@ -175,13 +213,14 @@ static int run_dp(DpJob *j, int tty)
             char eta[48] = "";
             if (od > 0 && od < ot)
                 snprintf(eta, sizeof eta, ", ETA %.0f s", el / (double)od * (double)(ot - od));
-            fprintf(stderr, "\rsearch: %d layers, %d meshes, B = %d: order %ld/%ld, t_max %ld/%ld "
-                    "(%ld full DPs), %.1f s%s   ", j->L, j->c->nmeshes, j->opt.microbatches,
-                    od < ot ? od + 1 : od, ot, td, tt, atomic_load(&pg->full_dps), el, eta);
+            fprintf(stderr, "%ssearch: %d layers, %d meshes, B = %d: order %ld/%ld, t_max %ld/%ld "
+                    "(%ld full DPs), %.1f s%s%s", tty == 1 ? "\r" : "progress: ", j->L,
+                    j->c->nmeshes, j->opt.microbatches, od < ot ? od + 1 : od, ot, td, tt,
+                    atomic_load(&pg->full_dps), el, eta, tty == 1 ? "   " : "\n");
         }
         pthread_join(th, NULL);
     }
-    if (tty)
+    if (tty == 1)
         fputc('\n', stderr);
     return j->rc;
 }
@@ -301,6 +340,7 @@ int cmd_plan(int argc, char **argv)
     a.schedule = SCHED_H1F1B;
     a.max_tp = 8;
     a.zero = a.recompute = -1;
+    a.max_groups = 32;
     const char *model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
@@ -398,8 +438,24 @@ int cmd_plan(int argc, char **argv)
             a.baseline_equal = 1;
             continue;
         }
-        if (!strcmp(argv[i], "--progress")) {
-            a.progress = 1;
+        if (!strcmp(argv[i], "--progress") || !strcmp(argv[i], "--no-progress")) {
+            a.progress = argv[i][2] == 'n' ? -1 : 1;
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--time-limit", &v)) != 0) {
+            if (r < 0 || parse_double("--time-limit", v, &a.time_limit)) return 2;
+            if (!(a.time_limit > 0) || a.time_limit > 1e9) {
+                fprintf(stderr, "hetc plan: --time-limit expects seconds > 0, got '%s'\n", v);
+                return 2;
+            }
+            continue;
+        }
+        if ((r = cli_opt(argc, argv, &i, "--max-node-groups", &v)) != 0) {
+            if (r < 0 || cli_parse_i64("--max-node-groups", v, &a.max_groups)) return 2;
+            if (a.max_groups > 1000000) {
+                fprintf(stderr, "hetc plan: --max-node-groups expects 0..1000000, got '%s'\n", v);
+                return 2;
+            }
             continue;
         }
         if ((r = cli_opt(argc, argv, &i, "--profile-db", &v)) != 0) {
@@ -461,7 +517,10 @@ int cmd_plan(int argc, char **argv)
         return 2;
     }
     int B = (int)(a.global_batch / a.co.batch);
-    int tty = isatty(2) || a.progress;
+    int tty = isatty(2) || a.progress;             /* the profile's live line */
+    int dp_progress = a.progress < 0 ? 0 : tty ? 1 : 2; /* run_dp */
+    if (a.progress < 0)
+        tty = 0;
     const char *out = a.co.out_dir ? a.co.out_dir : "build";
     char irdir[4096];
     snprintf(irdir, sizeof irdir, "%s/ir", out);
@@ -613,7 +672,10 @@ again:
         fprintf(stderr, "hetc plan: %s\n", err.msg);
         goto out;
     }
-    if (cost_model_profile_all(cm, progress_profile, &tty)) {
+    ShapeKeep sk = {&cl, (int)a.max_groups};
+    if (hapt_dp_units(&cl, sk.max_groups) < cluster_total_devices(&cl)
+            ? cost_model_profile_shapes(cm, keep_shape, &sk, progress_profile, &tty)
+            : cost_model_profile_all(cm, progress_profile, &tty)) {
         fprintf(stderr, "hetc plan: profile: out of memory\n");
         goto out;
     }
@@ -656,7 +718,7 @@ again:
      * known before it, so larger batches only run DPs a finished one would
      * have pruned (the result does not depend on it). */
     job->opt.batch = job->opt.threads;
-    int D = cluster_total_devices(&cl);
+    int D = hapt_dp_units(&cl, (int)a.max_groups); /* the DP's device dimension */
     if (a.max_stages > 0)
         job->opt.max_stages = (int)a.max_stages;
     else {
@@ -666,7 +728,15 @@ again:
         if (cap < smax)
             job->opt.max_stages = cap < cl.nmeshes ? cl.nmeshes : (int)cap;
     }
-    int dprc = run_dp(job, tty);
+    /* the limit covers the whole command: what import, layers and profile
+     * took is gone from the search's share (at least 1 ms is left: the
+     * search then returns its fallback plan at once) */
+    if (a.time_limit > 0) {
+        double left = a.time_limit - (now_s() - t0);
+        job->opt.time_limit = left > 1e-3 ? left : 1e-3;
+    }
+    job->opt.max_groups = (int)a.max_groups;
+    int dprc = run_dp(job, dp_progress);
     t_dp += now_s() - t;
     if (dprc) {
         if (!retried && cop.imbalance_threshold > 0) {
@@ -709,6 +779,15 @@ again:
             st->tmax_pruned_high, st->tmax_pruned_bound, st->transitions, st->seconds,
             st->seconds_tabulate, job->opt.threads,
             job->opt.max_stages ? ", stages capped" : "");
+    if (plan.coarse_meshes)
+        fprintf(stderr, "search: heuristic: %d mesh(es) searched in node groups (whole groups "
+                "only, no sub-node stages there; %s)\n", plan.coarse_meshes,
+                plan.time_limited && a.max_groups == 0
+                    ? "the time limit's fallback search"
+                    : "--max-node-groups 0 searches every shape");
+    if (plan.time_limited)
+        fprintf(stderr, "search: stopped by --time-limit %g s: this is the best plan found so far, "
+                "not proven optimal\n", a.time_limit);
 
     /* 5. simulate */
     t = now_s();

@@ -784,7 +784,18 @@ int cost_model_intra_options(CostModel *cm, int k, int i, int mesh, Submesh sub,
 int cost_model_profile_all(CostModel *cm, void (*progress)(void *arg, long done, long total),
                            void *arg)
 {
-    long total = (long)cm->L * (cm->L + 1) / 2 * cm->totsubs, done = 0, step = total / 100 + 1;
+    return cost_model_profile_shapes(cm, NULL, NULL, progress, arg);
+}
+
+int cost_model_profile_shapes(CostModel *cm, int (*keep)(void *karg, int mesh, Submesh sub),
+                              void *karg, void (*progress)(void *arg, long done, long total),
+                              void *arg)
+{
+    long nkeep = 0;
+    for (int a = 0; a < cm->c->nmeshes; a++)
+        for (int s = 0; s < cm->nsubs[a]; s++)
+            nkeep += !keep || keep(karg, a, cm->subs[a][s]);
+    long total = (long)cm->L * (cm->L + 1) / 2 * nkeep, done = 0, step = total / 100 + 1;
     int rc = 0;
     pthread_mutex_lock(&cm->mu);
     if (cm->profiled) {   /* already done: every candidate is counted */
@@ -799,6 +810,8 @@ int cost_model_profile_all(CostModel *cm, void (*progress)(void *arg, long done,
             for (int a = 0; a < cm->c->nmeshes && !rc; a++)
                 for (int s = 0; s < cm->nsubs[a] && !rc; s++) {
                     StageCost tmp;
+                    if (keep && !keep(karg, a, cm->subs[a][s]))
+                        continue;
                     rc = lookup_locked(cm, k, i, a, s, h, &tmp);
                     if (progress && ++done % step == 0)
                         progress(arg, done, total);
@@ -806,7 +819,7 @@ int cost_model_profile_all(CostModel *cm, void (*progress)(void *arg, long done,
         }
     }
     cm->in_profile = 0;
-    if (!rc) {
+    if (!rc && !keep) { /* a subset leaves the other shapes to lazy queries (locked) */
         cm->profiled = 1;
         cm->frozen = cm->dense != NULL;
     }

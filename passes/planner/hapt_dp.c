@@ -58,6 +58,8 @@ void dp_options_default(DpOptions *o)
     o->max_perm_meshes = 5;
     o->fixed_order = 0;
     o->tmax_comm_candidates = 0;
+    o->time_limit = 0;
+    o->max_groups = 0;
 }
 
 void plan_free(Plan *p)
@@ -137,7 +139,13 @@ typedef struct Ctx {
     CandRef *sp;
     double *tcand;          /* distinct t, ascending */
     int ntcand;
-    int D;                  /* devices in the cluster */
+    int *unit;              /* [P] devices per DP unit: 1, or g·M for a mesh searched in
+                               groups of g nodes (DpOptions.max_groups) */
+    int *size;              /* [P][nsubmax] submesh sizes in units of its mesh */
+    int D;                  /* DP units in the cluster (devices when every unit is 1) */
+    int ncoarse;            /* meshes searched in node groups */
+    double deadline;        /* now_s() at which the search stops (0: none) */
+    atomic_int *stop;       /* set once the deadline has passed: every DP stops */
     int nonneg;             /* every boundary cost >= 0 (stage times are) */
     int Smax;
 } Ctx;
@@ -176,6 +184,62 @@ static void ctx_free(Ctx *x)
     free(x->sp_off);
     free(x->sp);
     free(x->tcand);
+    free(x->unit);
+    free(x->size);
+}
+
+/* (issue 16) The time limit, checked once per DP row (walk_back,
+ * dp_prefix): once it has passed, every DP stops before its next row, so
+ * its root state (row k = 1, computed last) stays infinite and no probe or
+ * full DP started after the deadline yields a plan; hapt_dp_plan then
+ * returns the best plan found by the full DPs that finished. */
+static int out_of_time(const Ctx *x)
+{
+    if (!(x->deadline > 0))
+        return 0;
+    if (atomic_load_explicit(x->stop, memory_order_relaxed))
+        return 1;
+    if (now_s() < x->deadline)
+        return 0;
+    atomic_store(x->stop, 1);
+    return 1;
+}
+
+static int mesh_group(int N, int G);
+
+int hapt_dp_units(const ClusterSpec *c, int max_groups)
+{
+    long d = 0;
+    for (int a = 0; a < c->nmeshes; a++) {
+        const MeshSpec *m = &c->meshes[a];
+        int g = mesh_group(m->nodes, max_groups);
+        d += g ? m->nodes / g : (long)m->nodes * m->per_node;
+    }
+    return d > INT_MAX ? INT_MAX : (int)d;
+}
+
+int hapt_dp_searches_shape(const ClusterSpec *c, int max_groups, int mesh, Submesh sub)
+{
+    const MeshSpec *m = &c->meshes[mesh];
+    int g = mesh_group(m->nodes, max_groups);
+    return !g || (sub.m == m->per_node && sub.n % g == 0);
+}
+
+/* Nodes per group for a mesh of N nodes under DpOptions.max_groups G: 0
+ * (search every shape of submesh_enumerate, device by device) when G is 0
+ * or N <= G, else the smallest divisor g of N with N / g <= G (N itself
+ * when no smaller one exists).  A HEURISTIC, not an exact reduction: the
+ * mesh is then offered only the shapes (n·g, M), n = 1..N/g, and the DP
+ * counts its devices in units of g·M, so plans with sub-node stages or
+ * node counts that are not multiples of g on this mesh are not searched. */
+static int mesh_group(int N, int G)
+{
+    if (G <= 0 || N <= G)
+        return 0;
+    for (int g = 2; g < N; g++)
+        if (N % g == 0 && N / g <= G)
+            return g;
+    return N;
 }
 
 static int ctx_build(Ctx *x, DpStats *st, IrError *err)
@@ -184,17 +248,30 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
     x->nsub = calloc((size_t)P, sizeof *x->nsub);
     if (!x->nsub)
         return ir_errorf(err, "plan: out of memory");
+    x->unit = calloc((size_t)P, sizeof *x->unit);
+    int *group = calloc((size_t)P, sizeof *group);
+    if (!x->unit || !group) {
+        free(group);
+        return ir_errorf(err, "plan: out of memory");
+    }
     x->nsubmax = 0;
     x->D = 0;
+    x->ncoarse = 0;
     for (int a = 0; a < P; a++) {
         const MeshSpec *m = &x->c->meshes[a];
-        if (m->nodes <= 0 || m->per_node <= 0)
+        if (m->nodes <= 0 || m->per_node <= 0) {
+            free(group);
             return ir_errorf(err, "plan: mesh %d '%s' has %d nodes x %d devices", a, m->name,
                              m->nodes, m->per_node);
-        x->nsub[a] = submesh_enumerate(m->nodes, m->per_node, NULL, 0);
+        }
+        group[a] = mesh_group(m->nodes, x->opt->max_groups);
+        x->unit[a] = group[a] ? group[a] * m->per_node : 1;
+        x->nsub[a] = group[a] ? m->nodes / group[a]
+                              : submesh_enumerate(m->nodes, m->per_node, NULL, 0);
+        x->ncoarse += group[a] > 0;
         if (x->nsub[a] > x->nsubmax)
             x->nsubmax = x->nsub[a];
-        x->D += m->nodes * m->per_node;
+        x->D += m->nodes * m->per_node / x->unit[a];
     }
     /* the DP's choice packs (last layer i <= L, submesh j < nsubmax) in
      * an int (choice_pack) */
@@ -207,20 +284,35 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
     size_t L2 = (size_t)L + 2;
     size_t ntab = (size_t)P * x->nsubmax * L2 * L2;
     x->subs = calloc((size_t)P * x->nsubmax, sizeof *x->subs);
+    x->size = calloc((size_t)P * x->nsubmax, sizeof *x->size);
     x->tab = calloc(ntab, sizeof *x->tab);
     x->comm = calloc(L2 * P * P, sizeof *x->comm);
     x->sp_off = calloc((size_t)P * x->nsubmax * L2 + 1, sizeof *x->sp_off);
     x->tcand = malloc((ntab + L2 * P * P) * sizeof *x->tcand);   /* + boundary costs */
-    if (!x->subs || !x->tab || !x->comm || !x->sp_off || !x->tcand)
+    if (!x->subs || !x->size || !x->tab || !x->comm || !x->sp_off || !x->tcand) {
+        free(group);
         return ir_errorf(err, "plan: out of memory tabulating %zu stage candidates", ntab);
-    for (int a = 0; a < P; a++)
-        submesh_enumerate(x->c->meshes[a].nodes, x->c->meshes[a].per_node,
-                          x->subs + (size_t)a * x->nsubmax, x->nsubmax);
+    }
+    for (int a = 0; a < P; a++) {
+        const MeshSpec *m = &x->c->meshes[a];
+        Submesh *sa = x->subs + (size_t)a * x->nsubmax;
+        if (group[a])
+            for (int j = 0; j < x->nsub[a]; j++)
+                sa[j] = (Submesh){(j + 1) * group[a], m->per_node};
+        else
+            submesh_enumerate(m->nodes, m->per_node, sa, x->nsubmax);
+        for (int j = 0; j < x->nsub[a]; j++)
+            x->size[(size_t)a * x->nsubmax + j] = sa[j].n * sa[j].m / x->unit[a];
+    }
+    free(group);
 
     double t0 = now_s();
     long calls = 0, nfeas = 0;
     for (int a = 0; a < P; a++)
-        for (int j = 0; j < x->nsub[a]; j++)
+        for (int j = 0; j < x->nsub[a]; j++) {
+            if (out_of_time(x)) /* (issue 16) a huge table: the limit holds here too */
+                return ir_errorf(err, "plan: the time limit of %g s passed while tabulating the "
+                                 "stage candidates", x->opt->time_limit);
             for (int k = 1; k <= L; k++)
                 for (int i = k; i <= L; i++) {
                     StageCost sc;
@@ -244,6 +336,7 @@ static int ctx_build(Ctx *x, DpStats *st, IrError *err)
                     if (t->feasible)
                         x->tcand[nfeas++] = t->t;
                 }
+        }
     x->nonneg = 1;
     for (int i = 1; i < L; i++)
         for (int a = 0; a < P; a++)
@@ -391,8 +484,7 @@ walk_kp(const Ctx *x, const Order *od, int k, int p, double tmax, double cmax, i
     t.p = p;
     t.K1 = 0;
     for (int j = 0; j < x->nsub[a]; j++) {
-        Submesh sub = x->subs[(size_t)a * x->nsubmax + j];
-        int nm = sub.n * sub.m;
+        int nm = x->size[(size_t)a * x->nsubmax + j]; /* in DP units */
         if (nm > Dp)
             continue;
         t.j = j;
@@ -483,6 +575,8 @@ walk_back(const Ctx *x, const Order *od, double tmax, double cmax, int want_k1, 
     const int P = od->P;
     Live *lv = dead ? malloc((size_t)(x->L + 2) * P * sizeof *lv) : NULL;
     for (int k = x->L; k >= 1; k--) {
+        if (out_of_time(x))
+            break; /* the root row stays unset: this DP yields nothing */
         for (int p = 0; p < P; p++)
             walk_kp(x, od, k, p, tmax, cmax, want_k1, lv, fn, env);
         for (int p = 0; lv && p < P; p++) {
@@ -731,9 +825,8 @@ static int dp_trace(const Ctx *x, const Order *od, const Work *w, int s, StageRe
         if (chv < 0)
             return -1;
         int i = chv / x->nsubmax, j = chv % x->nsubmax;
-        Submesh sub = x->subs[(size_t)od->mesh[p] * x->nsubmax + j];
         out[n++] = (StageRec){k, i, p, j};
-        d -= sub.n * sub.m;
+        d -= x->size[(size_t)od->mesh[p] * x->nsubmax + j];
         if (d == 0 && p + 1 < od->P) {
             p++;
             d = od->Dp[p];
@@ -862,7 +955,9 @@ static void dp_prefix(const Ctx *x, const Order *od, double tmax, double *H)
         H[q] = INF;
     H[(size_t)1 * D + od->off[0] + od->Dp[0] - 1] = 0.0;
     RowEnv e = {x, H, 1, x->opt->check_memory && x->opt->schedule == SCHED_H1F1B, 0};
-    for (int k = 1; k < L; k++) /* a stage starting at L ends the plan: nothing to push */
+    for (int k = 1; k < L; k++) { /* a stage starting at L ends the plan: nothing to push */
+        if (out_of_time(x))
+            break;
         for (int p = 0; p < od->P; p++) {
             const double *hk = &H[(size_t)k * D + od->off[p]];
             e.dlo = 0; /* first d - 1 with a finite prefix */
@@ -871,6 +966,7 @@ static void dp_prefix(const Ctx *x, const Order *od, double tmax, double *H)
             if (e.dlo < od->Dp[p])
                 walk_kp(x, od, k, p, tmax, cmax_of(x, tmax), e.h1, NULL, prefix_tr, &e);
         }
+    }
 }
 
 /* Exact-feasibility filter (added by "plan2"): a relaxation of the full DP
@@ -1671,12 +1767,13 @@ int plan_fill_schedule(Plan *p, const CostOracle *o, IrError *err)
 
 /* ------------------------------------------------------------ search */
 
-static void order_set(Order *od, const ClusterSpec *c, const int *perm)
+static void order_set(Order *od, const Ctx *x, const int *perm)
 {
+    const ClusterSpec *c = x->c;
     od->off[0] = 0;
     for (int p = 0; p < od->P; p++) {
         od->mesh[p] = perm[p];
-        od->Dp[p] = c->meshes[perm[p]].nodes * c->meshes[perm[p]].per_node;
+        od->Dp[p] = c->meshes[perm[p]].nodes * c->meshes[perm[p]].per_node / x->unit[perm[p]];
         od->off[p + 1] = od->off[p] + od->Dp[p];
     }
     od->rem_after[od->P - 1] = 0;
@@ -1722,7 +1819,7 @@ static void *key_main(void *arg)
         int oi = atomic_fetch_add(j->next, 1);
         if (oi >= j->ol->n)
             break;
-        order_set(&od, j->c, j->ol->v + (size_t)oi * P);
+        order_set(&od, x, j->ol->v + (size_t)oi * P);
         double t0 = cpu_s();
         double bn = dp_bottleneck(x, &od, j->w->G);
         double lb = dp_relaxed(x, &od, INF, 0, j->w->G);
@@ -1730,6 +1827,8 @@ static void *key_main(void *arg)
         j->k[oi].bn = bn;
         j->k[oi].key = bn < INF && lb < INF ? (double)(x->B - 1) * bn + lb : INF;
         j->w->t_keys += cpu_s() - t0;
+        if (x->opt->progress)
+            atomic_fetch_add(&x->opt->progress->keys_done, 1);
     }
     free(buf);
     return NULL;
@@ -1769,9 +1868,12 @@ static int cmp_orderkey(const void *pa, const void *pb)
     return a->oi - b->oi;
 }
 
-int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptions *opt_in,
-                 Plan *out, DpStats *stats, IrError *err)
+/* One search; *no_plan_in_time is set when the time limit stopped it
+ * before any full DP had found a plan. */
+static int dp_plan_once(const ClusterSpec *c, int L, const CostOracle *o, const DpOptions *opt_in,
+                        Plan *out, DpStats *stats, IrError *err, int *no_plan_in_time)
 {
+    *no_plan_in_time = 0;
     memset(out, 0, sizeof *out);
     if (stats)
         memset(stats, 0, sizeof *stats);
@@ -1799,6 +1901,9 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
     x.L = L;
     x.P = c->nmeshes;
     x.B = opt.microbatches;
+    atomic_int stop;
+    atomic_store(&stop, 0);
+    x.stop = &stop;
     OrderList ol = {0};
     Work *ws = NULL;
     Slot *slots = NULL;
@@ -1807,9 +1912,13 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
     Order od = {0};
     OrderKey *okeys = NULL;
     int rc = -1;
-    if (ctx_build(&x, stats, err))
-        goto done;
     double t_start = now_s();
+    if (opt.time_limit > 0)
+        x.deadline = t_start + opt.time_limit; /* the tabulation counts too */
+    if (ctx_build(&x, stats, err)) {
+        *no_plan_in_time = atomic_load(&stop);
+        goto done;
+    }
     if (orders_make(c, &opt, &ol)) {
         ir_errorf(err, "plan: out of memory");
         goto done;
@@ -1860,6 +1969,9 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
         slots[q].st = recs + (size_t)q * x.Smax;
     DpProgress *pg = opt.progress;
     if (pg) {
+        atomic_store(&pg->keys_done, 0);
+        atomic_store(&pg->orders_done, 0);
+        atomic_store(&pg->tmax_done, 0);
         atomic_store(&pg->orders_total, ol.n);
         atomic_store(&pg->tmax_total, (long)ol.n * x.ntcand);
     }
@@ -1890,9 +2002,11 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
     if (opt.prune_tmax)
         qsort(okeys, (size_t)ol.n, sizeof *okeys, cmp_orderkey);
     for (int oq = 0; oq < ol.n; oq++) {
+        if (out_of_time(&x))
+            break; /* (issue 16) --time-limit: keep the best plan found so far */
         const int oi = okeys[oq].oi;
         const int *perm = ol.v + (size_t)oi * x.P;
-        order_set(&od, c, perm);
+        order_set(&od, &x, perm);
         if (stats) {
             stats->orders++;
             stats->tmax_candidates += x.ntcand;
@@ -2081,7 +2195,7 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
                 slots[bt.n++].tmax = t;
                 q++;
             }
-            if (bt.n == 0)
+            if (bt.n == 0 || out_of_time(&x))
                 break;
             run_batch(&bt, ws, opt.threads);
             if (pg)
@@ -2138,6 +2252,12 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
         }
     if (stats)
         stats->seconds = now_s() - t_start;
+    int stopped = atomic_load(&stop);
+    if (best == INF && stopped) {
+        *no_plan_in_time = 1;
+        ir_errorf(err, "plan: no plan found within the time limit of %g s", opt.time_limit);
+        goto done;
+    }
     if (best == INF) {
         ir_errorf(err, "plan: no feasible plan for %d layers on %d meshes (%d devices), B = %d: "
                   "every layout breaks the memory limit (Eq. 24)%s or leaves a device unused",
@@ -2158,6 +2278,8 @@ int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptio
     out->objective = best;
     out->schedule = opt.schedule;
     out->eps = opt.eps;
+    out->time_limited = stopped;
+    out->coarse_meshes = x.ncoarse;
     for (int z = 0; z < best_n; z++) {
         PlanStage *ps = &out->stages[z];
         ps->first_layer = best_st[z].k;
@@ -2199,5 +2321,34 @@ done:
     free(ol.v);
     free(okeys);
     ctx_free(&x);
+    return rc;
+}
+
+/* (issue 16) With a time limit, a search stopped before any full DP found a
+ * plan falls back to a coarse search without a limit: every mesh of more
+ * than 8 nodes in at most 8 node groups (mesh_group), a DP of at most
+ * 8 units per such mesh, so it is fast wherever the exact search is slow.
+ * Its plan is returned marked time-limited (not proven optimal). */
+int hapt_dp_plan(const ClusterSpec *c, int L, const CostOracle *o, const DpOptions *opt_in,
+                 Plan *out, DpStats *stats, IrError *err)
+{
+    int no_plan = 0;
+    int rc = dp_plan_once(c, L, o, opt_in, out, stats, err, &no_plan);
+    if (rc == 0 || !no_plan)
+        return rc;
+    DpOptions o2 = *opt_in;
+    o2.time_limit = 0;
+    o2.max_groups = opt_in->max_groups > 0 && opt_in->max_groups < 8 ? opt_in->max_groups : 8;
+    DpStats st2;
+    double spent = stats ? stats->seconds : 0;
+    rc = dp_plan_once(c, L, o, &o2, out, stats ? &st2 : NULL, err, &no_plan);
+    if (stats && rc == 0) {
+        long orders = stats->orders;
+        *stats = st2;
+        stats->orders += orders;
+        stats->seconds += spent;
+    }
+    if (rc == 0)
+        out->time_limited = 1;
     return rc;
 }

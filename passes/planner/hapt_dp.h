@@ -31,6 +31,8 @@ typedef struct DpProgress {
     atomic_long tmax_total;     /* t_max candidates over every order */
     atomic_long tmax_done;      /* of those: evaluated, skipped by a bound or pruned */
     atomic_long full_dps;       /* full DPs run so far */
+    atomic_long keys_done;      /* (issue 16) orders whose lower bound is computed (the
+                                   first phase: orders_total of them) */
 } DpProgress;
 
 /* Submesh shapes of §5.2 for a mesh of N nodes x M devices: (1,1), (1,2),
@@ -62,9 +64,29 @@ typedef struct DpOptions {
                                  time, C(i) is the t_max that plan needs).  Default 0, the
                                  paper's set, which brute.c enumerates; hetc plan sets 1. */
     DpProgress *progress;    /* NULL (default) or counters the search updates as it goes */
+    /* (issue 16) Bounds for large clusters (docs/PLANNER.md "Large clusters"). */
+    double time_limit;       /* > 0: stop after this many seconds (the oracle tabulation
+                                included) and return the best plan found so far, with
+                                Plan.time_limited = 1; when none was found yet, a coarse
+                                search (max_groups 8, no limit) supplies it.  0 (default):
+                                none.  Checked once per DP row: it overruns by at most one
+                                row of one DP per thread, plus the fallback search. */
+    int max_groups;          /* > 0: a mesh of more than max_groups nodes is searched in
+                                groups of g nodes (the smallest divisor g of N with N/g <=
+                                max_groups): shapes (n·g, M) only, devices counted in units
+                                of g·M.  A HEURISTIC (sub-node stages and other node counts
+                                on that mesh are not searched); Plan.coarse_meshes says where
+                                it applied.  0 (default): every shape, exact. */
 } DpOptions;
 
 void dp_options_default(DpOptions *o);
+
+/* (issue 16) The device dimension of the DP table for this cluster under
+ * max_groups: devices, or node groups on the meshes searched in groups. */
+int hapt_dp_units(const ClusterSpec *c, int max_groups);
+/* Whether the DP offers shape sub of mesh under max_groups (every shape of
+ * submesh_enumerate on a mesh it does not group). */
+int hapt_dp_searches_shape(const ClusterSpec *c, int max_groups, int mesh, Submesh sub);
 
 typedef struct DpStats {
     long orders;             /* mesh orders searched */

@@ -276,6 +276,18 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
     jw_close_inline(&w, sv);
     KNUM(&w, "t_max", p->t_max);
     KNUM(&w, "objective", p->objective);
+    /* (issue 16) how the search ended: "complete" is false when --time-limit
+     * stopped it (the best plan found so far); node_grouped_meshes > 0 when
+     * the node-group heuristic (--max-node-groups) restricted some meshes. */
+    jw_key(&w, "search");
+    jw_open(&w, '{');
+    jw_key(&w, "complete");
+    jw_pre(&w);
+    fputs(p->time_limited ? "false" : "true", w.f);
+    KSTR(&w, "result", p->time_limited ? "best found within the time limit, not proven optimal"
+                                       : "optimal over the searched shapes");
+    KINT(&w, "node_grouped_meshes", p->coarse_meshes);
+    jw_close(&w, '}');
     KNUM(&w, "iteration_time", iter);
     jw_key(&w, "throughput");
     jw_open(&w, '{');
@@ -432,6 +444,12 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
     fprintf(f, "t_max %.3f ms; objective (Eq. 13) %.3f ms; predicted iteration %.3f ms%s\n",
             p->t_max * 1e3, p->objective * 1e3, iter * 1e3,
             info && info->iteration_time > 0 ? "" : nev > 0 ? " (simulated)" : " (Eq. 13)");
+    if (p->time_limited)
+        fprintf(f, "search: stopped by the time limit: best plan found so far, not proven "
+                "optimal\n");
+    if (p->coarse_meshes)
+        fprintf(f, "search: heuristic: %d mesh(es) searched in node groups (whole groups, no "
+                "sub-node stages there)\n", p->coarse_meshes);
     fprintf(f, "throughput %.3f microbatches/s", iter > 0 ? p->microbatches / iter : 0.0);
     if (info && info->global_batch > 0 && iter > 0)
         fprintf(f, ", %.3f samples/s", info->global_batch / iter);

@@ -147,6 +147,11 @@ typedef struct Plan {
     double objective;             /* Eq. 13 value */
     ScheduleKind schedule;
     double eps;                   /* ε of Eq. 2 */
+    /* (issue 16) how the search ended: 1 when DpOptions.time_limit stopped it
+     * (the best plan found so far, not proven optimal); the number of meshes
+     * searched in node groups (DpOptions.max_groups: a heuristic) */
+    int time_limited;
+    int coarse_meshes;
 } Plan;
 void plan_free(Plan *p);
 

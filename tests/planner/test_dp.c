@@ -325,6 +325,40 @@ static void test_vs_brute(int n)
             CHECK(same_plan(&q, &dp), "instance %d: %d threads give another plan", r, th);
             plan_free(&q);
         }
+        /* (issue 16) a time limit that does not bind and node groups on no
+         * mesh (every mesh has <= 2 nodes) change nothing; node groups of 1
+         * group per multi-node mesh (a heuristic: the whole mesh only) give
+         * a valid plan never better than the brute force's optimum */
+        for (int v = 0; v < 3; v++) {
+            DpOptions o2 = opt;
+            if (v == 0)
+                o2.time_limit = 1e9;
+            else
+                o2.max_groups = v == 1 ? 2 : 1;
+            Plan q;
+            IrError e;
+            int rq = hapt_dp_plan(&x.c, L, &o, &o2, &q, NULL, &e);
+            if (v < 2) {
+                CHECK(rq == 0 && same_plan(&q, &dp) && !q.time_limited && !q.coarse_meshes,
+                      "instance %d: %s changes the plan", r, v ? "max_groups 2" : "time_limit");
+            } else if (rq == 0) {
+                int multi = 0;
+                for (int a = 0; a < P; a++)
+                    multi += x.m[a].nodes > 1;
+                CHECK(q.coarse_meshes == multi, "instance %d: %d grouped meshes, want %d", r,
+                      q.coarse_meshes, multi);
+                CHECK(q.objective >= bp.objective * (1 - 1e-9),
+                      "instance %d: grouped DP %.15g below the optimum %.15g", r, q.objective,
+                      bp.objective);
+                check_plan(&x, &q, &o2, "dp grouped");
+                for (int z = 0; z < q.nstages; z++)
+                    CHECK(x.m[q.stages[z].mesh].nodes == 1 ||
+                              q.stages[z].sub.n == x.m[q.stages[z].mesh].nodes,
+                          "instance %d: stage %d on a part of a grouped mesh", r, z);
+            }
+            if (rq == 0)
+                plan_free(&q);
+        }
         plan_free(&bp);
         plan_free(&dp);
     }
