@@ -23,6 +23,7 @@
 typedef struct StageOpts {
     const char *data, *ckpt_dir, *init_dir;
     int64_t steps, ckpt_every;
+    int64_t lr_horizon; /* --lr-horizon (0: the compiled --steps) */
     int resume, quiet;
     RtTokenFormat data_format; /* --data-format (default llmc: 0 in the zeroed struct) */
     char init_default[PATH_MAX + 8];
@@ -40,6 +41,8 @@ static void usage(FILE *f, const char *prog) {
             "  --data FILE              token file (required)\n"
             "  --data-format llmc|raw-u16  llmc (default) requires the llm.c header's magic\n"
             "  --steps N                optimizer steps (default: the plan's)\n"
+            "  --lr-horizon N           steps the lr schedule decays over (default: hetc\n"
+            "                           compile's --steps; past it the lr stays at its minimum)\n"
             "  --checkpoint-dir DIR     where checkpoints go (default: checkpoints)\n"
             "  --checkpoint-every N     also checkpoint every N steps (default 0: only at the end)\n"
             "  --resume                 continue from the newest complete checkpoint in\n"
@@ -79,10 +82,10 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
             continue;
         }
         const char *names[] = {"--data", "--steps", "--checkpoint-dir", "--checkpoint-every",
-                               "--init", "--data-format"};
+                               "--init", "--data-format", "--lr-horizon"};
         int k = -1;
         const char *v = NULL;
-        for (int j = 0; j < 6; j++) {
+        for (int j = 0; j < 7; j++) {
             size_t n = strlen(names[j]);
             if (!strncmp(a, names[j], n) && (a[n] == 0 || a[n] == '=')) {
                 k = j;
@@ -103,6 +106,13 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
         case 5:
             if (rt_token_format_parse(v, &o->data_format)) {
                 fprintf(stderr, "stage: --data-format %s: expected llmc or raw-u16\n", v);
+                return -1;
+            }
+            break;
+        case 6:
+            if (parse_i64("--lr-horizon", v, &o->lr_horizon)) return -1;
+            if (o->lr_horizon < 1) {
+                fprintf(stderr, "stage: --lr-horizon must be at least 1\n");
                 return -1;
             }
             break;
@@ -211,16 +221,42 @@ static int64_t load_state(StageRt *rt, StageOpts *o, int printer) {
     return 0;
 }
 
+/* The schedule's length is the plan's (hetc compile --steps), not
+ * launch.sh's --steps: a run stopped early and resumed follows the same
+ * schedule.  --lr-horizon N replaces it explicitly. */
+static RtLrSchedule stage_lr_schedule(const StageConfig *c, const StageOpts *o) {
+    int64_t d = o->lr_horizon > 0 ? o->lr_horizon : c->steps > 0 ? c->steps : o->steps;
+    return (RtLrSchedule){.kind = c->lr_kind, .max_lr = c->lr, .warmup_steps = c->warmup,
+                          .decay_steps = d, .min_lr_ratio = 0.1};
+}
+
+/* Steps past a decaying schedule's end train at its minimum lr: say so
+ * once, at start-up, naming both numbers (issue 16 item 8). */
+static void warn_past_horizon(const StageConfig *c, const StageOpts *o) {
+    RtLrSchedule s = stage_lr_schedule(c, o);
+    if (s.kind != RT_LR_COSINE || s.decay_steps <= s.warmup_steps || o->steps <= s.decay_steps)
+        return;
+    if (o->lr_horizon > 0)
+        fprintf(stderr, "warning: --steps %lld is beyond --lr-horizon %lld: steps %lld..%lld "
+                "train at the schedule's minimum lr %.4e\n", (long long)o->steps,
+                (long long)s.decay_steps, (long long)s.decay_steps + 1, (long long)o->steps,
+                s.max_lr * s.min_lr_ratio);
+    else
+        fprintf(stderr, "warning: --steps %lld is beyond the %lld steps the stages were "
+                "compiled for (hetc compile --steps %lld): steps %lld..%lld train at the "
+                "cosine schedule's minimum lr %.4e; pass --lr-horizon %lld to stretch the "
+                "schedule over the whole run\n", (long long)o->steps,
+                (long long)s.decay_steps, (long long)s.decay_steps, (long long)s.decay_steps + 1,
+                (long long)o->steps, s.max_lr * s.min_lr_ratio, (long long)o->steps);
+    fflush(stderr);
+}
+
 static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
     const HetcStageDesc *d = rt->desc;
     const StageConfig *c = &rt->cfg;
     const HetcStageFn *fwd = find_fn(d, "forward"), *bwd = find_fn(d, "backward"),
                       *upd = find_fn(d, "update");
-    RtLrSchedule sched = {.kind = c->lr_kind, .max_lr = c->lr, .warmup_steps = c->warmup,
-                          /* the plan's length, not --steps: a run stopped early and
-                           * resumed follows the same schedule */
-                          .decay_steps = c->steps > 0 ? c->steps : o->steps,
-                          .min_lr_ratio = 0.1};
+    RtLrSchedule sched = stage_lr_schedule(c, o);
     int64_t tok_per_step = c->rows * c->seq * c->accum;
     double t0 = now_s();
     for (int64_t k = start; k < o->steps; k++) {
@@ -387,6 +423,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
                (long long)start + 1, (long long)o.steps);
         fflush(stdout);
     }
+    if (printer) warn_past_horizon(c, &o);
     if (start >= o.steps && printer)
         printf("checkpoint step %lld >= --steps %lld: nothing to run\n", (long long)start,
                (long long)o.steps);
