@@ -24,7 +24,7 @@ typedef struct StageOpts {
     const char *data, *ckpt_dir, *init_dir;
     int64_t steps, ckpt_every;
     int64_t lr_horizon; /* --lr-horizon (0: the compiled --steps) */
-    int resume, quiet;
+    int resume, quiet, overwrite;
     RtTokenFormat data_format; /* --data-format (default llmc: 0 in the zeroed struct) */
     char init_default[PATH_MAX + 8];
 } StageOpts;
@@ -47,6 +47,8 @@ static void usage(FILE *f, const char *prog) {
             "  --checkpoint-every N     also checkpoint every N steps (default 0: only at the end)\n"
             "  --resume                 continue from the newest complete checkpoint in\n"
             "                           --checkpoint-dir (none: start from --init)\n"
+            "  --overwrite-checkpoints  start afresh in a --checkpoint-dir holding another\n"
+            "                           run's checkpoints, deleting them\n"
             "  --init DIR               initial parameters (default: init/ beside the binary)\n"
             "  --quiet                  only the final step line\n"
             "  --help                   this text\n",
@@ -75,6 +77,10 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
         }
         if (!strcmp(a, "--resume")) {
             o->resume = 1;
+            continue;
+        }
+        if (!strcmp(a, "--overwrite-checkpoints")) {
+            o->overwrite = 1;
             continue;
         }
         if (!strcmp(a, "--quiet")) {
@@ -191,24 +197,90 @@ static void zero_accumulators(StageRt *rt) {
     }
 }
 
+/* The checkpoint directory belongs to one run at a time: world rank 0
+ * locks it (a second launch into it fails naming the holder), and a fresh
+ * run refuses a directory holding checkpoints -- they would be another
+ * run's, and a later --resume would mix or pick them -- unless
+ * --overwrite-checkpoints deletes them.  Rank 0 dies with the reason
+ * (MPI_Abort ends the others). */
+static void claim_ckpt_dir(StageRt *rt, const StageOpts *o) {
+    char err[1024];
+    int fd, n;
+    int64_t newest;
+    if (rt->ctx.world_rank != 0) return;
+    if (rt_ckpt_lock(o->ckpt_dir, &fd, err, sizeof err)) STAGE_DIE("--checkpoint-dir: %s", err);
+    /* fd stays open: the lock lasts until the process exits */
+    if (o->resume) return;
+    if (rt_ckpt_count_steps(o->ckpt_dir, &n, &newest, err, sizeof err))
+        STAGE_DIE("--checkpoint-dir: %s", err);
+    if (n == 0) return;
+    if (!o->overwrite)
+        STAGE_DIE("--checkpoint-dir %s already holds checkpoints (%d step directories, the "
+                  "newest step %lld) of an earlier run: pass --resume to continue it, "
+                  "--overwrite-checkpoints to delete them and start afresh, or another "
+                  "--checkpoint-dir", o->ckpt_dir, n, (long long)newest);
+    if (rt_ckpt_clear(o->ckpt_dir, err, sizeof err))
+        STAGE_DIE("--overwrite-checkpoints: %s", err);
+    fprintf(stderr, "--overwrite-checkpoints: deleted %d step directories of %s\n", n,
+            o->ckpt_dir);
+}
+
+/* --resume: the newest complete checkpoint every rank loads without error.
+ * rt_checkpoint_find skips incomplete or inconsistent step directories (no
+ * MANIFEST, a layer file of another step or run); a tensor checksum that
+ * fails while loading makes every rank fall back to the previous step, with
+ * a warning.  Returns the step to start from, -1 when there is none. */
+static int64_t resume_state(StageRt *rt, const StageOpts *o, int printer) {
+    char path[4096], err[1024], warn[4096];
+    int64_t below = INT64_MAX, step = 0;
+    int fell = 0;
+    for (;;) {
+        uint64_t run = 0;
+        int r = rt_checkpoint_find(o->ckpt_dir, below, path, sizeof path, &step, &run, warn,
+                                   sizeof warn, err, sizeof err);
+        if (r < 0) STAGE_DIE("--resume: %s", err);
+        if (warn[0] && printer)
+            fprintf(stderr, "warning: --resume: skipping checkpoints that are not complete and "
+                    "consistent: %s\n", warn);
+        if (r > 0) {
+            if (fell)
+                STAGE_DIE("--resume: no intact checkpoint left in %s (the newer ones are "
+                          "corrupt, see above)", o->ckpt_dir);
+            return -1;
+        }
+        int bad = stage_ckpt_load(rt, path, 1) != 0;
+        if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &bad, 1, MPI_INT, MPI_MAX,
+                         "--resume: checkpoint load status"))
+            STAGE_DIE("--resume: the ranks could not agree on %s", path);
+        if (!bad) {
+            rt->run_id = run;
+            return step;
+        }
+        if (printer)
+            fprintf(stderr, "warning: --resume: %s is corrupt (see the errors above): falling "
+                    "back to the previous complete checkpoint\n", path);
+        fell = 1;
+        below = step;
+    }
+}
+
 /* Initial parameters (fresh start) or the newest checkpoint (--resume).
- * Returns the first step to run. */
+ * Returns the first step to run; sets rt->run_id (a fresh run: a new id on
+ * rank 0, broadcast by the caller). */
 static int64_t load_state(StageRt *rt, StageOpts *o, int printer) {
     char path[4096], err[1024];
-    int64_t step = 0;
     if (o->resume) {
-        int r = rt_checkpoint_latest(o->ckpt_dir, path, sizeof path, &step, err, sizeof err);
-        if (r < 0) STAGE_DIE("--resume: %s", err);
-        if (r == 0) {
-            if (stage_ckpt_load(rt, path, 1))
-                STAGE_DIE("stage %d: cannot resume from %s", rt->cfg.stage, path);
+        int64_t step = resume_state(rt, o, printer);
+        if (step >= 0) {
             if (printer && !o->quiet)
-                printf("resuming from %s (step %lld)\n", path, (long long)step);
+                printf("resuming from %s/step_%08lld (step %lld)\n", o->ckpt_dir,
+                       (long long)step, (long long)step);
             return step;
         }
         if (printer)
             printf("no checkpoint in %s: starting from the initial parameters\n", o->ckpt_dir);
     }
+    if (rt->ctx.world_rank == 0) rt->run_id = rt_ckpt_new_run_id();
     if (rt->cfg.nparams == 0) return 0;
     int64_t s0;
     int r = rt_checkpoint_latest(o->init_dir, path, sizeof path, &s0, err, sizeof err);
@@ -413,7 +485,11 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     if (init) run_fn(&rt, init, NULL, "during init");
 
     int printer = c->stage == c->nstages - 1 && rt.ctx.dp_rank == 0 && rt.ctx.tp_rank == 0;
+    claim_ckpt_dir(&rt, &o);
     int64_t start = load_state(&rt, &o, printer);
+    /* every rank stamps its layer files with rank 0's run id */
+    if (rt_bcast(&rt.ctx, MPI_COMM_WORLD, &rt.run_id, sizeof rt.run_id, 0, "run id"))
+        STAGE_DIE("stage %d: cannot agree on the run id", c->stage);
     if (printer && !o.quiet) {
         printf("hetrt stage %d of %d: %d ranks, %d parameters, %lld tokens/step, %s, data %s "
                "(%s, %lld batches), steps %lld..%lld\n",
