@@ -1,6 +1,7 @@
 #include "compile_launch.h"
 
 #include "atomic_file.h"
+#include "build_dir.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,7 +75,8 @@ static const char LAUNCH_HEAD[] =
 
 static int stage_ranks(const CpStage *st) { return st->dp * (st->tp > 1 ? st->tp : 1); }
 
-int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err) {
+int compile_write_launchers(const char *dir, const char *final_dir, const CompPlan *plan,
+                            uint64_t build_id, IrError *err) {
     Buf b = {0};
     /* A stage runs dp x tp ranks of its one binary (TP rank = local rank %
      * tp: runtime/rt.h). */
@@ -91,9 +93,14 @@ int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err)
         bprintf(&b, "%s%d", s ? " " : "", stage_ranks(&plan->stages[s]));
     bprintf(&b, ")\n");
     bprintf(&b,
+            "build_id=%016llx  # this hetc compile's: every stage binary must carry it\n"
             "for s in \"${!stages[@]}\"; do\n"
             "  [ -x \"$here/stage_$s\" ] || { echo \"launch.sh: missing stage binary $here/stage_$s "
             "(re-run hetc to rebuild it)\" >&2; exit 1; }\n"
+            "  got=$(\"$here/stage_$s\" --build-id 2>/dev/null) || got=unknown\n"
+            "  [ \"$got\" = \"$build_id\" ] || { echo \"launch.sh: $here/stage_$s is from another "
+            "hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into "
+            "$here\" >&2; exit 1; }\n"
             "done\n"
             "if ((slurm)); then\n"
             "  conf=$(mktemp)\n"
@@ -124,7 +131,7 @@ int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err)
             "newest complete checkpoint.\" >&2\n"
             "fi\n"
             "exit $rc\n",
-            world);
+            (unsigned long long)build_id, world);
     char path[4200];
     snprintf(path, sizeof path, "%s/launch.sh", dir);
     int rc = compile_write_file(path, b.s, 0755, err);
@@ -137,9 +144,8 @@ int compile_write_launchers(const char *dir, const CompPlan *plan, IrError *err)
     int r0 = 0;
     for (int s = 0; s < plan->nstages; s++) {
         int d = stage_ranks(&plan->stages[s]);
-        char abs[4096];
-        if (!realpath(dir, abs))
-            snprintf(abs, sizeof abs, "%s", dir);
+        char abs[4096]; /* final_dir may not exist yet: the build is swapped in later */
+        build_dir_abs(final_dir, abs, sizeof abs);
         if (d == 1)
             bprintf(&c, "%d %s/stage_%d\n", r0, abs, s);
         else

@@ -76,6 +76,7 @@ typedef struct StageConfig {
     StageTpShard *tpshards;
     int ntpshards;
     int zero;                /* ZeRO level of this stage (`zero` record), 0 without */
+    uint64_t build_id;       /* hetc compile's build id (`build` record), 0 without */
 } StageConfig;
 
 /* Parse the "hetc-stage 1" text (docs/STAGE_ABI.md).  Unknown record kinds

@@ -24,7 +24,7 @@ typedef struct StageOpts {
     const char *data, *ckpt_dir, *init_dir;
     int64_t steps, ckpt_every;
     int64_t lr_horizon; /* --lr-horizon (0: the compiled --steps) */
-    int resume, quiet, overwrite;
+    int resume, quiet, overwrite, print_build_id;
     RtTokenFormat data_format; /* --data-format (default llmc: 0 in the zeroed struct) */
     char init_default[PATH_MAX + 8];
 } StageOpts;
@@ -51,6 +51,7 @@ static void usage(FILE *f, const char *prog) {
             "                           run's checkpoints, deleting them\n"
             "  --init DIR               initial parameters (default: init/ beside the binary)\n"
             "  --quiet                  only the final step line\n"
+            "  --build-id               print the hetc compile build id of this binary and exit\n"
             "  --help                   this text\n",
             prog);
 }
@@ -78,6 +79,10 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
         if (!strcmp(a, "--resume")) {
             o->resume = 1;
             continue;
+        }
+        if (!strcmp(a, "--build-id")) { /* launch.sh's check, before MPI */
+            o->print_build_id = 1;
+            return 0;
         }
         if (!strcmp(a, "--overwrite-checkpoints")) {
             o->overwrite = 1;
@@ -127,7 +132,7 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
             return -1;
         }
     }
-    if (!o->data) {
+    if (!o->data && !o->print_build_id) {
         fprintf(stderr, "stage: --data TOKENS.bin is required (see --help)\n");
         return -1;
     }
@@ -378,6 +383,24 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
     }
 }
 
+/* Every rank must run a binary of the same hetc compile: a recompile
+ * interrupted (or a binary copied in) leaves a mixed build whose stages
+ * disagree on the model split, and it would train with losses matching
+ * neither build.  One all-reduce of (id, ~id) gives the max and the min. */
+static void check_same_build(StageRt *rt, const char *exe) {
+    uint64_t v[2] = {rt->cfg.build_id, ~rt->cfg.build_id};
+    if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, v, 2, MPI_UINT64_T, MPI_MAX, "build id check"))
+        STAGE_DIE("stage %d: the build id check failed", rt->cfg.stage);
+    if (v[0] == ~v[1]) return;
+    if (rt->ctx.dp_rank == 0 && rt->ctx.tp_rank == 0)
+        rt_log_error("stage %d binary %s: build id %016llx", rt->cfg.stage, exe,
+                     (unsigned long long)rt->cfg.build_id);
+    rt_barrier(&rt->ctx, "build id report");
+    STAGE_DIE("the stage binaries come from different hetc compiles (build ids %016llx .. "
+              "%016llx; each stage's binary and id above): recompile into one directory and "
+              "launch its launch.sh", (unsigned long long)~v[1], (unsigned long long)v[0]);
+}
+
 static void check_desc(const HetcStageDesc *d) {
     if (!d) STAGE_DIE("no stage descriptor");
     if (d->abi_version != HETC_STAGE_ABI_VERSION)
@@ -407,6 +430,11 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     if (stage_config_parse(desc->config, &rt.cfg, err, sizeof err))
         STAGE_DIE("stage %d: %s", desc->stage, err);
     StageConfig *c = &rt.cfg;
+    if (o.print_build_id) {
+        printf("%016llx\n", (unsigned long long)c->build_id);
+        stage_config_free(c);
+        return 0;
+    }
     if (c->stage != desc->stage)
         STAGE_DIE("stage descriptor says stage %d, its config says stage %d", desc->stage,
                   c->stage);
@@ -444,6 +472,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     if (c->local_rows * rt.ctx.dp_size != c->rows)
         STAGE_DIE("stage %d: local_rows %lld x DP %d != rows %lld", c->stage,
                   (long long)c->local_rows, rt.ctx.dp_size, (long long)c->rows);
+    check_same_build(&rt, argv[0]);
     hetrt_stage_rt = &rt;
     rt.graphs[HETC_GRAPH_TRAIN] = parse_graph(desc->ir_train, "train", c->stage);
     rt.graphs[HETC_GRAPH_UPDATE] = parse_graph(desc->ir_update, "update", c->stage);
