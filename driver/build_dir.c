@@ -4,6 +4,7 @@
 #endif
 #include "build_dir.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -62,9 +63,24 @@ void build_dir_abs(const char *final, char *out, size_t n) {
     snprintf(out, n, "%s/%s", strcmp(rp, "/") ? rp : "", base);
 }
 
+/* The current directory (or /) cannot be swapped out from under the user:
+ * such a DIR is written in place. */
+static int in_place(const char *final) {
+    char a[PATH_MAX], b[PATH_MAX];
+    if (!realpath(final, a)) return 0;
+    return !strcmp(a, "/") || (getcwd(b, sizeof b) && !strcmp(a, b));
+}
+
 int build_dir_begin(const char *final, char *tmp, size_t tmplen, IrError *err) {
     char parent[4096], base[1024];
     split_path(final, parent, sizeof parent, base, sizeof base);
+    if (in_place(final)) {
+        fprintf(stderr, "hetc compile: warning: -o %s is the current directory: the build is "
+                "written in place, so an interrupted compile can leave a mixed build (its "
+                "build id check still refuses to run it)\n", final);
+        snprintf(tmp, tmplen, "%s", final);
+        return 0;
+    }
     if (cli_mkdirs(parent, err)) return 1;
     struct stat st;
     if (stat(final, &st) == 0 && !S_ISDIR(st.st_mode))
@@ -113,13 +129,23 @@ static int hetc_output(const char *name) {
                                         "plan.json", "plan.txt", "init", NULL};
     for (int i = 0; exact[i]; i++)
         if (!strcmp(name, exact[i])) return 1;
-    return !strncmp(name, "stage_", 6) || !strncmp(name, "timeline", 8) ||
-           (name[0] == '.' && strstr(name, ".tmp"));
+    if (!strcmp(name, "timeline.json") || !strcmp(name, "timeline.svg")) return 1;
+    if (name[0] == '.' && strstr(name, ".tmp")) return 1; /* atomic_file.h temporaries */
+    /* stage_K, stage_K.o, stage_K.ll, stage_K.tmp.PID */
+    if (strncmp(name, "stage_", 6) || !isdigit((unsigned char)name[6])) return 0;
+    const char *t = name + 6;
+    while (isdigit((unsigned char)*t)) t++;
+    if (!*t || !strcmp(t, ".o") || !strcmp(t, ".ll")) return 1;
+    if (strncmp(t, ".tmp.", 5) || !t[5]) return 0;
+    for (t += 5; isdigit((unsigned char)*t); t++) {
+    }
+    return !*t;
 }
 
 int build_dir_commit(const char *final, const char *tmp, IrError *err) {
     char parent[4096], base[1024];
     split_path(final, parent, sizeof parent, base, sizeof base);
+    if (!strcmp(tmp, final)) return 0; /* written in place */
     if (nftw(tmp, fsync_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         return ir_errorf(err, "cannot fsync the new build in %s", tmp);
     struct stat st;
@@ -154,6 +180,6 @@ int build_dir_commit(const char *final, const char *tmp, IrError *err) {
     return 0;
 }
 
-void build_dir_abandon(const char *tmp) {
-    rm_tree(tmp);
+void build_dir_abandon(const char *final, const char *tmp) {
+    if (strcmp(tmp, final)) rm_tree(tmp);
 }

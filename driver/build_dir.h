@@ -14,13 +14,14 @@
 
 /* Create final's parents and a fresh final.building-PID in tmp (removing
  * the leftovers of killed compiles: siblings final.building-P whose process
- * P is gone). */
+ * P is gone).  final naming the current directory (or /) cannot be swapped:
+ * tmp is then final itself, with a warning. */
 int build_dir_begin(const char *final, char *tmp, size_t tmplen, IrError *err);
 /* fsync every file of tmp and tmp itself, swap tmp in as final, carry the
  * old final's foreign entries over, remove the old build. */
 int build_dir_commit(const char *final, const char *tmp, IrError *err);
-/* Remove tmp (a failed compile). */
-void build_dir_abandon(const char *tmp);
+/* Remove tmp (a failed compile; nothing when the build went in place). */
+void build_dir_abandon(const char *final, const char *tmp);
 /* final as an absolute path (its parent resolved; final itself need not
  * exist). */
 void build_dir_abs(const char *final, char *out, size_t n);

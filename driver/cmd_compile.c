@@ -261,7 +261,7 @@ int cmd_compile(int argc, char **argv) {
         int prc = cmd_plan(pargc, pargv);
         if (prc) {
             free(pargv);
-            build_dir_abandon(out_tmp);
+            build_dir_abandon(final, out_tmp);
             return prc;
         }
         snprintf(planpath, sizeof planpath, "%s/plan.json", out);
@@ -272,13 +272,13 @@ int cmd_compile(int argc, char **argv) {
     CompPlan plan;
     if (comp_plan_read(planpath, &plan, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
-        build_dir_abandon(out_tmp);
+        build_dir_abandon(final, out_tmp);
         return 1;
     }
     if (recompute && comp_plan_set_recompute(&plan, recompute, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
         comp_plan_free(&plan);
-        build_dir_abandon(out_tmp);
+        build_dir_abandon(final, out_tmp);
         return 1;
     }
     int64_t rows = plan.global_batch / plan.microbatches;
@@ -287,7 +287,7 @@ int cmd_compile(int argc, char **argv) {
                 "microbatch (%s: global_batch / microbatches)\n", (long long)co.batch,
                 (long long)rows, planpath);
         comp_plan_free(&plan);
-        build_dir_abandon(out_tmp);
+        build_dir_abandon(final, out_tmp);
         return 1;
     }
     co.batch = rows;
@@ -380,7 +380,7 @@ int cmd_compile(int argc, char **argv) {
     fprintf(stderr, "compile: build id %016llx\n", (unsigned long long)build_id);
     rc = 0;
 done:
-    if (rc) build_dir_abandon(out_tmp);
+    if (rc) build_dir_abandon(final, out_tmp);
     layer_index_free(&lix);
     free(players);
     module_report_free(&mrep);

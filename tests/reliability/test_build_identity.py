@@ -59,8 +59,9 @@ rc.check(id_a and len(st_a) >= 2 and all(s == id_a for s in st_a),
          "first build: launch.sh id %s, stage ids %s" % (id_a, st_a))
 old_stage_1 = os.path.join(work, "old_stage_1")
 shutil.copy2(os.path.join(D, "stage_1"), old_stage_1)
-with open(os.path.join(D, "notes.txt"), "w") as f:
-    f.write("a user's file\n")
+for name in ("notes.txt", "stage_notes.txt"):  # a user's files: not hetc's stage_K*
+    with open(os.path.join(D, name), "w") as f:
+        f.write("a user's file\n")
 
 p = compile_into("2e-3")
 if not rc.check(p.returncode == 0, "second compile: %s" % p.stderr[-2000:]):
@@ -68,7 +69,8 @@ if not rc.check(p.returncode == 0, "second compile: %s" % p.stderr[-2000:]):
 id_b, st_b = ids()
 rc.check(id_b and id_b != id_a and all(s == id_b for s in st_b),
          "second build: launch.sh id %s (first %s), stage ids %s" % (id_b, id_a, st_b))
-rc.check(os.path.isfile(os.path.join(D, "notes.txt")), "the recompile dropped a user's file")
+rc.check(all(os.path.isfile(os.path.join(D, n)) for n in ("notes.txt", "stage_notes.txt")),
+         "the recompile dropped a user's file")
 
 # one old stage binary in the new build
 shutil.copy2(old_stage_1, os.path.join(D, "stage_1"))
@@ -124,4 +126,15 @@ rc.check(p.returncode == 0, "compile after the kill: %s" % p.stderr[-2000:])
 left = glob.glob(D + ".building-*") + glob.glob(os.path.join(D, "*.o"))
 rc.check(not left, "leftovers of the killed compile: %s" % left)
 rc.check(os.path.isfile(os.path.join(D, "notes.txt")), "a user's file lost")
+
+# -o . cannot be swapped from under the user: written in place, with a warning
+p = rc.run([HETC, os.path.join(SRC, "examples", "gpt_tiny.onnx"),
+            os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml"), "--seq", "16",
+            "--microbatch", "2", "--global-batch", "4", "--threads", "2", "--steps", "4",
+            "-o", "."], cwd=D, timeout=600)
+id_c, st_c = ids()
+rc.check(p.returncode == 0 and "written in place" in p.stderr and id_c and
+         all(s == id_c for s in st_c) and os.path.isfile(os.path.join(D, "notes.txt")),
+         "-o . (the current directory): rc=%d ids %s %s %s" % (p.returncode, id_c, st_c,
+                                                            p.stderr[-600:]))
 rc.finish()
