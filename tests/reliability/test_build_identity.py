@@ -93,31 +93,37 @@ rc.check(p.returncode != 0 and "different hetc compiles" in p.stderr and
          "stage 1 binary %s: build id %s" % (os.path.join(D, "stage_1"), id_a) in p.stderr,
          "the ranks of a mixed build started training: rc=%d %s" % (p.returncode, p.stderr[-1500:]))
 
-# a compile killed once its first stage binary exists
+# compiles killed at several points (the plan written, each stage binary
+# linked, the launchers written): the old build stays byte-for-byte intact
 p = compile_into("2e-3")
 rc.check(p.returncode == 0, "third compile: %s" % p.stderr[-2000:])
-before, t0 = snapshot(), time.time()
-pr = subprocess.Popen([HETC, os.path.join(SRC, "examples", "gpt_tiny.onnx"),
-                       os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml"), "--seq", "16",
-                       "--microbatch", "2", "--global-batch", "4", "--threads", "2", "--steps", "4",
-                       "--lr", "3e-3", "-o", D], stdout=subprocess.DEVNULL,
-                      stderr=subprocess.DEVNULL, start_new_session=True)
-seen = False
-while pr.poll() is None and time.time() - t0 < 300:
-    new = glob.glob(D + ".building-*/stage_0") + [
-        x for x in [os.path.join(D, "stage_0")] if os.path.getmtime(x) > t0]
-    if new:
-        seen = True
-        break
-    time.sleep(0.005)
-os.killpg(pr.pid, signal.SIGKILL)  # hetc and its linker
-pr.wait()
-rc.check(seen, "the killed compile never wrote a stage binary (finished first?)")
-after = snapshot()
-rc.check(after == before, "a killed compile changed the build: %s" %
-         sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
+before = snapshot()
+nst = len(glob.glob(os.path.join(D, "stage_[0-9]")))
+for mark in ["plan.json"] + ["stage_%d" % k for k in range(nst)] + ["launch.sh"]:
+    t0 = time.time()
+    pr = subprocess.Popen([HETC, os.path.join(SRC, "examples", "gpt_tiny.onnx"),
+                           os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml"), "--seq",
+                           "16", "--microbatch", "2", "--global-batch", "4", "--threads", "2",
+                           "--steps", "4", "--lr", "3e-3", "-o", D], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
+    seen = False
+    while pr.poll() is None and time.time() - t0 < 300:
+        new = glob.glob(D + ".building-*/" + mark) + [
+            x for x in [os.path.join(D, mark)] if os.path.getmtime(x) > t0]
+        if new:
+            seen = True
+            break
+        time.sleep(0.002)
+    if pr.poll() is None:
+        os.killpg(pr.pid, signal.SIGKILL)  # hetc and its linker
+    pr.wait()
+    rc.check(seen, "kill at %s: the compile never wrote it (finished first?)" % mark)
+    after = snapshot()
+    rc.check(after == before, "a compile killed at %s changed the build: %s" % (mark, sorted(
+        k for k in set(before) | set(after) if before.get(k) != after.get(k))))
+    print("compile killed once %s existed: the old build is unchanged" % mark, flush=True)
 p = rc.launch(D, SRC, 1, "--checkpoint-dir", os.path.join(work, "ck3"))
-rc.check(p.returncode == 0, "the old build does not run after a killed compile: %s" %
+rc.check(p.returncode == 0, "the old build does not run after the killed compiles: %s" %
          p.stderr[-800:])
 
 # the next compile clears the leftovers
