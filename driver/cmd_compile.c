@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "build_dir.h"
 #include "cli.h"
 #include "cmd_plan.h"
 #include "compile_launch.h"
@@ -225,7 +226,12 @@ int cmd_compile(int argc, char **argv) {
         goto bad;
     }
     co.model = model;
-    const char *out = co.out_dir ? co.out_dir : "build";
+    /* everything is written into a fresh sibling of the output directory and
+     * swapped in at the end (build_dir.h): a compile killed half-way leaves
+     * the old build whole */
+    const char *final = co.out_dir ? co.out_dir : "build";
+    char out_tmp[4200];
+    const char *out = out_tmp;
     /* the stage binaries split a microbatch's rows evenly over a stage's DP ranks (ZeRO,
      * recompute and TP they run): plan within that.  TP needs no
      * restriction: the planner offers tp > 1 only to stages holding whole attention /
@@ -233,17 +239,18 @@ int cmd_compile(int argc, char **argv) {
     pargv[pargc++] = "--dp-divides-microbatch";
     /* no --backend restriction either: the CUDA stage runtime runs TP and ZeRO on
      * NCCL (runtime/cuda/stage_coll_cuda.c, docs/CUDA.md) */
-    if (!co.out_dir) {
-        pargv[pargc++] = "-o";
-        pargv[pargc++] = (char *)out;
-    }
     double t0 = now_s();
     IrError err = {{0}};
-    if (cli_mkdirs(out, &err)) {
+    if (build_dir_begin(final, out_tmp, sizeof out_tmp, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
         free(pargv);
         return 1;
     }
+    pargv[pargc++] = "-o"; /* the last -o wins: hetc plan writes into the new build */
+    pargv[pargc++] = out_tmp;
+    /* one id for this compile: every stage binary and launch.sh carry it and
+     * check it at start-up */
+    uint64_t build_id = build_dir_new_id();
 
     /* 1. the plan */
     char planpath[4200];
@@ -254,6 +261,7 @@ int cmd_compile(int argc, char **argv) {
         int prc = cmd_plan(pargc, pargv);
         if (prc) {
             free(pargv);
+            build_dir_abandon(final, out_tmp);
             return prc;
         }
         snprintf(planpath, sizeof planpath, "%s/plan.json", out);
@@ -264,11 +272,13 @@ int cmd_compile(int argc, char **argv) {
     CompPlan plan;
     if (comp_plan_read(planpath, &plan, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
+        build_dir_abandon(final, out_tmp);
         return 1;
     }
     if (recompute && comp_plan_set_recompute(&plan, recompute, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
         comp_plan_free(&plan);
+        build_dir_abandon(final, out_tmp);
         return 1;
     }
     int64_t rows = plan.global_batch / plan.microbatches;
@@ -277,6 +287,7 @@ int cmd_compile(int argc, char **argv) {
                 "microbatch (%s: global_batch / microbatches)\n", (long long)co.batch,
                 (long long)rows, planpath);
         comp_plan_free(&plan);
+        build_dir_abandon(final, out_tmp);
         return 1;
     }
     co.batch = rows;
@@ -342,6 +353,7 @@ int cmd_compile(int argc, char **argv) {
     cs.args = &ca;
     cs.co = &co;
     cs.out_dir = out;
+    cs.build_id = build_id;
     cs.nlayers = L;
     cs.layers = &lix;
     if (compile_stages(&cs, &err)) {
@@ -349,19 +361,26 @@ int cmd_compile(int argc, char **argv) {
         compile_stages_free(&cs);
         goto done;
     }
-    if (compile_write_launchers(out, &plan, &err)) {
+    if (compile_write_launchers(out, final, &plan, build_id, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
         compile_stages_free(&cs);
         goto done;
     }
     compile_stages_free(&cs);
+    if (build_dir_commit(final, out_tmp, &err)) {
+        fprintf(stderr, "hetc compile: %s\n", err.msg);
+        goto done;
+    }
+    out = final;
     fprintf(stderr, "compile: graphs %.2f s, initial parameters %.2f s, lower+emit+link %.2f s\n",
             cs.t_graphs, cs.t_init, cs.t_lower);
     fprintf(stderr, "compile: wrote %s/stage_0..%d, %s/init, %s/launch.sh in %.2f s (plan %.2f s)\n",
             out, plan.nstages - 1, out, out, now_s() - t0, t_plan);
     printf("run it: %s/launch.sh --data TOKENS.bin --steps %lld\n", out, (long long)ca.steps);
+    fprintf(stderr, "compile: build id %016llx\n", (unsigned long long)build_id);
     rc = 0;
 done:
+    if (rc) build_dir_abandon(final, out_tmp);
     layer_index_free(&lix);
     free(players);
     module_report_free(&mrep);

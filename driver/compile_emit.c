@@ -2,6 +2,7 @@
  * memory report beside the planner's prediction (DIR/stages.txt, appended
  * to plan.txt). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,9 +160,12 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
             goto done;
         }
         char *links = link_lines(p, ps, s);
-        char *extra = malloc(strlen(shared) + strlen(links) + 1);
+        char idline[40];
+        snprintf(idline, sizeof idline, "build %016llx\n", (unsigned long long)cs->build_id);
+        char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + 1);
         strcpy(extra, shared);
         strcat(extra, links);
+        strcat(extra, idline);
         char *cfg = config_with(config, extra);
         free(links);
         free(extra);
@@ -189,6 +193,12 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         eo.opt_level = 1;
         int erc = le_emit_program(&prog, &eo, err);
         unlink(obj);
+        /* durable before the build directory is swapped in (build_dir.h) */
+        int efd = erc ? -1 : open(tmp, O_RDONLY | O_CLOEXEC);
+        if (!erc && (efd < 0 || fsync(efd) != 0))
+            erc = ir_errorf(err, "%s: cannot fsync (%s)", tmp, strerror(errno));
+        if (efd >= 0)
+            close(efd);
         if (!erc && rename(tmp, exe))
             erc = ir_errorf(err, "%s: cannot rename into place (%s)", exe, strerror(errno));
         if (erc)

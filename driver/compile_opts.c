@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "seq_limit.h"
 
 void compile_opts_init(CompileOpts *o) {
     memset(o, 0, sizeof *o);
@@ -213,7 +214,14 @@ int compile_fixed_batch(const CompileOpts *o, int64_t *fixed, IrError *err) {
 int compile_run_passes(IrGraph *g, const CompileOpts *o, PassContext *ctx, IrError *err) {
     const char *pipe = o->passes ? o->passes : pass_default_pipeline();
     if (!*pipe) return 0;
-    return pass_run_pipeline(g, pipe, ctx, err);
+    /* --seq past the model's positions fails far from the cause (a Where
+     * that does not broadcast, an index out of range at step 1): name the
+     * limit (seq_limit.h) */
+    if (pass_run_pipeline(g, pipe, ctx, err)) {
+        seq_limit_explain(g, o->seq, err);
+        return 1;
+    }
+    return seq_limit_check(g, o->seq, err);
 }
 
 void compile_print_summary(FILE *f, const IrGraph *g, const char *what) {

@@ -23,6 +23,7 @@ typedef struct CompileStages {
     const CompileArgs *args;
     const CompileOpts *co;     /* model, seq, binds; batch = microbatch rows */
     const char *out_dir;
+    uint64_t build_id;         /* the `build` config record of every stage */
     int nlayers;
     const LayerIndex *layers;  /* node name -> layer, from the planner's graph */
     /* results */

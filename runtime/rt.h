@@ -264,10 +264,19 @@ typedef struct RtCkptTensor {
  * `t[0..n)` whose .layer == layer. */
 int rt_ckpt_write_layer(const char *dir, int64_t step, int layer, const RtCkptTensor *t, int n,
                         char *err, size_t errlen);
+/* The same, stamping the header with run_id (rt_ckpt_write_layer: run 0).
+ * A MANIFEST already in the step directory is removed first (durably), so
+ * a step being rewritten is never vouched for by its old MANIFEST. */
+int rt_ckpt_write_layer_run(const char *dir, int64_t step, uint64_t run_id, int layer,
+                            const RtCkptTensor *t, int n, char *err, size_t errlen);
 /* Write <dir>/step_<step>/MANIFEST (atomically, last) naming layers
  * 0..nlayers-1; fails if any layer file is missing or unreadable, so a
  * manifest never names a half-written checkpoint. */
 int rt_ckpt_write_manifest(const char *dir, int64_t step, int nlayers, char *err, size_t errlen);
+/* The same for run_id: also fails when a layer file's header holds another
+ * step or run. */
+int rt_ckpt_write_manifest_run(const char *dir, int64_t step, uint64_t run_id, int nlayers,
+                               char *err, size_t errlen);
 
 /* Collective save: dp rank 0 of every stage writes the layers of its
  * tensors, a barrier waits for all of them, then world rank 0 writes the
@@ -281,6 +290,32 @@ int rt_checkpoint_save(const RtContext *ctx, const char *dir, int64_t step, int 
  * listed sizes), -1 on error. */
 int rt_checkpoint_latest(const char *dir, char *path_out, size_t path_len, int64_t *step,
                          char *err, size_t errlen);
+/* The newest complete checkpoint with a step below `below`; its run id
+ * (the MANIFEST's) in *run_id when not NULL.  A step directory counts when
+ * its MANIFEST parses and checks and every listed layer file has the
+ * listed size and a header naming its layer, the step and the MANIFEST's
+ * run (a file copied in from another step or run does not).  Every newer
+ * step directory that did not count is described in warn ("DIR: why; ...",
+ * may be NULL).  Returns as rt_checkpoint_latest. */
+int rt_checkpoint_find(const char *dir, int64_t below, char *path_out, size_t path_len,
+                       int64_t *step, uint64_t *run_id, char *warn, size_t warnlen, char *err,
+                       size_t errlen);
+
+/* A fresh run's id: 64 random bits, never 0 (0 marks version-1 files and
+ * hetc compile's init checkpoint). */
+uint64_t rt_ckpt_new_run_id(void);
+/* Lock checkpoint directory dir (created if missing) for this process:
+ * flock on dir/LOCK, which then holds "pid P on HOST".  Held until the
+ * process exits (*fd_out stays open).  Fails, naming the holder, when
+ * another process holds it for HETRT_LOCK_WAIT_S seconds (default 10: the
+ * ranks of a job that just failed may still be dying). */
+int rt_ckpt_lock(const char *dir, int *fd_out, char *err, size_t errlen);
+/* How many step_* directories dir holds (complete or not) and the newest
+ * one's step (-1: none; a missing dir holds none).  0 ok, -1 error. */
+int rt_ckpt_count_steps(const char *dir, int *nsteps, int64_t *newest, char *err,
+                        size_t errlen);
+/* Remove every step_* directory of dir with its files. */
+int rt_ckpt_clear(const char *dir, char *err, size_t errlen);
 
 /* One layer file, read and verified. */
 typedef struct RtCkptLoaded {
@@ -294,6 +329,7 @@ typedef struct RtCkptLoaded {
 typedef struct RtCkptLayer {
     int layer;
     int64_t step;
+    uint64_t run_id; /* 0 in a version-1 file */
     int ntensors;
     RtCkptLoaded *tensors;
     unsigned char *buf;

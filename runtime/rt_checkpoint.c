@@ -9,17 +9,27 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #define CKPT_MAGIC "HETCKPT"   /* 8 bytes with its NUL */
-#define CKPT_VERSION 1u
+/* Version 2 added the run id to the header (and the MANIFEST); version 1
+ * files still read, as run 0. */
+#define CKPT_VERSION 2u
 #define CKPT_ALIGN 64u
-#define MANIFEST_HEAD "hetrt-checkpoint 1"
+#define CKPT_FIXED_V1 40u /* magic .. file_bytes */
+#define CKPT_FIXED_V2 48u /* + run_id */
+#define MANIFEST_HEAD_V1 "hetrt-checkpoint 1"
+#define MANIFEST_HEAD "hetrt-checkpoint 2"
 
 static void seterr(char *err, size_t len, const char *fmt, ...) {
     if (!err || len == 0) return;
@@ -156,8 +166,39 @@ static int write_atomic(const char *dir, const char *name, const void *const *pa
 
 /* ---- layer files ---- */
 
+static int fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc != 0;
+}
+
+/* A step directory being (re)written must not keep a MANIFEST that vouches
+ * for its old files: removed (durably) before any new layer file lands. */
+static int drop_manifest(const char *sdir, char *err, size_t errlen) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/MANIFEST", sdir);
+    if (unlink(path) != 0) {
+        if (errno == ENOENT) return 0;
+        seterr(err, errlen, "cannot remove the old %s before rewriting the step: %s", path,
+               strerror(errno));
+        return 1;
+    }
+    if (fsync_dir(sdir)) {
+        seterr(err, errlen, "cannot fsync %s after removing its MANIFEST", sdir);
+        return 1;
+    }
+    return 0;
+}
+
 int rt_ckpt_write_layer(const char *dir, int64_t step, int layer, const RtCkptTensor *t, int n,
                         char *err, size_t errlen) {
+    return rt_ckpt_write_layer_run(dir, step, 0, layer, t, n, err, errlen);
+}
+
+int rt_ckpt_write_layer_run(const char *dir, int64_t step, uint64_t run_id, int layer,
+                            const RtCkptTensor *t, int n, char *err, size_t errlen) {
     char sdir[4096], fname[64];
     if (layer < 0) {
         seterr(err, errlen, "checkpoint layer id %d is negative", layer);
@@ -165,7 +206,7 @@ int rt_ckpt_write_layer(const char *dir, int64_t step, int layer, const RtCkptTe
     }
     if (mkdir_ok(dir, err, errlen)) return 1;
     step_dir(sdir, sizeof sdir, dir, step);
-    if (mkdir_ok(sdir, err, errlen)) return 1;
+    if (mkdir_ok(sdir, err, errlen) || drop_manifest(sdir, err, errlen)) return 1;
     layer_file_name(fname, sizeof fname, layer);
 
     int nt = 0;
@@ -202,11 +243,11 @@ int rt_ckpt_write_layer(const char *dir, int64_t step, int layer, const RtCkptTe
         nbytes[k++] = cnt * es;
     }
     /* Header layout: magic, version, layer, step, ntensors, header_bytes,
-     * file_bytes, then per tensor name/dtype/shape/offset/nbytes/checksum,
-     * then the header's own checksum. */
+     * file_bytes, run_id, then per tensor name/dtype/shape/offset/nbytes/
+     * checksum, then the header's own checksum. */
     if (buf_put(&h, CKPT_MAGIC, 8) || put_u32(&h, CKPT_VERSION) || put_u32(&h, (uint32_t)layer) ||
         put_u64(&h, (uint64_t)step) || put_u32(&h, (uint32_t)nt) || put_u32(&h, 0) ||
-        put_u64(&h, 0))
+        put_u64(&h, 0) || put_u64(&h, run_id))
         goto oom;
     size_t hdr_bytes = h.len + 8; /* + the header checksum */
     for (int i = 0; i < n; i++) {
@@ -305,17 +346,18 @@ int rt_ckpt_read_layer(const char *ckpt_dir, int layer, RtCkptLayer *out, char *
     uint64_t step = get_u64(&r);
     uint32_t nt = get_u32(&r), hdr_bytes = get_u32(&r);
     uint64_t file_bytes = get_u64(&r);
-    if (ver != CKPT_VERSION) {
-        seterr(err, errlen, "%s: format version %u, this runtime reads %u", path, ver,
+    if (ver != 1 && ver != CKPT_VERSION) {
+        seterr(err, errlen, "%s: format version %u, this runtime reads 1 and %u", path, ver,
                CKPT_VERSION);
         goto fail;
     }
+    uint64_t run_id = ver >= 2 ? get_u64(&r) : 0;
     if (file_bytes != out->buf_len) {
         seterr(err, errlen, "%s: file is %zu bytes but its header says %" PRIu64
                " (truncated or extended)", path, out->buf_len, file_bytes);
         goto fail;
     }
-    if (hdr_bytes < 48 || hdr_bytes > out->buf_len) {
+    if (hdr_bytes < (ver >= 2 ? CKPT_FIXED_V2 : CKPT_FIXED_V1) + 8 || hdr_bytes > out->buf_len) {
         seterr(err, errlen, "%s: bad header size %u", path, hdr_bytes);
         goto fail;
     }
@@ -335,6 +377,7 @@ int rt_ckpt_read_layer(const char *ckpt_dir, int layer, RtCkptLayer *out, char *
     }
     out->layer = layer;
     out->step = (int64_t)step;
+    out->run_id = run_id;
     out->tensors = calloc(nt ? nt : 1, sizeof *out->tensors);
     if (!out->tensors) {
         seterr(err, errlen, "%s: out of memory", path);
@@ -424,6 +467,11 @@ void rt_ckpt_layer_free(RtCkptLayer *l) {
 
 int rt_ckpt_write_manifest(const char *dir, int64_t step, int nlayers, char *err,
                            size_t errlen) {
+    return rt_ckpt_write_manifest_run(dir, step, 0, nlayers, err, errlen);
+}
+
+int rt_ckpt_write_manifest_run(const char *dir, int64_t step, uint64_t run_id, int nlayers,
+                               char *err, size_t errlen) {
     char sdir[4096];
     step_dir(sdir, sizeof sdir, dir, step);
     if (nlayers < 1) {
@@ -433,7 +481,8 @@ int rt_ckpt_write_manifest(const char *dir, int64_t step, int nlayers, char *err
     Buf m = {0};
     char line[512];
     int rc = 1;
-    snprintf(line, sizeof line, MANIFEST_HEAD "\nstep %" PRId64 "\nlayers %d\n", step, nlayers);
+    snprintf(line, sizeof line, MANIFEST_HEAD "\nstep %" PRId64 "\nrun %016" PRIx64 "\nlayers %d\n",
+             step, run_id, nlayers);
     if (buf_put(&m, line, strlen(line))) goto oom;
     for (int l = 0; l < nlayers; l++) {
         /* Verify every layer fully before the manifest can name it. */
@@ -444,7 +493,15 @@ int rt_ckpt_write_manifest(const char *dir, int64_t step, int nlayers, char *err
             goto done;
         }
         size_t sz = lay.buf_len;
+        int64_t lstep = lay.step;
+        uint64_t lrun = lay.run_id;
         rt_ckpt_layer_free(&lay);
+        if (lstep != step || lrun != run_id) {
+            seterr(err, errlen, "not writing the manifest of %s: layer_%05d.bin holds step %"
+                   PRId64 " of run %016" PRIx64 ", not step %" PRId64 " of run %016" PRIx64,
+                   sdir, l, lstep, lrun, step, run_id);
+            goto done;
+        }
         char fname[64];
         layer_file_name(fname, sizeof fname, l);
         snprintf(line, sizeof line, "layer %d %s %zu\n", l, fname, sz);
@@ -463,18 +520,55 @@ done:
     return rc;
 }
 
+/* The fixed part of a layer file's header (magic .. run_id), read without
+ * the data: what the MANIFEST check compares.  0 ok, else a reason. */
+static int layer_head(const char *path, uint32_t *layer, int64_t *step, uint64_t *run,
+                      char *why, size_t whylen) {
+    char e[512];
+    FILE *f = input_fopen(path, e, sizeof e);
+    if (!f) {
+        seterr(why, whylen, "%s", e);
+        return 1;
+    }
+    unsigned char b[CKPT_FIXED_V2];
+    size_t n = fread(b, 1, sizeof b, f);
+    fclose(f);
+    Rd r = {b, n, 8, 0};
+    if (n < CKPT_FIXED_V1 || memcmp(b, CKPT_MAGIC, 8) != 0) {
+        seterr(why, whylen, "%s is not a hetrt layer file", path);
+        return 1;
+    }
+    uint32_t ver = get_u32(&r);
+    *layer = get_u32(&r);
+    *step = (int64_t)get_u64(&r);
+    r.pos += 16; /* ntensors, header_bytes, file_bytes */
+    *run = ver >= 2 ? get_u64(&r) : 0;
+    if (r.bad || (ver != 1 && ver != CKPT_VERSION)) {
+        seterr(why, whylen, "%s: bad header (version %u)", path, ver);
+        return 1;
+    }
+    return 0;
+}
+
 /* A step directory holds a complete checkpoint when its MANIFEST parses,
  * its checksum matches, its step matches the directory, and every listed
- * layer file exists with the listed size.  (Tensor checksums are verified
- * when a layer is read.) */
-static int manifest_ok(const char *sdir, int64_t step) {
+ * layer file exists with the listed size and a header naming this layer,
+ * this step and the MANIFEST's run (a file copied in from another step or
+ * run is caught here).  Tensor checksums are verified when a layer is
+ * read.  0 ok (*run set), else why in `why`. */
+static int manifest_check(const char *sdir, int64_t step, uint64_t *run, char *why,
+                          size_t whylen) {
     char path[4200];
     snprintf(path, sizeof path, "%s/MANIFEST", sdir);
     unsigned char *p;
     size_t n;
-    char err[256];
-    if (read_whole(path, &p, &n, err, sizeof err)) return 0;
-    int ok = 0;
+    char err[512];
+    if (read_whole(path, &p, &n, err, sizeof err)) {
+        seterr(why, whylen, "no readable MANIFEST (an interrupted write)");
+        return 1;
+    }
+    int bad = 1;
+    seterr(why, whylen, "MANIFEST does not parse or its checksum does not match");
     char *text = malloc(n + 1);
     if (!text) goto done;
     memcpy(text, p, n);
@@ -485,11 +579,15 @@ static int manifest_ok(const char *sdir, int64_t step) {
     if (want != rt_fnv1a64(text, (size_t)(cs - text))) goto done;
     *cs = '\0';
     char *save = NULL, *ln = strtok_r(text, "\n", &save);
-    if (!ln || strcmp(ln, MANIFEST_HEAD) != 0) goto done;
+    int v2 = ln && strcmp(ln, MANIFEST_HEAD) == 0;
+    if (!ln || (!v2 && strcmp(ln, MANIFEST_HEAD_V1) != 0)) goto done;
     long long st = -1;
+    unsigned long long rid = 0;
     int nl = -1, seen = 0;
     ln = strtok_r(NULL, "\n", &save);
     if (!ln || sscanf(ln, "step %lld", &st) != 1 || st != step) goto done;
+    if (v2 && (!(ln = strtok_r(NULL, "\n", &save)) || sscanf(ln, "run %llx", &rid) != 1))
+        goto done;
     ln = strtok_r(NULL, "\n", &save);
     if (!ln || sscanf(ln, "layers %d", &nl) != 1 || nl < 1) goto done;
     while ((ln = strtok_r(NULL, "\n", &save))) {
@@ -500,40 +598,233 @@ static int manifest_ok(const char *sdir, int64_t step) {
         char lp[4400];
         snprintf(lp, sizeof lp, "%s/%s", sdir, fname);
         struct stat sb;
-        if (stat(lp, &sb) != 0 || (unsigned long long)sb.st_size != sz) goto done;
+        if (stat(lp, &sb) != 0 || (unsigned long long)sb.st_size != sz) {
+            seterr(why, whylen, "%s is missing or not the size its MANIFEST lists", fname);
+            goto done;
+        }
+        uint32_t hl;
+        int64_t hs;
+        uint64_t hr;
+        if (layer_head(lp, &hl, &hs, &hr, why, whylen)) goto done;
+        if ((int)hl != id || hs != step || hr != rid) {
+            seterr(why, whylen, "%s holds layer %u of step %" PRId64 " of run %016" PRIx64
+                   ", its MANIFEST lists layer %d of step %" PRId64 " of run %016llx (a file "
+                   "from another step or run)", fname, hl, hs, hr, id, step, rid);
+            goto done;
+        }
         seen++;
     }
-    ok = seen == nl;
+    if (seen != nl) goto done;
+    *run = rid;
+    bad = 0;
 done:
     free(text);
     free(p);
-    return ok;
+    return bad;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The step numbers of dir's step_* directories (our spelling), newest
+ * first.  0 ok (*out malloc'ed, may be NULL with *n 0), 1 no directory,
+ * -1 error. */
+static int list_steps(const char *dir, int64_t **out, int *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 1;
+        seterr(err, errlen, "cannot open checkpoint directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long s;
+        char tail, sdir[4096];
+        if (sscanf(e->d_name, "step_%lld%c", &s, &tail) != 1 || s < 0) continue;
+        step_dir(sdir, sizeof sdir, dir, (int64_t)s);
+        if (strcmp(sdir + strlen(dir) + 1, e->d_name) != 0) continue; /* not our spelling */
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *q = realloc(*out, (size_t)cap * sizeof *q);
+            if (!q) {
+                closedir(d);
+                seterr(err, errlen, "out of memory listing %s", dir);
+                return -1;
+            }
+            *out = q;
+        }
+        (*out)[(*n)++] = (int64_t)s;
+    }
+    closedir(d);
+    if (*n) qsort(*out, (size_t)*n, sizeof **out, cmp_desc);
+    return 0;
+}
+
+static void warn_add(char *warn, size_t warnlen, const char *fmt, ...) {
+    if (!warn || !warnlen) return;
+    size_t at = strlen(warn);
+    if (at + 1 >= warnlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(warn + at, warnlen - at, fmt, ap);
+    va_end(ap);
+}
+
+int rt_checkpoint_find(const char *dir, int64_t below, char *path_out, size_t path_len,
+                       int64_t *step, uint64_t *run_id, char *warn, size_t warnlen, char *err,
+                       size_t errlen) {
+    int64_t *steps;
+    int n;
+    if (warn && warnlen) warn[0] = '\0';
+    int r = list_steps(dir, &steps, &n, err, errlen);
+    if (r) return r; /* no checkpoint directory yet: nothing to resume */
+    int found = 0;
+    for (int i = 0; i < n && !found; i++) {
+        if (steps[i] >= below) continue;
+        char sdir[4096], why[1024];
+        uint64_t run = 0;
+        step_dir(sdir, sizeof sdir, dir, steps[i]);
+        if (manifest_check(sdir, steps[i], &run, why, sizeof why)) {
+            warn_add(warn, warnlen, "%s%s: %s", warn && warn[0] ? "; " : "", sdir, why);
+            continue;
+        }
+        snprintf(path_out, path_len, "%s", sdir);
+        *step = steps[i];
+        if (run_id) *run_id = run;
+        found = 1;
+    }
+    free(steps);
+    return found ? 0 : 1;
 }
 
 int rt_checkpoint_latest(const char *dir, char *path_out, size_t path_len, int64_t *step,
                          char *err, size_t errlen) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        if (errno == ENOENT) return 1; /* no checkpoint directory yet: nothing to resume */
-        seterr(err, errlen, "cannot open checkpoint directory %s: %s", dir, strerror(errno));
-        return -1;
+    return rt_checkpoint_find(dir, INT64_MAX, path_out, path_len, step, NULL, NULL, 0, err,
+                              errlen);
+}
+
+/* ---- run identity and the directory lock ---- */
+
+uint64_t rt_ckpt_new_run_id(void) {
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
+        /* no entropy source: time and pid still differ between runs */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = rt_fnv1a64(&ts, sizeof ts) ^ ((uint64_t)getpid() << 32);
     }
-    int64_t best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long long s;
-        char tail;
-        if (sscanf(e->d_name, "step_%lld%c", &s, &tail) != 1 || s < 0 || s <= best) continue;
-        char sdir[4096];
-        step_dir(sdir, sizeof sdir, dir, (int64_t)s);
-        if (strcmp(sdir + strlen(dir) + 1, e->d_name) != 0) continue; /* not our spelling */
-        if (manifest_ok(sdir, (int64_t)s)) best = (int64_t)s;
+    return id ? id : 1; /* 0 is "no run" (version-1 files, hetc compile's init) */
+}
+
+int rt_ckpt_lock(const char *dir, int *fd_out, char *err, size_t errlen) {
+    *fd_out = -1;
+    if (mkdir_ok(dir, err, errlen)) return 1;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/LOCK", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        seterr(err, errlen, "cannot open the lock file %s: %s", path,
+               fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0) close(fd);
+        return 1;
     }
-    closedir(d);
-    if (best < 0) return 1;
-    step_dir(path_out, path_len, dir, best);
-    *step = best;
+    /* A job that just failed can leave a rank alive for a moment after
+     * mpirun returns (it is being killed): wait up to HETRT_LOCK_WAIT_S
+     * (default 10 s) for a holder to go away before calling it a second run. */
+    double wait_s = 10;
+    const char *ws = getenv("HETRT_LOCK_WAIT_S");
+    if (ws && *ws) {
+        char *end;
+        double v = strtod(ws, &end);
+        if (*end == '\0' && v >= 0 && v <= 3600) wait_s = v;
+    }
+    int got = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    for (int i = 0; !got && errno == EWOULDBLOCK && i < (int)(wait_s * 10); i++) {
+        struct timespec ts = {0, 100000000L};
+        nanosleep(&ts, NULL);
+        got = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    }
+    if (!got) {
+        int e = errno;
+        char holder[128] = "";
+        ssize_t k = pread(fd, holder, sizeof holder - 1, 0);
+        holder[k > 0 ? k : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK)
+            seterr(err, errlen, "checkpoint directory %s is in use by another run (%s holds %s, "
+                   "waited %g s): wait for it to end or pass another --checkpoint-dir", dir,
+                   holder[0] ? holder : "a process", path, wait_s);
+        else
+            seterr(err, errlen, "cannot lock %s: %s", path, strerror(e));
+        return 1;
+    }
+    char host[64] = "?", line[160];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    int len = snprintf(line, sizeof line, "pid %ld on %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len) {
+        seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        close(fd);
+        return 1;
+    }
+    *fd_out = fd;
     return 0;
+}
+
+int rt_ckpt_count_steps(const char *dir, int *nsteps, int64_t *newest, char *err,
+                        size_t errlen) {
+    int64_t *steps;
+    int r = list_steps(dir, &steps, nsteps, err, errlen);
+    if (r < 0) return -1;
+    *newest = *nsteps ? steps[0] : -1;
+    free(steps);
+    return 0;
+}
+
+int rt_ckpt_clear(const char *dir, char *err, size_t errlen) {
+    int64_t *steps;
+    int n;
+    int r = list_steps(dir, &steps, &n, err, errlen);
+    if (r) return r < 0;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        char sdir[4096];
+        step_dir(sdir, sizeof sdir, dir, steps[i]);
+        DIR *d = opendir(sdir);
+        if (!d) {
+            seterr(err, errlen, "cannot open %s: %s", sdir, strerror(errno));
+            rc = 1;
+            break;
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) && !rc) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char fp[4400];
+            snprintf(fp, sizeof fp, "%s/%s", sdir, e->d_name);
+            if (unlink(fp) != 0) {
+                seterr(err, errlen, "cannot remove %s: %s", fp, strerror(errno));
+                rc = 1;
+            }
+        }
+        closedir(d);
+        if (!rc && rmdir(sdir) != 0) {
+            seterr(err, errlen, "cannot remove %s: %s", sdir, strerror(errno));
+            rc = 1;
+        }
+    }
+    free(steps);
+    if (!rc && fsync_dir(dir)) {
+        seterr(err, errlen, "cannot fsync %s", dir);
+        rc = 1;
+    }
+    return rc;
 }
 
 /* ---- collective save ---- */

@@ -328,7 +328,7 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
     }
     char err[1024];
     for (int L = 0; L < nl && !rc; L++)
-        if (written[L] && rt_ckpt_write_layer(dir, step, L, t, n, err, sizeof err)) {
+        if (written[L] && rt_ckpt_write_layer_run(dir, step, rt->run_id, L, t, n, err, sizeof err)) {
             rt_log_error("checkpoint step %lld (stage %d): %s", (long long)step, c->stage, err);
             rc = 1;
         }
@@ -343,11 +343,11 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
         frc = 1;
     if (!frc && rt->ctx.world_rank == 0) {
         for (int L = 0; L < nl && !frc; L++)
-            if (!written[L] && rt_ckpt_write_layer(dir, step, L, t, 0, err, sizeof err)) {
+            if (!written[L] && rt_ckpt_write_layer_run(dir, step, rt->run_id, L, t, 0, err, sizeof err)) {
                 rt_log_error("checkpoint step %lld: empty layer %d: %s", (long long)step, L, err);
                 frc = 1;
             }
-        if (!frc && rt_ckpt_write_manifest(dir, step, nl, err, sizeof err)) {
+        if (!frc && rt_ckpt_write_manifest_run(dir, step, rt->run_id, nl, err, sizeof err)) {
             rt_log_error("checkpoint step %lld: %s", (long long)step, err);
             frc = 1;
         }

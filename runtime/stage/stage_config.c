@@ -303,6 +303,13 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
         /* other names: a newer compiler's scalar this runtime does not write */
         return 0;
     }
+    if (!strcmp(k, "build")) { /* one hetc compile's id: every stage and launch.sh agree */
+        char *end;
+        if (nf != 2 || strlen(f[1]) != 16 ||
+            !(c->build_id = strtoull(f[1], &end, 16), end == f[1] + 16) || !c->build_id)
+            return fail(err, errlen, ln, "expected 'build HEX16' (nonzero)");
+        return 0;
+    }
     if (!strcmp(k, "zero")) {
         if (nf != 2 || get_i64(f[1], &v) || v < 0 || v > 2)
             return fail(err, errlen, ln, "expected 'zero 0|1|2'");

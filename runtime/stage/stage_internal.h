@@ -76,6 +76,7 @@ typedef struct StageConfig {
     StageTpShard *tpshards;
     int ntpshards;
     int zero;                /* ZeRO level of this stage (`zero` record), 0 without */
+    uint64_t build_id;       /* hetc compile's build id (`build` record), 0 without */
 } StageConfig;
 
 /* Parse the "hetc-stage 1" text (docs/STAGE_ABI.md).  Unknown record kinds
@@ -108,6 +109,7 @@ typedef struct StageRt {
     int64_t *tok_in, *tok_tg; /* this rank's rows of the current microbatch */
     int64_t tok_mb;           /* data batch index loaded in tok_*, -1 none */
     int64_t step;             /* 0-based step being run */
+    uint64_t run_id;          /* this run's id, stamped on its checkpoints (rt.h) */
     int micro;                /* microbatch being run */
     double step_loss;         /* sum of recorded losses this step */
     RtSendQueue sendq;        /* hetrt_send's deferred sends, completed each step */

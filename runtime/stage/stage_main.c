@@ -23,7 +23,8 @@
 typedef struct StageOpts {
     const char *data, *ckpt_dir, *init_dir;
     int64_t steps, ckpt_every;
-    int resume, quiet;
+    int64_t lr_horizon; /* --lr-horizon (0: the compiled --steps) */
+    int resume, quiet, overwrite, print_build_id;
     RtTokenFormat data_format; /* --data-format (default llmc: 0 in the zeroed struct) */
     char init_default[PATH_MAX + 8];
 } StageOpts;
@@ -40,12 +41,17 @@ static void usage(FILE *f, const char *prog) {
             "  --data FILE              token file (required)\n"
             "  --data-format llmc|raw-u16  llmc (default) requires the llm.c header's magic\n"
             "  --steps N                optimizer steps (default: the plan's)\n"
+            "  --lr-horizon N           steps the lr schedule decays over (default: hetc\n"
+            "                           compile's --steps; past it the lr stays at its minimum)\n"
             "  --checkpoint-dir DIR     where checkpoints go (default: checkpoints)\n"
             "  --checkpoint-every N     also checkpoint every N steps (default 0: only at the end)\n"
             "  --resume                 continue from the newest complete checkpoint in\n"
             "                           --checkpoint-dir (none: start from --init)\n"
+            "  --overwrite-checkpoints  start afresh in a --checkpoint-dir holding another\n"
+            "                           run's checkpoints, deleting them\n"
             "  --init DIR               initial parameters (default: init/ beside the binary)\n"
             "  --quiet                  only the final step line\n"
+            "  --build-id               print the hetc compile build id of this binary and exit\n"
             "  --help                   this text\n",
             prog);
 }
@@ -74,15 +80,23 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
             o->resume = 1;
             continue;
         }
+        if (!strcmp(a, "--build-id")) { /* launch.sh's check, before MPI */
+            o->print_build_id = 1;
+            return 0;
+        }
+        if (!strcmp(a, "--overwrite-checkpoints")) {
+            o->overwrite = 1;
+            continue;
+        }
         if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
             continue;
         }
         const char *names[] = {"--data", "--steps", "--checkpoint-dir", "--checkpoint-every",
-                               "--init", "--data-format"};
+                               "--init", "--data-format", "--lr-horizon"};
         int k = -1;
         const char *v = NULL;
-        for (int j = 0; j < 6; j++) {
+        for (int j = 0; j < 7; j++) {
             size_t n = strlen(names[j]);
             if (!strncmp(a, names[j], n) && (a[n] == 0 || a[n] == '=')) {
                 k = j;
@@ -106,12 +120,19 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
                 return -1;
             }
             break;
+        case 6:
+            if (parse_i64("--lr-horizon", v, &o->lr_horizon)) return -1;
+            if (o->lr_horizon < 1) {
+                fprintf(stderr, "stage: --lr-horizon must be at least 1\n");
+                return -1;
+            }
+            break;
         default:
             fprintf(stderr, "stage: unknown option '%s' (see --help)\n", a);
             return -1;
         }
     }
-    if (!o->data) {
+    if (!o->data && !o->print_build_id) {
         fprintf(stderr, "stage: --data TOKENS.bin is required (see --help)\n");
         return -1;
     }
@@ -181,24 +202,90 @@ static void zero_accumulators(StageRt *rt) {
     }
 }
 
+/* The checkpoint directory belongs to one run at a time: world rank 0
+ * locks it (a second launch into it fails naming the holder), and a fresh
+ * run refuses a directory holding checkpoints -- they would be another
+ * run's, and a later --resume would mix or pick them -- unless
+ * --overwrite-checkpoints deletes them.  Rank 0 dies with the reason
+ * (MPI_Abort ends the others). */
+static void claim_ckpt_dir(StageRt *rt, const StageOpts *o) {
+    char err[1024];
+    int fd, n;
+    int64_t newest;
+    if (rt->ctx.world_rank != 0) return;
+    if (rt_ckpt_lock(o->ckpt_dir, &fd, err, sizeof err)) STAGE_DIE("--checkpoint-dir: %s", err);
+    /* fd stays open: the lock lasts until the process exits */
+    if (o->resume) return;
+    if (rt_ckpt_count_steps(o->ckpt_dir, &n, &newest, err, sizeof err))
+        STAGE_DIE("--checkpoint-dir: %s", err);
+    if (n == 0) return;
+    if (!o->overwrite)
+        STAGE_DIE("--checkpoint-dir %s already holds checkpoints (%d step directories, the "
+                  "newest step %lld) of an earlier run: pass --resume to continue it, "
+                  "--overwrite-checkpoints to delete them and start afresh, or another "
+                  "--checkpoint-dir", o->ckpt_dir, n, (long long)newest);
+    if (rt_ckpt_clear(o->ckpt_dir, err, sizeof err))
+        STAGE_DIE("--overwrite-checkpoints: %s", err);
+    fprintf(stderr, "--overwrite-checkpoints: deleted %d step directories of %s\n", n,
+            o->ckpt_dir);
+}
+
+/* --resume: the newest complete checkpoint every rank loads without error.
+ * rt_checkpoint_find skips incomplete or inconsistent step directories (no
+ * MANIFEST, a layer file of another step or run); a tensor checksum that
+ * fails while loading makes every rank fall back to the previous step, with
+ * a warning.  Returns the step to start from, -1 when there is none. */
+static int64_t resume_state(StageRt *rt, const StageOpts *o, int printer) {
+    char path[4096], err[1024], warn[4096];
+    int64_t below = INT64_MAX, step = 0;
+    int fell = 0;
+    for (;;) {
+        uint64_t run = 0;
+        int r = rt_checkpoint_find(o->ckpt_dir, below, path, sizeof path, &step, &run, warn,
+                                   sizeof warn, err, sizeof err);
+        if (r < 0) STAGE_DIE("--resume: %s", err);
+        if (warn[0] && printer)
+            fprintf(stderr, "warning: --resume: skipping checkpoints that are not complete and "
+                    "consistent: %s\n", warn);
+        if (r > 0) {
+            if (fell)
+                STAGE_DIE("--resume: no intact checkpoint left in %s (the newer ones are "
+                          "corrupt, see above)", o->ckpt_dir);
+            return -1;
+        }
+        int bad = stage_ckpt_load(rt, path, 1) != 0;
+        if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &bad, 1, MPI_INT, MPI_MAX,
+                         "--resume: checkpoint load status"))
+            STAGE_DIE("--resume: the ranks could not agree on %s", path);
+        if (!bad) {
+            rt->run_id = run;
+            return step;
+        }
+        if (printer)
+            fprintf(stderr, "warning: --resume: %s is corrupt (see the errors above): falling "
+                    "back to the previous complete checkpoint\n", path);
+        fell = 1;
+        below = step;
+    }
+}
+
 /* Initial parameters (fresh start) or the newest checkpoint (--resume).
- * Returns the first step to run. */
+ * Returns the first step to run; sets rt->run_id (a fresh run: a new id on
+ * rank 0, broadcast by the caller). */
 static int64_t load_state(StageRt *rt, StageOpts *o, int printer) {
     char path[4096], err[1024];
-    int64_t step = 0;
     if (o->resume) {
-        int r = rt_checkpoint_latest(o->ckpt_dir, path, sizeof path, &step, err, sizeof err);
-        if (r < 0) STAGE_DIE("--resume: %s", err);
-        if (r == 0) {
-            if (stage_ckpt_load(rt, path, 1))
-                STAGE_DIE("stage %d: cannot resume from %s", rt->cfg.stage, path);
+        int64_t step = resume_state(rt, o, printer);
+        if (step >= 0) {
             if (printer && !o->quiet)
-                printf("resuming from %s (step %lld)\n", path, (long long)step);
+                printf("resuming from %s/step_%08lld (step %lld)\n", o->ckpt_dir,
+                       (long long)step, (long long)step);
             return step;
         }
         if (printer)
             printf("no checkpoint in %s: starting from the initial parameters\n", o->ckpt_dir);
     }
+    if (rt->ctx.world_rank == 0) rt->run_id = rt_ckpt_new_run_id();
     if (rt->cfg.nparams == 0) return 0;
     int64_t s0;
     int r = rt_checkpoint_latest(o->init_dir, path, sizeof path, &s0, err, sizeof err);
@@ -211,16 +298,42 @@ static int64_t load_state(StageRt *rt, StageOpts *o, int printer) {
     return 0;
 }
 
+/* The schedule's length is the plan's (hetc compile --steps), not
+ * launch.sh's --steps: a run stopped early and resumed follows the same
+ * schedule.  --lr-horizon N replaces it explicitly. */
+static RtLrSchedule stage_lr_schedule(const StageConfig *c, const StageOpts *o) {
+    int64_t d = o->lr_horizon > 0 ? o->lr_horizon : c->steps > 0 ? c->steps : o->steps;
+    return (RtLrSchedule){.kind = c->lr_kind, .max_lr = c->lr, .warmup_steps = c->warmup,
+                          .decay_steps = d, .min_lr_ratio = 0.1};
+}
+
+/* Steps past a decaying schedule's end train at its minimum lr: say so
+ * once, at start-up, naming both numbers (issue 16 item 8). */
+static void warn_past_horizon(const StageConfig *c, const StageOpts *o) {
+    RtLrSchedule s = stage_lr_schedule(c, o);
+    if (s.kind != RT_LR_COSINE || s.decay_steps <= s.warmup_steps || o->steps <= s.decay_steps)
+        return;
+    if (o->lr_horizon > 0)
+        fprintf(stderr, "warning: --steps %lld is beyond --lr-horizon %lld: steps %lld..%lld "
+                "train at the schedule's minimum lr %.4e\n", (long long)o->steps,
+                (long long)s.decay_steps, (long long)s.decay_steps + 1, (long long)o->steps,
+                s.max_lr * s.min_lr_ratio);
+    else
+        fprintf(stderr, "warning: --steps %lld is beyond the %lld steps the stages were "
+                "compiled for (hetc compile --steps %lld): steps %lld..%lld train at the "
+                "cosine schedule's minimum lr %.4e; pass --lr-horizon %lld to stretch the "
+                "schedule over the whole run\n", (long long)o->steps,
+                (long long)s.decay_steps, (long long)s.decay_steps, (long long)s.decay_steps + 1,
+                (long long)o->steps, s.max_lr * s.min_lr_ratio, (long long)o->steps);
+    fflush(stderr);
+}
+
 static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
     const HetcStageDesc *d = rt->desc;
     const StageConfig *c = &rt->cfg;
     const HetcStageFn *fwd = find_fn(d, "forward"), *bwd = find_fn(d, "backward"),
                       *upd = find_fn(d, "update");
-    RtLrSchedule sched = {.kind = c->lr_kind, .max_lr = c->lr, .warmup_steps = c->warmup,
-                          /* the plan's length, not --steps: a run stopped early and
-                           * resumed follows the same schedule */
-                          .decay_steps = c->steps > 0 ? c->steps : o->steps,
-                          .min_lr_ratio = 0.1};
+    RtLrSchedule sched = stage_lr_schedule(c, o);
     int64_t tok_per_step = c->rows * c->seq * c->accum;
     double t0 = now_s();
     for (int64_t k = start; k < o->steps; k++) {
@@ -270,6 +383,24 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
     }
 }
 
+/* Every rank must run a binary of the same hetc compile: a recompile
+ * interrupted (or a binary copied in) leaves a mixed build whose stages
+ * disagree on the model split, and it would train with losses matching
+ * neither build.  One all-reduce of (id, ~id) gives the max and the min. */
+static void check_same_build(StageRt *rt, const char *exe) {
+    uint64_t v[2] = {rt->cfg.build_id, ~rt->cfg.build_id};
+    if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, v, 2, MPI_UINT64_T, MPI_MAX, "build id check"))
+        STAGE_DIE("stage %d: the build id check failed", rt->cfg.stage);
+    if (v[0] == ~v[1]) return;
+    if (rt->ctx.dp_rank == 0 && rt->ctx.tp_rank == 0)
+        rt_log_error("stage %d binary %s: build id %016llx", rt->cfg.stage, exe,
+                     (unsigned long long)rt->cfg.build_id);
+    rt_barrier(&rt->ctx, "build id report");
+    STAGE_DIE("the stage binaries come from different hetc compiles (build ids %016llx .. "
+              "%016llx; each stage's binary and id above): recompile into one directory and "
+              "launch its launch.sh", (unsigned long long)~v[1], (unsigned long long)v[0]);
+}
+
 static void check_desc(const HetcStageDesc *d) {
     if (!d) STAGE_DIE("no stage descriptor");
     if (d->abi_version != HETC_STAGE_ABI_VERSION)
@@ -299,6 +430,11 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     if (stage_config_parse(desc->config, &rt.cfg, err, sizeof err))
         STAGE_DIE("stage %d: %s", desc->stage, err);
     StageConfig *c = &rt.cfg;
+    if (o.print_build_id) {
+        printf("%016llx\n", (unsigned long long)c->build_id);
+        stage_config_free(c);
+        return 0;
+    }
     if (c->stage != desc->stage)
         STAGE_DIE("stage descriptor says stage %d, its config says stage %d", desc->stage,
                   c->stage);
@@ -336,6 +472,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     if (c->local_rows * rt.ctx.dp_size != c->rows)
         STAGE_DIE("stage %d: local_rows %lld x DP %d != rows %lld", c->stage,
                   (long long)c->local_rows, rt.ctx.dp_size, (long long)c->rows);
+    check_same_build(&rt, argv[0]);
     hetrt_stage_rt = &rt;
     rt.graphs[HETC_GRAPH_TRAIN] = parse_graph(desc->ir_train, "train", c->stage);
     rt.graphs[HETC_GRAPH_UPDATE] = parse_graph(desc->ir_update, "update", c->stage);
@@ -377,7 +514,11 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     if (init) run_fn(&rt, init, NULL, "during init");
 
     int printer = c->stage == c->nstages - 1 && rt.ctx.dp_rank == 0 && rt.ctx.tp_rank == 0;
+    claim_ckpt_dir(&rt, &o);
     int64_t start = load_state(&rt, &o, printer);
+    /* every rank stamps its layer files with rank 0's run id */
+    if (rt_bcast(&rt.ctx, MPI_COMM_WORLD, &rt.run_id, sizeof rt.run_id, 0, "run id"))
+        STAGE_DIE("stage %d: cannot agree on the run id", c->stage);
     if (printer && !o.quiet) {
         printf("hetrt stage %d of %d: %d ranks, %d parameters, %lld tokens/step, %s, data %s "
                "(%s, %lld batches), steps %lld..%lld\n",
@@ -387,6 +528,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
                (long long)start + 1, (long long)o.steps);
         fflush(stdout);
     }
+    if (printer) warn_past_horizon(c, &o);
     if (start >= o.steps && printer)
         printf("checkpoint step %lld >= --steps %lld: nothing to run\n", (long long)start,
                (long long)o.steps);

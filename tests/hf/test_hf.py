@@ -165,6 +165,7 @@ def check_export(hetc, work, name, ref, hp, launch):
         return res
     k = json.load(open(os.path.join(out, "plan.json")))["microbatches"]
     p_ref = run(train_cmd(hetc, path, dict(hp, batch=2 * k, steps=STEPS), accum=k))
+    # a checkpoint directory of its own: a fresh run refuses a used one
     p = run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", str(STEPS),
              "--checkpoint-dir", os.path.join(w, "ckpt")])
     if p.returncode or p_ref.returncode:

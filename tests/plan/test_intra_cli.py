@@ -147,7 +147,8 @@ with tempfile.TemporaryDirectory() as tmp:
                                capture_output=True, text=True, timeout=300, env=env)
             check(r.returncode == 0, f"hetc train mb {mb}: {r.stderr[-300:]}")
             ref[(mb, gb)] = losses(r.stdout)
-        p = subprocess.run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", "3"],
+        p = subprocess.run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", "3",
+                            "--checkpoint-dir", out + "-ckpt"],  # fresh runs refuse used ones
                            capture_output=True, text=True, timeout=300, env=env)
         got, want = losses(p.stdout), ref[(mb, gb)]
         check(p.returncode == 0 and sorted(got) == [1, 2, 3],

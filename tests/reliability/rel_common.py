@@ -55,3 +55,23 @@ def finish():
         print("%d failure(s)" % len(FAILS))
         sys.exit(1)
     print("all passed")
+
+
+def compile_tiny(hetc, src, out, steps=4, extra=(), timeout=600, cluster="tiny_hetero.yaml"):
+    """hetc compile of examples/gpt_tiny.onnx (seq 16, microbatch 2, global
+    batch 4, cosine schedule with lr 1e-3 and 1 warm-up step over `steps`)
+    into out; returns the CompletedProcess."""
+    return run([hetc, os.path.join(src, "examples", "gpt_tiny.onnx"),
+                os.path.join(src, "examples", "clusters", cluster), "--seq", "16",
+                "--microbatch", "2", "--global-batch", "4", "--threads", "2", "--steps",
+                str(steps), "--lr", "1e-3", "--warmup", "1", "--lr-schedule", "cosine",
+                *extra, "-o", out], timeout=timeout)
+
+
+def launch(out, src, steps, *extra, timeout=300, env=None):
+    """out/launch.sh on examples/tiny_corpus.bin for steps steps."""
+    e = {"HETRT_TIMEOUT_S": "60"}
+    e.update(env or {})
+    return run([os.path.join(out, "launch.sh"), "--data",
+                os.path.join(src, "examples", "tiny_corpus.bin"), "--steps", str(steps),
+                *extra], timeout=timeout, env=e)

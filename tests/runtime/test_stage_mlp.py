@@ -98,11 +98,24 @@ check([g[0] for g in got] == [str(i) for i in range(1, 4)] + [str(i) for i in ra
       "resumed step numbers: %s" % [g[0] for g in got])
 for g, f in zip(got, full):
     check(g[2:] == f[2:], "resumed step %s: %s vs uninterrupted %s" % (g[0], g[2:], f[2:]))
+def without_run_id(blob):
+    """A layer file minus what differs between two runs of the same
+    training: the run id (header bytes 40..48) and the header checksum
+    that covers it (the 8 bytes before header_bytes, a u32 at 28)."""
+    hb = int.from_bytes(blob[28:32], "little")
+    return blob[:40] + blob[48:hb - 8] + blob[hb:], int.from_bytes(blob[40:48], "little")
+
+
 for layer in range(0, 4):
     a = os.path.join(work, "ck_2_1", "step_00000006", "layer_%05d.bin" % layer)
     b = os.path.join(ckr, "step_00000006", "layer_%05d.bin" % layer)
     with open(a, "rb") as fa, open(b, "rb") as fb:
-        check(fa.read() == fb.read(), "layer %d of the resumed checkpoint differs" % layer)
+        (da, ra), (db, rb) = without_run_id(fa.read()), without_run_id(fb.read())
+        check(da == db, "layer %d of the resumed checkpoint differs" % layer)
+        check(ra != rb and ra and rb, "layer %d: run ids %x and %x of two runs" % (layer, ra, rb))
+    with open(os.path.join(ckr, "step_00000003", "layer_%05d.bin" % layer), "rb") as f3:
+        check(without_run_id(f3.read())[1] == rb,
+              "layer %d: the resumed run changed its run id" % layer)
 check(os.path.isfile(os.path.join(ckr, "step_00000004", "MANIFEST")),
       "--checkpoint-every 2 wrote no step 4")
 

@@ -164,7 +164,12 @@ class StageTest:
         return losses(ref.stdout)
 
     def launch(self, out, steps, *extra, timeout=900, **kw):
-        """out/launch.sh on the tiny corpus for steps steps (extra: checkpoint flags)."""
+        """out/launch.sh on the tiny corpus for steps steps (extra: checkpoint flags;
+        without --checkpoint-dir a new directory under WORK: a fresh run refuses
+        a directory holding another run's checkpoints)."""
+        if "--checkpoint-dir" not in extra:
+            self.nlaunch = getattr(self, "nlaunch", 0) + 1
+            extra = (*extra, "--checkpoint-dir", self.path("ckpt_launch_%d" % self.nlaunch))
         return self.run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", str(steps),
                          *extra], timeout=timeout, **kw)
 
