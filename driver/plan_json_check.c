@@ -158,9 +158,9 @@ int plan_json_check(const cJSON *root, const char *path, IrError *err)
     if (meshes && !cJSON_IsArray(meshes))
         return ir_errorf(err, "%s: cluster.\"meshes\" must be an array", path);
     const cJSON *lk = cl ? cJSON_GetObjectItemCaseSensitive(cl, "links") : NULL;
-    const cJSON *l;
+    const cJSON *l, *links = cJSON_IsArray(lk) ? lk : NULL;
     int li = 0;
-    cJSON_ArrayForEach(l, cJSON_IsArray(lk) ? lk : NULL) {
+    cJSON_ArrayForEach(l, links) {
         const cJSON *bt = cJSON_GetObjectItemCaseSensitive(l, "between");
         for (int k = 0; meshes && cJSON_IsArray(bt) && k < cJSON_GetArraySize(bt); k++) {
             const cJSON *n = cJSON_GetArrayItem(bt, k);
