@@ -23,7 +23,7 @@ PRIMITIVE = {"bloom": "ALiBi: an additive per-head bias the Attention op has no 
 
 def family_of(name):
     """bloom_random_dynamo -> (bloom, random); gpt_neox_fresh_torchscript too."""
-    m = re.match(r"(.+)_(fresh|random)_(dynamo|torchscript|optimum|maskinputs|static)$", name)
+    m = re.match(r"(.+)_(fresh|random)_(dynamo|torchscript|optimum|maskinputs|static|dynstatic)$", name)
     return m.group(1), m.group(2)
 
 
