@@ -8,6 +8,7 @@
 #include "partition.h"
 #include "input_file.h"
 #include "plan_json_check.h"
+#include "plan_forms.h"
 
 static char *slurp(const char *path, IrError *err) {
     char ebuf[sizeof err->msg];
@@ -69,6 +70,8 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         goto done;
     }
     if (plan_json_check(root, path, err)) /* ranges and enumerations first */
+        goto done;
+    if (plan_forms_check(root, path, err)) /* a seed planner's forms the binaries lack */
         goto done;
     double v = 0;
     int64_t i64 = 0;
