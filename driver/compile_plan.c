@@ -182,8 +182,11 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         copy_str(c->device, sizeof c->device, o, "device");
         if ((p->global_batch / p->microbatches) % c->dp) {
             ir_errorf(err, "%s: %s\"dp\" %d does not divide the %lld rows of a microbatch "
-                      "(global_batch / microbatches)", path, where, c->dp,
-                      (long long)(p->global_batch / p->microbatches));
+                      "(global_batch / microbatches): the stage binaries split a microbatch's "
+                      "rows evenly over a stage's DP ranks; uneven per-rank rows need "
+                      "heterogeneous data parallelism's row shares (plan with hetc compile, "
+                      "which keeps dp dividing the rows, or a larger --microbatch)", path, where,
+                      c->dp, (long long)(p->global_batch / p->microbatches));
             goto done;
         }
     }

@@ -56,6 +56,10 @@ def hapt_needs(outdir):
         if len(st.get("parts", [])) > 1 or st.get("group") or st.get("pipe") or st.get("offload"):
             need.append("issue 18 forms")
             break
+    # the binaries split a microbatch's rows evenly over a stage's DP ranks
+    rows = d.get("global_batch", 0) // max(d["microbatches"], 1)
+    if rows and any(rows % st["dp"] for st in d["stages"]):
+        need.append("uneven per-rank rows (dp not dividing the microbatch rows)")
     return need
 
 

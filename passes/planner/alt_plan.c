@@ -656,9 +656,10 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
     }
     (void)tp;   /* TP and full recompute compile since issue 9 */
     (void)rec;
-    if (tp_noblock)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "TP on a stage without a whole block "
-                              "(embedding or head alone); ");
+    /* TP on a stage without a whole block (the embedding or head alone) runs
+     * since issue 18: vocabulary-parallel where tp_shard finds the pattern,
+     * else replicated on every TP rank (passes/partition.c) */
+    (void)tp_noblock;
     if (pipes)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "layer-wise all-reduce across DP groups "
                               "whose stages do not line up; ");

@@ -13,14 +13,18 @@ tests' batch shape: seq 64, microbatch 4, global batch 16):
   to 1e-5 relative; or refuses it, and then the plan records a form the
   binaries lack and the refusal names every such stage and each form it
   needs.  Which forms a stage needs is read from plan.json's keys ("parts",
-  "zero" on such a stage, "offload", "group", "pipe"), not from the message.
+  "zero" on such a stage, "offload", "group", "pipe"; a "dp" that does not
+  divide the rows of a microbatch: uneven per-rank rows), not from the
+  message.
   A plan that records no such form must compile; one that does must be
   refused.
 
-Two more refusals on other clusters, where the planners choose the other
-forms: autohet on single_a100.yaml (several pipelines with their own
-boundaries) and zorse on tiny_pair.yaml (offload on single-mesh stages,
-ZeRO-2 over even groups, which alone would run).
+The same on examples/clusters/three_mesh.yaml (16 devices, three device
+types), where the planners choose the other forms: TP on the embedding or
+the head alone (tied gpt_tiny: nothing to shard, run replicated), several
+pipelines with their own boundaries (autohet), offload on single-mesh stages
+(zorse).  Every compiled run's printed gradient norms must equal hetc
+train's to 5e-5 (6 printed digits) too.
 
 Prints one line per planner (compiled + max relative difference, or the
 refusal); docs/COMPARISON.md's "runs today" table is that summary.
@@ -29,11 +33,13 @@ usage: test_stages_planners.py HETC WORKDIR
 """
 import json
 import os
+import re
 
 from stagetest import StageTest, losses, worst_rel, CLUSTERS, MODEL
 
 PLANNERS = ["hapt", "uniform", "coarse", "coarse-blocks", "metis", "metis-mem", "zorse",
             "autohet", "heteroauto"]
+CASES = [(c, p) for c in ("tiny_hetero.yaml", "three_mesh.yaml") for p in PLANNERS]
 STEPS = 10
 t = StageTest("tiny_hetero.yaml", horizon=STEPS)
 check = t.check
@@ -77,8 +83,21 @@ def forms_of(plan):
     return need, whole
 
 
+def uneven_rows(plan):
+    """The first stage whose dp does not divide a microbatch's rows (the binaries
+    split rows evenly), or None."""
+    rows = plan["global_batch"] // plan["microbatches"]
+    return next((k for k, s in enumerate(plan["stages"]) if rows % s["dp"]), None)
+
+
 def refusal_names_forms(label, err, plan):
     need, whole = forms_of(plan)
+    if not need and not whole and uneven_rows(plan) is not None:
+        k = uneven_rows(plan)
+        dp = plan["stages"][k]["dp"]
+        for wd in (f'stages[{k}]."dp" {dp} does not divide', "uneven per-rank rows"):
+            check(wd in err, f"{label}: the refusal does not name {wd!r}: {err.strip()[-400:]}")
+        return
     check(bool(need or whole), f"{label}: refused though plan.json records no form the "
           f"binaries lack: {err.strip()[-400:]}")
     for k, words in need.items():
@@ -92,54 +111,60 @@ def refusal_names_forms(label, err, plan):
     return sorted(need), bool(whole)
 
 
+def grad_norms(text):
+    return {int(m.group(1)): float(m.group(2)) for m in
+            re.finditer(r"^step\s+(\d+)/\d+ \|.*?grad norm (\S+)", text, re.M)}
+
+
 refs = {}
 summary = []
-for name in PLANNERS:
-    plan = plan_with(name, t.cluster, t.path("plan_" + name))
+for cluster, name in CASES:
+    label = f"{cluster} {name}"
+    tag = f"{cluster.split('.')[0]}_{name}"
+    plan = plan_with(name, cluster, t.path("plan_" + tag))
     if plan is None:
-        summary.append((name, "no plan.json"))
+        summary.append((cluster, name, "no plan.json"))
         continue
     rows = plan["global_batch"] // plan["microbatches"]
     B = plan["microbatches"]
-    check(plan["global_batch"] == t.gb, f"{name}: plan.json global_batch {plan['global_batch']}")
-    out = t.path("build_" + name)
-    p = t.compile(out, "--plan", os.path.join(t.path("plan_" + name), "plan.json"), mb=rows,
-                  quiet=True)
+    check(plan["global_batch"] == t.gb, f"{label}: plan.json global_batch {plan['global_batch']}")
+    out = t.path("build_" + tag)
+    p = t.compile(out, "--plan", os.path.join(t.path("plan_" + tag), "plan.json"),
+                  cluster=cluster, mb=rows, quiet=True)
     need, whole = forms_of(plan)
     shape = " | ".join(f"{s['layers'][0]}-{s['layers'][1]} {s['mesh']} dp{s['dp']} tp{s['tp']}"
                        + (f" z{s['zero']}" if s.get("zero") else "") for s in plan["stages"])
     if p.returncode:
         err = p.stderr
         print(err.strip()[-1500:], flush=True)
-        stages, pipes = refusal_names_forms(name, err, plan)
-        summary.append((name, f"refused ({shape}): " + err.strip().splitlines()[-1][-600:]))
+        check(p.returncode in (1, 2) and "Traceback" not in err,
+              f"{label}: refusal exit {p.returncode}")
+        refusal_names_forms(label, err, plan)
+        summary.append((cluster, name, f"refused ({shape}): " + err.strip().splitlines()[-1][-600:]))
         continue
-    check(not need and not whole, f"{name}: compiled a plan recording forms the binaries lack "
-          f"({need}, {whole})")
+    check(not need and not whole and uneven_rows(plan) is None,
+          f"{label}: compiled a plan recording forms the binaries lack ({need}, {whole}, "
+          f"uneven rows at stage {uneven_rows(plan)})")
     if (rows, B) not in refs:
-        refs[(rows, B)] = t.reference(STEPS, mb=rows, accum=B)
-    got, w = t.expect_run(out, STEPS, refs[(rows, B)], name, "--checkpoint-dir",
-                          t.path("ckpt_" + name))
-    summary.append((name, f"compiled ({shape}; {B} microbatches x {rows} rows): {STEPS} steps "
-                    f"== hetc train to {w:.2g} relative"))
+        r = t.train(STEPS, mb=rows, accum=B)
+        check(r.returncode == 0, f"hetc train --microbatch {rows} --accum {B} failed")
+        refs[(rows, B)] = (losses(r.stdout), grad_norms(r.stdout))
+    ref, rnorm = refs[(rows, B)]
+    pr = t.launch(out, STEPS, "--checkpoint-dir", t.path("ckpt_" + tag))
+    got, w = t.expect_losses(pr, label, ref, n=STEPS)
+    # the printed global gradient norms too (6 digits): replicated parameters of TP
+    # stages count once, the clipping hetc train applies is the same
+    norms = grad_norms(pr.stdout)
+    wn = max((abs(v - rnorm.get(k, 1e30)) / max(abs(rnorm.get(k, 1e30)), 1e-30)
+              for k, v in norms.items()), default=1.0)
+    check(len(norms) == STEPS and wn <= 5e-5, f"{label}: {len(norms)} grad norms, max relative "
+          f"difference {wn:.3g} from hetc train's")
+    print(f"{label}: {STEPS} steps == hetc train to {w:.2g} relative, grad norms to {wn:.2g}",
+          flush=True)
+    summary.append((cluster, name, f"compiled ({shape}; {B} microbatches x {rows} rows): "
+                    f"{STEPS} steps == hetc train to {w:.2g} relative, grad norms to {wn:.2g}"))
 
-# the other forms, on the clusters where the planners choose them
-for cluster, name in (("single_a100.yaml", "autohet"), ("tiny_pair.yaml", "zorse")):
-    label = f"{cluster} {name}"
-    d = t.path(f"plan_{name}_{cluster.split('.')[0]}")
-    plan = plan_with(name, cluster, d)
-    if plan is None:
-        continue
-    rows = plan["global_batch"] // plan["microbatches"]
-    p = t.compile(t.path("build_x"), "--plan", os.path.join(d, "plan.json"), cluster=cluster,
-                  mb=rows, quiet=True)
-    if check(p.returncode != 0, f"{label}: compiled (expected a refusal)"):
-        print(p.stderr.strip()[-1500:], flush=True)
-        refusal_names_forms(label, p.stderr, plan)
-    check("Traceback" not in p.stderr and p.returncode in (1, 2),
-          f"{label}: refusal exit {p.returncode}")
-
-print("\nplanners on tiny_hetero.yaml, gpt_tiny (seq 64, global batch 16):")
-for name, what in summary:
-    print(f"  {name:14s} {what}")
+print("\ngpt_tiny (seq 64, global batch 16):")
+for cluster, name, what in summary:
+    print(f"  {cluster:17s} {name:14s} {what}")
 t.finish()
