@@ -61,7 +61,11 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
         const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
         int np = cJSON_IsArray(parts) ? cJSON_GetArraySize(parts) : 0;
         int group = int_of(o, "group", 0), pipe = int_of(o, "pipe", 0);
-        int zero = int_of(o, "zero", 0), offload = cJSON_IsTrue(off);
+        /* anything but absent / false / null asks for offload: compiling a plan
+         * that asked for it without it would be a silent change of plan */
+        int zero = int_of(o, "zero", 0);
+        int offload = off && !cJSON_IsFalse(off) && !cJSON_IsNull(off) &&
+                      !(cJSON_IsNumber(off) && off->valuedouble == 0);
         if (np < 2 && group <= 0 && pipe <= 0 && !offload) {
             s++;
             continue;

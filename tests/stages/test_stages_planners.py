@@ -164,6 +164,22 @@ for cluster, name in CASES:
     summary.append((cluster, name, f"compiled ({shape}; {B} microbatches x {rows} rows): "
                     f"{STEPS} steps == hetc train to {w:.2g} relative, grad norms to {wn:.2g}"))
 
+# ministages sharing devices (Zorse's round-robin; gpt_tiny's plans have one
+# ministage a group): a hand-edited plan.json whose two stages share group 1
+zp = t.path("plan_tiny_hetero_uniform", "plan.json")
+if os.path.exists(zp):
+    q = json.load(open(zp))
+    for st in q["stages"]:
+        st["group"] = 1
+    path = t.path("plan_grouped.json")
+    json.dump(q, open(path, "w"), indent=1)
+    rows = q["global_batch"] // q["microbatches"]
+    p = t.compile(t.path("build_grouped"), "--plan", path, mb=rows, quiet=True)
+    if check(p.returncode != 0, "a plan with ministages sharing devices compiled"):
+        refusal_names_forms("grouped", p.stderr, q)
+        check("group 1 with stage 1" in p.stderr, f"grouped: stage 0's mate not named: "
+              f"{p.stderr.strip()[-300:]}")
+
 print("\ngpt_tiny (seq 64, global batch 16):")
 for cluster, name, what in summary:
     print(f"  {cluster:17s} {name:14s} {what}")
