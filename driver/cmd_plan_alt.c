@@ -83,10 +83,17 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     if (!rc && p.runnable)
         fprintf(stderr, "wrote %s/plan.json, plan.txt, timeline.json, timeline.svg, plan_%s.txt\n",
                 a->out_dir, a->planner);
-    else if (!rc)
+    else if (!rc) {
+        /* no simulate.h timeline for it: an earlier plan's must not pass for this one's */
+        char tl[4200];
+        snprintf(tl, sizeof tl, "%s/timeline.json", a->out_dir);
+        remove(tl);
+        snprintf(tl, sizeof tl, "%s/timeline.svg", a->out_dir);
+        remove(tl);
         fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt; the stage "
                 "binaries cannot run it yet (%s): hetc compile --plan refuses it naming the "
                 "stage and the form\n", a->planner, a->out_dir, a->planner, p.needs);
+    }
     alt_plan_free(&p);
     return rc;
 }
