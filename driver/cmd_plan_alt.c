@@ -44,40 +44,55 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
         alt_plan_print(f, &x, &p);
         fclose(f);
     }
-    if (p.runnable) {
-        Plan hp;
-        SimResult sim;
-        memset(&sim, 0, sizeof sim);
-        double *sync = calloc((size_t)p.nstages, sizeof *sync);
-        if (!sync || alt_plan_to_plan(&x, &p, &hp, &err)) {
-            fprintf(stderr, "hetc plan: %s\n", sync ? err.msg : "out of memory");
-            free(sync);
-            alt_plan_free(&p);
-            return 1;
-        }
-        for (int s = 0; s < p.nstages; s++)
-            sync[s] = isfinite(p.stages[s].t_sync) ? p.stages[s].t_sync : 0;
-        PlanOutputInfo info;
-        memset(&info, 0, sizeof info);
-        info.model = a->model;
-        info.global_batch = a->global_batch;
-        info.seq = a->seq;
-        if (simulate_plan(&hp, sync, &sim, &err) ||
-            plan_write_outputs(a->out_dir, &hp, cl, &info, sim.events, sim.nevents, &err)) {
-            fprintf(stderr, "hetc plan: %s\n", err.msg);
-            rc = 1;
-        } else if (p.mb_samples != 1)
-            fprintf(stderr, "hetc plan: %s plans a pipeline microbatch of %g x --microbatch rows: "
-                    "compile plan.json with --microbatch %g x the rows given here\n", a->planner,
-                    p.mb_samples, p.mb_samples);
-        sim_result_free(&sim);
-        plan_free(&hp);
+    /* plan.json for every plan: one the stage binaries cannot run yet records
+     * its forms (parts, ministage groups, pipelines, offload) so that hetc
+     * compile --plan refuses it naming the stage and the form (issue 18); its
+     * timeline is the planner's own simulation, not simulate.h's */
+    Plan hp;
+    SimResult sim;
+    memset(&sim, 0, sizeof sim);
+    double *sync = calloc((size_t)p.nstages, sizeof *sync);
+    if (!sync || alt_plan_to_plan(&x, &p, &hp, &err)) {
+        fprintf(stderr, "hetc plan: %s: no plan.json: %s; wrote %s\n", a->planner,
+                sync ? err.msg : "out of memory", path);
         free(sync);
-        if (!rc)
-            fprintf(stderr, "wrote %s/plan.json, plan.txt, timeline.json, timeline.svg, plan_%s.txt\n",
-                    a->out_dir, a->planner);
-    } else {
-        fprintf(stderr, "hetc plan: %s: no plan.json (%s); wrote %s\n", a->planner, p.needs, path);
+        alt_plan_free(&p);
+        return sync ? 0 : 1;
+    }
+    for (int s = 0; s < p.nstages; s++)
+        sync[s] = isfinite(p.stages[s].t_sync) ? p.stages[s].t_sync : 0;
+    PlanOutputInfo info;
+    memset(&info, 0, sizeof info);
+    info.model = a->model;
+    info.global_batch = a->global_batch;
+    info.seq = a->seq;
+    info.planner = a->planner;
+    if (!p.runnable)
+        info.iteration_time = p.sim_time;
+    if ((p.runnable && simulate_plan(&hp, sync, &sim, &err)) ||
+        plan_write_outputs(a->out_dir, &hp, cl, &info, sim.events, sim.nevents, &err)) {
+        fprintf(stderr, "hetc plan: %s\n", err.msg);
+        rc = 1;
+    } else if (p.mb_samples != 1)
+        fprintf(stderr, "hetc plan: %s plans a pipeline microbatch of %g x --microbatch rows: "
+                "compile plan.json with --microbatch %g x the rows given here\n", a->planner,
+                p.mb_samples, p.mb_samples);
+    sim_result_free(&sim);
+    plan_free(&hp);
+    free(sync);
+    if (!rc && p.runnable)
+        fprintf(stderr, "wrote %s/plan.json, plan.txt, timeline.json, timeline.svg, plan_%s.txt\n",
+                a->out_dir, a->planner);
+    else if (!rc) {
+        /* no simulate.h timeline for it: an earlier plan's must not pass for this one's */
+        char tl[4200];
+        snprintf(tl, sizeof tl, "%s/timeline.json", a->out_dir);
+        remove(tl);
+        snprintf(tl, sizeof tl, "%s/timeline.svg", a->out_dir);
+        remove(tl);
+        fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt; the stage "
+                "binaries cannot run it yet (%s): hetc compile --plan refuses it naming the "
+                "stage and the form\n", a->planner, a->out_dir, a->planner, p.needs);
     }
     alt_plan_free(&p);
     return rc;

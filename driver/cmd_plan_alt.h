@@ -17,9 +17,11 @@ typedef struct PlanAltArgs {
     int autohet_profile;       /* autohet: 0 exact, 1 Eq. 5 binary decomposition */
 } PlanAltArgs;
 
-/* Plan with a.planner, print the plan, write DIR/plan_NAME.txt and, when
- * today's stage binaries can run it, plan.json / plan.txt / timeline.*
- * (docs/PLAN_FORMAT.md).  Returns 0, or 1 with a message on stderr. */
+/* Plan with a.planner, print the plan, write DIR/plan_NAME.txt, plan.json and
+ * plan.txt (docs/PLAN_FORMAT.md; a plan the stage binaries cannot run yet
+ * records the forms it needs, which hetc compile --plan refuses by name) and,
+ * for a plan they run, timeline.* from simulate.h.  Returns 0, or 1 with a
+ * message on stderr. */
 int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *layers, int L);
 
 #endif

@@ -8,6 +8,7 @@
 #include "partition.h"
 #include "input_file.h"
 #include "plan_json_check.h"
+#include "plan_forms.h"
 
 static char *slurp(const char *path, IrError *err) {
     char ebuf[sizeof err->msg];
@@ -69,6 +70,8 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         goto done;
     }
     if (plan_json_check(root, path, err)) /* ranges and enumerations first */
+        goto done;
+    if (plan_forms_check(root, path, err)) /* a seed planner's forms the binaries lack */
         goto done;
     double v = 0;
     int64_t i64 = 0;
@@ -179,8 +182,11 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         copy_str(c->device, sizeof c->device, o, "device");
         if ((p->global_batch / p->microbatches) % c->dp) {
             ir_errorf(err, "%s: %s\"dp\" %d does not divide the %lld rows of a microbatch "
-                      "(global_batch / microbatches)", path, where, c->dp,
-                      (long long)(p->global_batch / p->microbatches));
+                      "(global_batch / microbatches): the stage binaries split a microbatch's "
+                      "rows evenly over a stage's DP ranks; uneven per-rank rows need "
+                      "heterogeneous data parallelism's row shares (plan with hetc compile, "
+                      "which keeps dp dividing the rows, or a larger --microbatch)", path, where,
+                      c->dp, (long long)(p->global_batch / p->microbatches));
             goto done;
         }
     }

@@ -329,11 +329,9 @@ int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *
         if (tp_shard_layers(fwd, tp, spec->tp_rank, spec->first_layer[s], spec->last_layer[s],
                             &tr, err))
             return ir_error_prefix(err, "partition stage %d (tp %d)", s, tp); /* tp_shard: no stage */
-        if (!tr.mlp && !tr.attention && !tr.vocab_embed && !tr.vocab_head) {
-            tp_shard_free(&tr);
-            return ir_errorf(err, "partition stage %d: tp %d, but no attention, MLP or "
-                             "vocabulary pattern tp divides was found in the model", s, tp);
-        }
+        /* A stage with no pattern tp divides (a tied embedding or head alone, a
+         * final norm) runs replicated: every TP rank computes the whole stage,
+         * as TP stages do with their LayerNorms (issue 18, item 5). */
         fwd = tr.graph;
     }
     PartAna A;

@@ -49,9 +49,17 @@ def hapt_needs(outdir):
     """What a hapt plan.json needs beyond today's stage binaries (docs/STAGES.md)."""
     with open(os.path.join(outdir, "plan.json")) as f:
         d = json.load(f)
-    need = []   # TP and recompute compile since issue 9 (TP where a stage holds blocks)
-    if any(st.get("zero", 0) for st in d["stages"]):
-        need.append("ZeRO")
+    # TP, ZeRO and recompute compile since issue 9 (TP where a stage holds a pattern);
+    # HAPT's plans record none of issue 18's forms (parts, group, pipe, offload)
+    need = []
+    for st in d["stages"]:
+        if len(st.get("parts", [])) > 1 or st.get("group") or st.get("pipe") or st.get("offload"):
+            need.append("issue 18 forms")
+            break
+    # the binaries split a microbatch's rows evenly over a stage's DP ranks
+    rows = d.get("global_batch", 0) // max(d["microbatches"], 1)
+    if rows and any(rows % st["dp"] for st in d["stages"]):
+        need.append("uneven per-rank rows (dp not dividing the microbatch rows)")
     return need
 
 

@@ -529,16 +529,15 @@ int alt_plan_to_plan(const AltContext *x, const AltPlan *ap, Plan *out, IrError 
     memset(out, 0, sizeof *out);
     int S = ap->nstages;
     for (int s = 0; s < S; s++) {
+        /* multi-mesh stages, ministage groups and pipelines are recorded in
+         * plan.json (PlanStage's issue-18 fields) for hetc compile to refuse
+         * by name; a submesh is still whole nodes beyond one node */
         const AltStage *st = &ap->stages[s];
-        if (st->pipe > 1 || st->group)
-            return ir_errorf(err, "%s: stage %d is in a %s; plan.json holds one pipeline of stages "
-                             "with their own devices", ap->planner, s,
-                             st->pipe ? "multi-pipeline plan" : "group of ministages");
-        if (st->nparts != 1)
-            return ir_errorf(err, "%s: stage %d spans %d meshes; a plan.json stage is one submesh",
-                             ap->planner, s, st->nparts);
+        if (st->nparts < 1 || st->nparts > PLAN_MAX_PARTS)
+            return ir_errorf(err, "%s: stage %d has %d parts (1..%d)", ap->planner, s, st->nparts,
+                             PLAN_MAX_PARTS);
         const MeshSpec *m = &x->c->meshes[st->parts[0].mesh];
-        int dev = st->dp * st->tp;
+        int dev = st->nparts > 1 ? st->parts[0].devices : st->dp * st->tp;
         if (dev > m->per_node && dev % m->per_node)
             return ir_errorf(err, "%s: stage %d: %d devices do not form whole %s nodes", ap->planner,
                              s, dev, m->name);
@@ -550,6 +549,9 @@ int alt_plan_to_plan(const AltContext *x, const AltPlan *ap, Plan *out, IrError 
         return ir_errorf(err, "%s: out of memory", ap->planner);
     }
     out->nstages = S;
+    int npipes = 0;
+    for (int s = 0; s < S; s++)
+        npipes = ap->stages[s].pipe > npipes ? ap->stages[s].pipe : npipes;
     for (int s = 0; s < S; s++) {
         const AltStage *st = &ap->stages[s];
         PlanStage *ps = &out->stages[s];
@@ -557,7 +559,23 @@ int alt_plan_to_plan(const AltContext *x, const AltPlan *ap, Plan *out, IrError 
         ps->first_layer = st->first_layer;
         ps->last_layer = st->last_layer;
         ps->mesh = st->parts[0].mesh;
-        int dev = st->dp * st->tp;
+        ps->nparts = st->nparts;
+        for (int j = 0; j < st->nparts; j++) {
+            ps->parts[j].mesh = st->parts[j].mesh;
+            ps->parts[j].devices = st->parts[j].devices;
+            ps->parts[j].share = st->parts[j].share;
+        }
+        /* a group of one ministage and a plan of one pipeline are the plain form */
+        int shared = 0;
+        for (int q = 0; q < S && st->group; q++)
+            shared |= q != s && ap->stages[q].group == st->group;
+        ps->group = shared ? st->group : 0;
+        ps->pipe = npipes > 1 ? st->pipe : 0;
+        ps->npipes = npipes > 1 ? npipes : 0;
+        ps->pipe_microbatches = npipes > 1 ? st->pipe_microbatches : 0;
+        ps->offload = ap->offload;
+        /* the submesh of the first part (the whole stage when it has one) */
+        int dev = st->nparts > 1 ? st->parts[0].devices : st->dp * st->tp;
         ps->sub.m = dev > m->per_node ? m->per_node : dev;
         ps->sub.n = dev > m->per_node ? dev / m->per_node : 1;
         ps->dp = st->dp;
@@ -605,9 +623,10 @@ void alt_plan_print(FILE *f, const AltContext *x, const AltPlan *p)
 }
 
 /* The runnable rule of docs/STAGES.md (after issue 9): one pipeline of
- * single-mesh stages, PP + DP + Megatron TP per stage, full recompute, one
- * uniform microbatch whose rows each stage's dp divides; no ZeRO (refused),
- * no offload, no DP group spanning device types, no separate pipelines. */
+ * single-mesh stages, PP + DP + Megatron TP per stage, ZeRO-1/2 over the
+ * stage's DP group, full recompute, one uniform microbatch whose rows each
+ * stage's dp divides; no offload, no DP group spanning device types, no
+ * separate pipelines.  hetc compile refuses the rest by name (compile_plan.c). */
 /* 1 when fine layers [a, b] hold a whole repeated block (what TP shards:
  * the partition finds attention / MLP patterns only inside blocks). */
 static int holds_block(const AltContext *x, int a, int b)
@@ -637,17 +656,19 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
     }
     (void)tp;   /* TP and full recompute compile since issue 9 */
     (void)rec;
-    if (tp_noblock)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "TP on a stage without a whole block "
-                              "(embedding or head alone); ");
+    /* TP on a stage without a whole block (the embedding or head alone) runs
+     * since issue 18: vocabulary-parallel where tp_shard finds the pattern,
+     * else replicated on every TP rank (passes/partition.c) */
+    (void)tp_noblock;
     if (pipes)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "layer-wise all-reduce across DP groups "
                               "whose stages do not line up; ");
     if (multi)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "DP groups across device types with "
                               "per-GPU microbatch sizes; ");
-    if (p->zero_stage && n < sizeof buf)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "ZeRO-2; ");
+    /* ZeRO-1/2 run since issue 9, on a DP group of one mesh (even shards) */
+    if (p->zero_stage && multi && n < sizeof buf)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "ZeRO-2 on an uneven DP group; ");
     if (p->offload && n < sizeof buf)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "CPU offload of ministages; ");
     if (n && n < sizeof buf) {

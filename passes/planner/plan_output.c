@@ -262,6 +262,8 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
     jw_close(&w, ']');
     jw_close(&w, '}');
 
+    if (info && info->planner)
+        KSTR(&w, "planner", info->planner);
     KSTR(&w, "schedule", schedule_name(p->schedule));
     KINT(&w, "microbatches", p->microbatches);
     if (info && info->global_batch > 0)
@@ -349,6 +351,31 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
         KNUM(&w, "c_next", st->c_next);
         KNUM(&w, "mem_pred_bytes", st->mem_pred);
         KNUM(&w, "mem_capacity_bytes", d ? d->mem_bytes : 0);
+        /* issue 18: a seed planner's forms (absent in plans the binaries run) */
+        if (st->nparts > 1) {
+            jw_key(&w, "parts");
+            jw_open(&w, '[');
+            for (int j = 0; j < st->nparts && j < PLAN_MAX_PARTS; j++) {
+                jw_open(&w, '{');
+                KSTR(&w, "mesh", mesh_name(c, st->parts[j].mesh));
+                KINT(&w, "devices", st->parts[j].devices);
+                KNUM(&w, "share", st->parts[j].share);
+                jw_close(&w, '}');
+            }
+            jw_close(&w, ']');
+        }
+        if (st->group > 0)
+            KINT(&w, "group", st->group);
+        if (st->pipe > 0) {
+            KINT(&w, "pipe", st->pipe);
+            KINT(&w, "pipes", st->npipes);
+            KINT(&w, "pipe_microbatches", st->pipe_microbatches);
+        }
+        if (st->offload) {
+            jw_key(&w, "offload");
+            jw_pre(&w);
+            fputs("true", f);
+        }
         jw_close(&w, '}');
     }
     jw_close(&w, ']');
@@ -468,6 +495,19 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
             fprintf(f, "note: stage %d: c = %.3f ms > t_max = %.3f ms, which Eq. 2 excludes; "
                     "delta = ceil(1 + 2c/t_max) = %d (Eq. 11's form)\n",
                     s, st->c_next * 1e3, p->t_max * 1e3, st->delta);
+        if (st->nparts > 1) {
+            fprintf(f, "note: stage %d: one DP group over", s);
+            for (int j = 0; j < st->nparts && j < PLAN_MAX_PARTS; j++)
+                fprintf(f, "%s %d x %s (%.0f%% of the rows)", j ? " +" : "",
+                        st->parts[j].devices, mesh_name(c, st->parts[j].mesh),
+                        100 * st->parts[j].share);
+            fputc('\n', f);
+        }
+        if (st->group > 0 || st->pipe > 0 || st->offload)
+            fprintf(f, "note: stage %d:%s%.0d%s%.0d%s%.0d%s\n", s,
+                    st->group > 0 ? " ministage group " : "", st->group,
+                    st->pipe > 0 ? " pipeline " : "", st->pipe, st->pipe > 0 ? " of " : "",
+                    st->npipes, st->offload ? " parameters and optimizer state offloaded to the host" : "");
     }
     free(rows);
     free(mem);

@@ -18,6 +18,7 @@ typedef struct PlanOutputInfo {
     double iteration_time;      /* predicted iteration time, s (0: the timeline's end,
                                    or the objective when there is no timeline) */
     const CostCounters *counters; /* profiler counters (NULL: omitted) */
+    const char *planner;        /* hetc plan --planner=NAME (NULL: omitted, HAPT) */
 } PlanOutputInfo;
 
 /* η of Eq. 25 over every device of the cluster (devices no stage uses

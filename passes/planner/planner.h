@@ -123,6 +123,14 @@ typedef enum ScheduleKind {
 const char *schedule_name(ScheduleKind k);
 int schedule_from_name(const char *s); /* -1 if unknown */
 
+/* One mesh's part of a stage whose DP group spans meshes (issue 18): its
+ * devices and the share of each microbatch's rows they take. */
+#define PLAN_MAX_PARTS 8
+typedef struct PlanPart {
+    int mesh, devices;
+    double share;
+} PlanPart;
+
 typedef struct PlanStage {
     int first_layer, last_layer;  /* 1-based inclusive */
     int mesh;                     /* mesh index in the cluster */
@@ -135,6 +143,14 @@ typedef struct PlanStage {
     int delta_beyond_paper;       /* 1 when c_i > t_max and Eq. 11's form was used */
     double mem_pred;              /* predicted peak bytes per device */
     int zero, recompute;          /* (issue 9) ZeRO stage, RECOMPUTE_* of cost_model.h */
+    /* Issue 18: forms a seed planner (hetc plan --planner=NAME) chooses that plan.json
+     * records for the compiler to refuse by name (docs/PLAN_FORMAT.md); HAPT sets none. */
+    int nparts;                   /* > 1: one DP group over several meshes, parts[] */
+    PlanPart parts[PLAN_MAX_PARTS];
+    int group;                    /* > 0: ministages of one group share their devices (Zorse) */
+    int pipe, npipes;             /* pipe > 0: pipeline `pipe` of npipes (AutoHet's DP groups) */
+    int pipe_microbatches;        /* pipe > 0: the microbatches that pipeline runs */
+    int offload;                  /* 1: parameters + optimizer state on the host (Zorse) */
 } PlanStage;
 
 typedef struct Plan {

@@ -16,11 +16,17 @@
    the blocks (TP = 1), stage 2 the final norm, head and loss under TP = 2:
    embedding and head sharded on different stages.  10 steps == hetc train
    to 1e-5; the checkpoint resumes under the same stages at TP = 1.
+3. (issue 18) gpt_tiny (tied) on three_mesh.yaml with the embedding alone
+   and the head + loss alone under TP = 2: nothing to shard (the tied table
+   is sharded only by a stage holding both ends), so both run replicated on
+   their TP ranks; 20 steps' losses == hetc train to 1e-5 and the printed
+   gradient norms to 5e-5 (a replicated parameter counted once).
 
 usage: test_stages_vocab.py HETC WORKDIR
 """
 import json
 import os
+import re
 
 import stagetest
 from stagetest import StageTest, config_lines, three_stages
@@ -94,7 +100,10 @@ for k in range(2):
     sk = shards_of(os.path.join(out_two, f"stage_{k}"))
     check("wte.weight" not in sk, f"two stages: stage_{k} shards the tied wte.weight")
 
-ref_l = t.reference(STEPS + 1)
+ref_run = t.train(STEPS + 1)
+check(ref_run.returncode == 0, "hetc train failed")
+ref_text = ref_run.stdout
+ref_l = stagetest.losses(ref_text)
 check(len(ref_l) == STEPS + 1, f"hetc train printed {len(ref_l)} steps")
 
 ck = t.path("ckpt")
@@ -103,6 +112,40 @@ t.expect_run(out_one, STEPS, ref_l, "one stage TP 2", "--checkpoint-dir", ck)
 for name, out in (("two stages TP 1", out1), ("two stages TP 2", out_two),
                   ("one stage TP 2", out_one)):
     t.expect_resume(out, ck, t.path("ckpt_" + name.replace(" ", "_")), STEPS + 1, ref_l, name)
+
+# ------------------------------------------- 3. gpt_tiny, tied: embedding alone, head alone
+# (issue 18, item 5) The tied table is sharded only by a stage holding both ends, so
+# the embedding alone and the head + loss alone have nothing tp_shard shards: under
+# TP 2 they run replicated on both TP ranks (a seed planner's TP on such a stage).
+t.cluster = "three_mesh.yaml"
+tplan = t.planned(t.path("planned_three"))
+if tplan is None:
+    t.finish()
+q3 = three_stages(tplan, (2, 1, 2))
+out_rep = t.path("build_replicated_tp2")
+p = t.compile(out_rep, "--plan", save(q3, "plan_replicated_tp2.json"))
+if check(p.returncode == 0, f"hetc compile --plan (embedding alone TP 2, head alone TP 2) "
+         f"exit {p.returncode}"):
+    for k in (0, 2):
+        b = os.path.join(out_rep, f"stage_{k}")
+        tpl = config_lines(b, "tp")  # `tp t_0 .. t_{N-1}`: this stage's degree at k + 1
+        check(tpl and len(tpl[0].split()) == 4 and tpl[0].split()[k + 1] == "2",
+              f"replicated: stage_{k} config {tpl} (want its tp 2)")
+        check(not shards_of(b), f"replicated: stage_{k} shards {shards_of(b)} (nothing to shard)")
+    pr = t.launch(out_rep, STEPS, "--checkpoint-dir", t.path("ckpt_rep"))
+    got, w = t.expect_losses(pr, "embedding alone + head alone TP 2 (replicated)", ref_l,
+                             n=STEPS)
+    # the global gradient norm counts a replicated parameter once (clipping uses it)
+    norms = {int(m.group(1)): float(m.group(2)) for m in re.finditer(
+        r"^step\s+(\d+)/\d+ \|.*?grad norm (\S+)", pr.stdout, re.M)}
+    rnorms = {int(m.group(1)): float(m.group(2)) for m in re.finditer(
+        r"^step\s+(\d+)/\d+ \|.*?grad norm (\S+)", ref_text, re.M)}
+    wn = max((abs(v - rnorms.get(k, 1e30)) / max(abs(rnorms.get(k, 1e30)), 1e-30)
+              for k, v in norms.items()), default=1.0)
+    check(len(norms) == STEPS and wn <= 5e-5, f"replicated TP: {len(norms)} grad norms, "
+          f"max relative difference {wn:.3g} from hetc train's (5e-5: printed 6 digits)")
+    print(f"tied gpt_tiny, embedding alone and head alone under TP 2 (replicated): {STEPS} "
+          f"steps == hetc train to {w:.2g} relative, grad norms to {wn:.2g}", flush=True)
 
 # ---------------------------------------------------------------- 2. LLaMA, untied
 LSTEPS = 10

@@ -1,0 +1,157 @@
+/* Refusing the seed planners' forms the stage binaries lack; see plan_forms.h. */
+#include "plan_forms.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Appends to a fixed buffer; a full buffer ends in "...". */
+typedef struct Msg {
+    char *b;
+    size_t n, cap;
+} Msg;
+
+static void put(Msg *m, const char *fmt, ...)
+{
+    if (m->n + 1 >= m->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(m->b + m->n, m->cap - m->n, fmt, ap);
+    va_end(ap);
+    if (k < 0)
+        return;
+    m->n += (size_t)k;
+    if (m->n >= m->cap) {
+        m->n = m->cap - 1;
+        memcpy(m->b + m->cap - 4, "...", 4);
+    }
+}
+
+static int int_of(const cJSON *o, const char *key, int dflt)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(x) ? (int)x->valuedouble : dflt;
+}
+
+/* The stages (other than s) of group g, as "stage 0, 3". */
+static void group_mates(Msg *m, const cJSON *stages, int s, int g)
+{
+    int k = 0, first = 1;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, stages) {
+        if (k != s && int_of(o, "group", 0) == g) {
+            put(m, "%s%d", first ? "" : ", ", k);
+            first = 0;
+        }
+        k++;
+    }
+}
+
+int plan_forms_check(const cJSON *root, const char *path, IrError *err)
+{
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(root, "stages");
+    char buf[sizeof err->msg - 64];
+    Msg m = {buf, 0, sizeof buf};
+    buf[0] = 0;
+    int bad = 0, s = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, stages) {
+        const cJSON *parts = cJSON_GetObjectItemCaseSensitive(o, "parts");
+        const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
+        int np = cJSON_IsArray(parts) ? cJSON_GetArraySize(parts) : 0;
+        int group = int_of(o, "group", 0), pipe = int_of(o, "pipe", 0);
+        /* anything but absent / false / null asks for offload: compiling a plan
+         * that asked for it without it would be a silent change of plan */
+        int zero = int_of(o, "zero", 0);
+        int offload = off && !cJSON_IsFalse(off) && !cJSON_IsNull(off) &&
+                      !(cJSON_IsNumber(off) && off->valuedouble == 0);
+        if (np < 2 && group <= 0 && pipe <= 0 && !offload) {
+            s++;
+            continue;
+        }
+        size_t mark = m.n;
+        const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layers");
+        put(&m, "%sstage %d (layers %d-%d) needs ", bad ? "; " : "", s,
+            (int)cJSON_GetArrayItem(ly, 0)->valuedouble,
+            (int)cJSON_GetArrayItem(ly, 1)->valuedouble);
+        int forms = 0;
+        if (np >= 2) {
+            put(&m, "heterogeneous data parallelism (one DP group over");
+            const cJSON *pt;
+            int j = 0;
+            cJSON_ArrayForEach(pt, parts) {
+                const cJSON *me = cJSON_GetObjectItemCaseSensitive(pt, "mesh");
+                const cJSON *sh = cJSON_GetObjectItemCaseSensitive(pt, "share");
+                put(&m, "%s %d x %s taking %.0f%% of each microbatch's rows", j++ ? " +" : "",
+                    int_of(pt, "devices", 0), cJSON_IsString(me) ? me->valuestring : "?",
+                    cJSON_IsNumber(sh) ? 100 * sh->valuedouble : 0.0);
+            }
+            put(&m, ")");
+            forms++;
+            if (zero > 0) {
+                put(&m, ", ZeRO-%d on that uneven DP group", zero);
+                forms++;
+            }
+        }
+        if (offload) {
+            put(&m, "%sCPU offload of its parameters and optimizer state (streamed per "
+                "ministage)", forms++ ? ", " : "");
+        }
+        if (group > 0) {
+            put(&m, "%sministages sharing devices (group %d with stage ", forms++ ? ", " : "",
+                group);
+            group_mates(&m, stages, s, group);
+            put(&m, ")");
+        }
+        (void)pipe; /* said once for the whole plan, below */
+        bad += forms > 0;
+        if (!forms)
+            m.n = mark; /* only its pipeline: the plan-wide sentence says it */
+        m.b[m.n] = 0;
+        s++;
+    }
+    int npipes = 0;
+    cJSON_ArrayForEach(o, stages) {
+        int p = int_of(o, "pipe", 0);
+        npipes = p > npipes ? p : npipes;
+    }
+    if (npipes > 1) {
+        /* AutoHet's DP groups: say where each pipeline cuts the model */
+        put(&m, "%sthe plan is %d pipelines, each a whole copy of the model with its own stage "
+            "boundaries (", bad ? "; " : "", npipes);
+        for (int q = 1; q <= npipes; q++) {
+            int k = 0, first = -1, last = -1, lay = 0;
+            put(&m, "%spipeline %d: stages ", q > 1 ? ", " : "", q);
+            cJSON_ArrayForEach(o, stages) {
+                if (int_of(o, "pipe", 0) == q) {
+                    first = first < 0 ? k : first;
+                    last = k;
+                }
+                k++;
+            }
+            put(&m, "%d-%d, layers", first, last);
+            k = 0;
+            cJSON_ArrayForEach(o, stages) {
+                if (int_of(o, "pipe", 0) == q) {
+                    const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layers");
+                    put(&m, "%s%d-%d", lay++ ? " | " : " ",
+                        (int)cJSON_GetArrayItem(ly, 0)->valuedouble,
+                        (int)cJSON_GetArrayItem(ly, 1)->valuedouble);
+                }
+                k++;
+            }
+        }
+        put(&m, "): the stage binaries run one pipeline; several need each layer's gradients "
+            "all-reduced among the pipelines' ranks that hold it, across stages that do not "
+            "line up");
+        bad++;
+    }
+    if (!bad)
+        return 0;
+    const cJSON *pl = cJSON_GetObjectItemCaseSensitive(root, "planner");
+    return ir_errorf(err, "%s: %s%s%sthe stage binaries do not run this plan: %s", path,
+                     cJSON_IsString(pl) ? "(planner " : "",
+                     cJSON_IsString(pl) ? pl->valuestring : "", cJSON_IsString(pl) ? ") " : "",
+                     buf);
+}

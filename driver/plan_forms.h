@@ -1,0 +1,20 @@
+/* The parallel forms a seed planner's plan.json may record that the stage
+ * binaries do not run yet (issue 18; docs/PLAN_FORMAT.md, "Seed planners'
+ * forms"): a DP group over several meshes with per-mesh row shares ("parts",
+ * Zorse, Metis's heterogeneous DP), ZeRO over such an uneven group, ministages
+ * sharing devices ("group", Zorse), CPU offload ("offload", Zorse) and several
+ * pipelines with their own stage boundaries ("pipe", AutoHet's DP groups).
+ * hetc compile --plan refuses such a plan before anything else is read, with
+ * one message naming every such stage, its layers and the forms it needs. */
+#ifndef HETC_PLAN_FORMS_H
+#define HETC_PLAN_FORMS_H
+
+#include <cjson/cJSON.h>
+
+#include "ir.h"
+
+/* 0 when no stage of root (a plan.json checked by plan_json_check) needs such a
+ * form; else -1 and err names path, the stages and the forms. */
+int plan_forms_check(const cJSON *root, const char *path, IrError *err);
+
+#endif

@@ -1,0 +1,186 @@
+"""Every seed planner's plan through the stage binaries (issue 18, item 7).
+
+For each planner of `hetc plan --planner=NAME` (hapt uniform coarse
+coarse-blocks metis metis-mem zorse autohet heteroauto) on
+examples/clusters/tiny_hetero.yaml with examples/gpt_tiny.onnx (the stage
+tests' batch shape: seq 64, microbatch 4, global batch 16):
+
+- hetc plan writes plan.json (a plan the binaries cannot run too: it records
+  the forms it needs, docs/PLAN_FORMAT.md);
+- `hetc --plan plan.json` either compiles it, and then launch.sh's 10 steps
+  equal `hetc train` on the same global batch and microbatching (the plan's
+  rows per microbatch = global_batch / microbatches, accum = microbatches)
+  to 1e-5 relative; or refuses it, and then the plan records a form the
+  binaries lack and the refusal names every such stage and each form it
+  needs.  Which forms a stage needs is read from plan.json's keys ("parts",
+  "zero" on such a stage, "offload", "group", "pipe"; a "dp" that does not
+  divide the rows of a microbatch: uneven per-rank rows), not from the
+  message.
+  A plan that records no such form must compile; one that does must be
+  refused.
+
+The same on examples/clusters/three_mesh.yaml (16 devices, three device
+types), where the planners choose the other forms: TP on the embedding or
+the head alone (tied gpt_tiny: nothing to shard, run replicated), several
+pipelines with their own boundaries (autohet), offload on single-mesh stages
+(zorse).  Every compiled run's printed gradient norms must equal hetc
+train's to 5e-5 (6 printed digits) too.
+
+Prints one line per planner (compiled + max relative difference, or the
+refusal); docs/COMPARISON.md's "runs today" table is that summary.
+
+usage: test_stages_planners.py HETC WORKDIR
+"""
+import json
+import os
+import re
+
+from stagetest import StageTest, losses, worst_rel, CLUSTERS, MODEL
+
+PLANNERS = ["hapt", "uniform", "coarse", "coarse-blocks", "metis", "metis-mem", "zorse",
+            "autohet", "heteroauto"]
+CASES = [(c, p) for c in ("tiny_hetero.yaml", "three_mesh.yaml") for p in PLANNERS]
+STEPS = 10
+t = StageTest("tiny_hetero.yaml", horizon=STEPS)
+check = t.check
+
+
+def plan_with(planner, cluster, out):
+    """hetc plan --planner=NAME into out: plan.json as a dict, or None."""
+    p = t.run([t.hetc, "plan", MODEL, os.path.join(CLUSTERS, cluster), "--seq", str(t.seq),
+               "--microbatch", str(t.mb), "--global-batch", str(t.gb), "--planner=" + planner,
+               "-o", out])
+    if not check(p.returncode == 0, f"{cluster} {planner}: hetc plan exit {p.returncode}"):
+        return None
+    path = os.path.join(out, "plan.json")
+    if not check(os.path.exists(path), f"{cluster} {planner}: hetc plan wrote no plan.json"):
+        return None
+    return json.load(open(path))
+
+
+def forms_of(plan):
+    """stage index -> the words its refusal must hold, from plan.json's keys;
+    plus the plan-wide words (several pipelines)."""
+    need, whole = {}, []
+    meshes = {}
+    for k, s in enumerate(plan["stages"]):
+        w = []
+        if len(s.get("parts", [])) > 1:
+            w.append("heterogeneous data parallelism")
+            w += [f"{q['devices']} x {q['mesh']}" for q in s["parts"]]
+            if s.get("zero", 0):
+                w.append(f"ZeRO-{s['zero']} on that uneven DP group")
+        if s.get("offload"):
+            w.append("CPU offload")
+        if s.get("group", 0) > 0:
+            w.append("ministages sharing devices")
+        if w:
+            need[k] = w
+        if s.get("pipe", 0) > 0:
+            meshes[s["pipe"]] = 1
+    if len(meshes) > 1:
+        whole = [f"{len(meshes)} pipelines", "own stage boundaries", "all-reduced"]
+    return need, whole
+
+
+def uneven_rows(plan):
+    """The first stage whose dp does not divide a microbatch's rows (the binaries
+    split rows evenly), or None."""
+    rows = plan["global_batch"] // plan["microbatches"]
+    return next((k for k, s in enumerate(plan["stages"]) if rows % s["dp"]), None)
+
+
+def refusal_names_forms(label, err, plan):
+    need, whole = forms_of(plan)
+    if not need and not whole and uneven_rows(plan) is not None:
+        k = uneven_rows(plan)
+        dp = plan["stages"][k]["dp"]
+        for wd in (f'stages[{k}]."dp" {dp} does not divide', "uneven per-rank rows"):
+            check(wd in err, f"{label}: the refusal does not name {wd!r}: {err.strip()[-400:]}")
+        return
+    check(bool(need or whole), f"{label}: refused though plan.json records no form the "
+          f"binaries lack: {err.strip()[-400:]}")
+    for k, words in need.items():
+        s = plan["stages"][k]
+        head = f"stage {k} (layers {s['layers'][0]}-{s['layers'][1]}) needs"
+        check(head in err, f"{label}: the refusal does not name {head!r}: {err.strip()[-400:]}")
+        for wd in words:
+            check(wd in err, f"{label}: the refusal of stage {k} does not name {wd!r}")
+    for wd in whole:
+        check(wd in err, f"{label}: the refusal does not name {wd!r}: {err.strip()[-400:]}")
+    return sorted(need), bool(whole)
+
+
+def grad_norms(text):
+    return {int(m.group(1)): float(m.group(2)) for m in
+            re.finditer(r"^step\s+(\d+)/\d+ \|.*?grad norm (\S+)", text, re.M)}
+
+
+refs = {}
+summary = []
+for cluster, name in CASES:
+    label = f"{cluster} {name}"
+    tag = f"{cluster.split('.')[0]}_{name}"
+    plan = plan_with(name, cluster, t.path("plan_" + tag))
+    if plan is None:
+        summary.append((cluster, name, "no plan.json"))
+        continue
+    rows = plan["global_batch"] // plan["microbatches"]
+    B = plan["microbatches"]
+    check(plan["global_batch"] == t.gb, f"{label}: plan.json global_batch {plan['global_batch']}")
+    out = t.path("build_" + tag)
+    p = t.compile(out, "--plan", os.path.join(t.path("plan_" + tag), "plan.json"),
+                  cluster=cluster, mb=rows, quiet=True)
+    need, whole = forms_of(plan)
+    shape = " | ".join(f"{s['layers'][0]}-{s['layers'][1]} {s['mesh']} dp{s['dp']} tp{s['tp']}"
+                       + (f" z{s['zero']}" if s.get("zero") else "") for s in plan["stages"])
+    if p.returncode:
+        err = p.stderr
+        print(err.strip()[-1500:], flush=True)
+        check(p.returncode in (1, 2) and "Traceback" not in err,
+              f"{label}: refusal exit {p.returncode}")
+        refusal_names_forms(label, err, plan)
+        summary.append((cluster, name, f"refused ({shape}): " + err.strip().splitlines()[-1][-600:]))
+        continue
+    check(not need and not whole and uneven_rows(plan) is None,
+          f"{label}: compiled a plan recording forms the binaries lack ({need}, {whole}, "
+          f"uneven rows at stage {uneven_rows(plan)})")
+    if (rows, B) not in refs:
+        r = t.train(STEPS, mb=rows, accum=B)
+        check(r.returncode == 0, f"hetc train --microbatch {rows} --accum {B} failed")
+        refs[(rows, B)] = (losses(r.stdout), grad_norms(r.stdout))
+    ref, rnorm = refs[(rows, B)]
+    pr = t.launch(out, STEPS, "--checkpoint-dir", t.path("ckpt_" + tag))
+    got, w = t.expect_losses(pr, label, ref, n=STEPS)
+    # the printed global gradient norms too (6 digits): replicated parameters of TP
+    # stages count once, the clipping hetc train applies is the same
+    norms = grad_norms(pr.stdout)
+    wn = max((abs(v - rnorm.get(k, 1e30)) / max(abs(rnorm.get(k, 1e30)), 1e-30)
+              for k, v in norms.items()), default=1.0)
+    check(len(norms) == STEPS and wn <= 5e-5, f"{label}: {len(norms)} grad norms, max relative "
+          f"difference {wn:.3g} from hetc train's")
+    print(f"{label}: {STEPS} steps == hetc train to {w:.2g} relative, grad norms to {wn:.2g}",
+          flush=True)
+    summary.append((cluster, name, f"compiled ({shape}; {B} microbatches x {rows} rows): "
+                    f"{STEPS} steps == hetc train to {w:.2g} relative, grad norms to {wn:.2g}"))
+
+# ministages sharing devices (Zorse's round-robin; gpt_tiny's plans have one
+# ministage a group): a hand-edited plan.json whose two stages share group 1
+zp = t.path("plan_tiny_hetero_uniform", "plan.json")
+if os.path.exists(zp):
+    q = json.load(open(zp))
+    for st in q["stages"]:
+        st["group"] = 1
+    path = t.path("plan_grouped.json")
+    json.dump(q, open(path, "w"), indent=1)
+    rows = q["global_batch"] // q["microbatches"]
+    p = t.compile(t.path("build_grouped"), "--plan", path, mb=rows, quiet=True)
+    if check(p.returncode != 0, "a plan with ministages sharing devices compiled"):
+        refusal_names_forms("grouped", p.stderr, q)
+        check("group 1 with stage 1" in p.stderr, f"grouped: stage 0's mate not named: "
+              f"{p.stderr.strip()[-300:]}")
+
+print("\ngpt_tiny (seq 64, global batch 16):")
+for cluster, name, what in summary:
+    print(f"  {cluster:17s} {name:14s} {what}")
+t.finish()
