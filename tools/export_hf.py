@@ -107,6 +107,9 @@ SEEDS = {name: 1000 + i for i, name in enumerate(FAMILIES)}
 
 import torch  # noqa: E402  (the configs above are readable without torch)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_reference  # noqa: E402  (the llm.c batching and tie groups of the other references)
+
 
 class WithMaskInputs(torch.nn.Module):
     """optimum's text-generation signature: input_ids, attention_mask,
@@ -295,17 +298,11 @@ def ort_vs_ref(path, ref):
 
 
 def llmc_batches(steps):
+    """llm.c batches of examples/tiny_corpus.bin, as tools/torch_reference.py reads them."""
     raw = np.fromfile(CORPUS, dtype=np.uint8)
     head = raw[:1024].view(np.int32)
     toks = raw[1024:].view(np.uint16)[: head[2]].astype(np.int64)
-    n = (len(toks) - 1) // (B * T)
-    xs, ys = [], []
-    for k in range(steps):
-        off = (k % n) * B * T
-        buf = toks[off: off + B * T + 1]
-        xs.append(buf[:-1].reshape(B, T))
-        ys.append(buf[1:].reshape(B, T))
-    return np.stack(xs), np.stack(ys)
+    return torch_reference.llmc_batches(toks, steps, B, T)
 
 
 def references(model, family, init):
@@ -343,29 +340,6 @@ def references(model, family, init):
     out["traj_loss"] = np.array(losses)
     out["traj_grad_norm"] = np.array(norms)
     return out
-
-
-def tied_groups(model):
-    """state_dict keys that alias one parameter: [[named_parameters name, alias...]]."""
-    by_ptr = {}
-    for k, v in model.state_dict(keep_vars=True).items():
-        if isinstance(v, torch.nn.Parameter):
-            by_ptr.setdefault(v.data_ptr(), []).append(k)
-    named = {n for n, _ in model.named_parameters()}
-    return [sorted(keys, key=lambda k: k not in named) for keys in by_ptr.values()
-            if len(keys) > 1]
-
-
-def same_params(model, ref):
-    """The model build() made now has the weights ref.npz was made from."""
-    named = dict(model.named_parameters())
-    stored = {k[6:] for k in ref if k.startswith("param/")}
-    if stored != set(named):
-        return "parameter names differ"
-    for k in stored:
-        if not np.array_equal(named[k].detach().float().numpy(), ref["param/" + k]):
-            return "%s differs" % k
-    return None
 
 
 def test_models(families, exporters, optimum_python=None, keep_refs=False):
@@ -440,7 +414,7 @@ def test_models(families, exporters, optimum_python=None, keep_refs=False):
                           batch=B, seq=T, steps=STEPS, lr=LR, betas=list(BETAS), eps=EPS,
                           weight_decay=WD, clip=CLIP, lr_schedule="constant",
                           data="examples/tiny_corpus.bin", opset=OPSET, exports=exports,
-                          tied=tied_groups(model),
+                          tied=torch_reference.tied_groups(model),
                           torch=torch.__version__, transformers=transformers.__version__)
             if opt_versions:
                 hp["optimum_env"] = opt_versions
