@@ -41,9 +41,7 @@ int compile_opts_parse_one(CompileOpts *o, int argc, char **argv, int *i) {
         }
         memcpy(o->bind_names[o->nbinds], v, len);
         o->bind_names[o->nbinds][len] = '\0';
-        o->binds[o->nbinds].name = o->bind_names[o->nbinds];
-        o->binds[o->nbinds].value = val;
-        o->nbinds++;
+        o->bind_values[o->nbinds++] = val;
         return 1;
     }
     if ((r = cli_opt(argc, argv, i, "--bind-input", &v)) != 0) {
@@ -144,8 +142,8 @@ IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int n
     io.seq = o->seq;
     HetcDimBinding all[2 * CLI_MAX_BINDS + 64];
     int n = 0;
-    for (int i = 0; i < o->nbinds; i++) /* o may be a copy: its own names */
-        all[n++] = (HetcDimBinding){o->bind_names[i], o->binds[i].value};
+    for (int i = 0; i < o->nbinds; i++)
+        all[n++] = (HetcDimBinding){o->bind_names[i], o->bind_values[i]};
     for (int i = 0; i < nextra && n < (int)(sizeof all / sizeof all[0]); i++) all[n++] = extra[i];
     io.bindings = all;
     io.nbindings = n;

@@ -12,8 +12,10 @@
 typedef struct CompileOpts {
     const char *model;
     int64_t batch, seq;
-    HetcDimBinding binds[CLI_MAX_BINDS];
-    char bind_names[CLI_MAX_BINDS][128]; /* binds[i]'s name, copied with the struct */
+    /* --bind NAME=N: the names are held here, not as pointers, so a copy of
+     * the options (hetc compile imports with copies) is self-contained */
+    char bind_names[CLI_MAX_BINDS][128];
+    int64_t bind_values[CLI_MAX_BINDS];
     int nbinds;
     const char *passes;      /* NULL: the default pipeline */
     const char *dump_after;  /* NULL, "all" or pass names */
