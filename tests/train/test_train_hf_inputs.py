@@ -22,6 +22,8 @@ import numpy as np
 
 HETC, SRC = sys.argv[1], sys.argv[2]
 HF = os.path.join(SRC, "tests", "hf")
+sys.path.insert(0, HF)
+import test_hf as hf  # noqa: E402  (the HF harness: one train command line for both)
 RTOL = 1e-4
 STEP = re.compile(r"step\s+\d+/\d+ \| loss (\S+) \| grad norm (\S+)")
 failures = []
@@ -35,14 +37,11 @@ def check(cond, what):
 
 
 def train(path, hp, batch=None):
-    cmd = [HETC, "train", path, "--data", os.path.join(SRC, hp["data"]), "--steps",
-           str(hp["steps"]), "--microbatch", str(batch or hp["batch"]), "--seq", str(hp["seq"]),
-           "--optimizer", "adamw", "--lr", repr(hp["lr"]), "--beta1", repr(hp["betas"][0]),
-           "--beta2", repr(hp["betas"][1]), "--adam-eps", repr(hp["eps"]),
-           "--weight-decay", repr(hp["weight_decay"]), "--clip", repr(hp["clip"]),
-           "--lr-schedule", hp["lr_schedule"], "--no-checkpoint"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    """hetc train with the reference's hyper-parameters (tests/hf/test_hf.py's
+    command line), batch rows per step."""
+    hp = dict(hp, batch=batch or hp["batch"])
+    return subprocess.run(hf.train_cmd(HETC, path, hp), capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
 
 
 def trajectory(name, p, ref, hp):
