@@ -2,6 +2,8 @@
  * floats accumulate in double so results match numpy's pairwise sums to
  * well inside 1e-5 relative. */
 #include "hk.h"
+#include "hk_parallel.h"
+#include "hk_vmath.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -105,6 +107,39 @@ static void around(int rank, const int64_t *dims, int axis, int64_t *outer, int6
     *inner = hk_numel(rank - axis - 1, dims + axis + 1);
 }
 
+/* f32 softmax rows (the [outer, inner] grid) in parallel, exp from
+ * hk_vmath.h; the sum of each row stays sequential in double */
+typedef struct SmJob {
+    const float *x;
+    float *y;
+    int64_t n, inner;
+    int want_log;
+} SmJob;
+
+HK_VECTOR_CLONES
+static void softmax_f32_rows(void *c, int64_t lo, int64_t hi) {
+    const SmJob *j = c;
+    const float *x = j->x;
+    float *y = j->y;
+    int64_t n = j->n, inner = j->inner;
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t b = (r / inner) * n * inner + r % inner;
+        double m = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double v = x[b + i * inner];
+            if (v > m) m = v;
+        }
+        for (int64_t i = 0; i < n; i++) sum += hk_exp_d(x[b + i * inner] - m);
+        if (j->want_log) {
+            double ls = m + log(sum);
+            for (int64_t i = 0; i < n; i++) y[b + i * inner] = (float)(x[b + i * inner] - ls);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                y[b + i * inner] = (float)(hk_exp_d(x[b + i * inner] - m) / sum);
+        }
+    }
+}
+
 int hk_softmax(HkDType dt, const void *x, int rank, const int64_t *dims, int axis, int want_log,
                void *y, char *err) {
     if (dt != HK_F32 && dt != HK_F64) {
@@ -117,6 +152,11 @@ int hk_softmax(HkDType dt, const void *x, int rank, const int64_t *dims, int axi
     }
     int64_t outer, n, inner;
     around(rank, dims, axis, &outer, &n, &inner);
+    if (dt == HK_F32) {
+        SmJob job = {x, y, n, inner, want_log};
+        hk_parallel_for(outer * inner, hk_row_grain(n), softmax_f32_rows, &job);
+        return 0;
+    }
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < inner; j++) {
             int64_t b = o * n * inner + j;
