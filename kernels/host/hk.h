@@ -130,6 +130,14 @@ typedef enum HkRedOp { HK_RSUM, HK_RMEAN, HK_RMAX } HkRedOp;
  * Floats accumulate in double.  Max of an empty set is -inf (ints: min). */
 int hk_reduce(HkRedOp op, HkDType dt, const void *x, int rank, const int64_t *dims,
               const int *reduce, void *y, char *err);
+/* x (f32) viewed as [O, R, I]: acc[o*I + i] += sum over r of x[o, r, i],
+ * each output summed in r order (so the result does not depend on the
+ * thread count); outputs split across threads. */
+void hk_sum_mid_f32(const float *x, int64_t outer, int64_t red, int64_t inner, double *acc);
+/* The [O, R, I] view of a shape whose reduced (non-unit) axes are
+ * adjacent; 0 if they are not. */
+int hk_mid_block(int rank, const int64_t *dims, const int *reduce, int64_t *outer,
+                 int64_t *red, int64_t *inner);
 /* softmax / log-softmax along axis, max-subtracted; f32 f64. */
 int hk_softmax(HkDType dt, const void *x, int rank, const int64_t *dims, int axis, int log,
                void *y, char *err);
