@@ -62,6 +62,9 @@ typedef struct HkIter {
 void hk_iter_init(HkIter *it, int rank, const int64_t *dims, int nops,
                   const int64_t (*strides)[HK_MAX_RANK], const int64_t *base);
 int hk_iter_next(HkIter *it, int64_t *off);
+/* Position the iterator at row `row` (0 <= row < rows): the next
+ * hk_iter_next returns that row. */
+void hk_iter_seek(HkIter *it, int64_t row);
 
 /* Contiguous strides of a shape, in elements. */
 void hk_contig_strides(int rank, const int64_t *dims, int64_t *strides);
