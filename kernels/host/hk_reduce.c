@@ -214,7 +214,7 @@ static void softmax_f32_rows(void *c, int64_t lo, int64_t hi) {
             double v = x[b + i * inner];
             if (v > m) m = v;
         }
-        for (int64_t i = 0; i < n; i++) sum += hk_exp_d(x[b + i * inner] - m);
+        sum = hk_sum_exp_f32(x + b, inner, n, m);
         if (j->want_log) {
             double ls = m + log(sum);
             for (int64_t i = 0; i < n; i++) y[b + i * inner] = (float)(x[b + i * inner] - ls);

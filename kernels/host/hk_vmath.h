@@ -116,6 +116,21 @@ static inline double hk_gelu_tanh_grad_d(double x) {
     return 0.5 * p + 0.5 * x * (p * m) * HK_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+/* sum over j < n of e^(x[j*stride] - m), added in j order (so it equals
+ * the plain loop bit for bit); the exps are computed a block at a time
+ * into a buffer so that part vectorizes -- an in-order double sum cannot. */
+#define HK_SUMEXP_BLOCK 64
+static inline double hk_sum_exp_f32(const float *x, int64_t stride, int64_t n, double m) {
+    double buf[HK_SUMEXP_BLOCK], s = 0;
+    for (int64_t j = 0; j < n; j += HK_SUMEXP_BLOCK) {
+        int64_t len = n - j < HK_SUMEXP_BLOCK ? n - j : HK_SUMEXP_BLOCK;
+        const float *xj = x + j * stride;
+        for (int64_t k = 0; k < len; k++) buf[k] = hk_exp_d((double)xj[k * stride] - m);
+        for (int64_t k = 0; k < len; k++) s += buf[k];
+    }
+    return s;
+}
+
 /* Functions holding a hot loop get one clone per vector ISA, picked at
  * load time (GCC ifunc on glibc), so a generic build still runs AVX2 or
  * AVX-512 loops where the CPU has them. */

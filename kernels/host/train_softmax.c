@@ -91,10 +91,7 @@ static double row_lse(const float *row, int64_t V)
             mx = row[j];
     if (mx == -INFINITY)
         return mx; /* all -inf: exp sum is 0 */
-    double s = 0;
-    for (int64_t j = 0; j < V; j++)
-        s += hk_exp_d((double)row[j] - mx);
-    return mx + log(s);
+    return mx + log(hk_sum_exp_f32(row, 1, V, mx));
 }
 
 typedef struct LseJob {
@@ -254,9 +251,7 @@ int hk_vocab_ce_stats_f32(const float *logits, HkDType tdt, const void *targets,
         return -1;
     for (int64_t i = 0; i < N; i++) {
         const float *row = logits + i * Vl;
-        double s = 0, m = rowmax[i];
-        for (int64_t j = 0; j < Vl; j++)
-            s += hk_exp_d((double)row[j] - m);
+        double m = rowmax[i], s = hk_sum_exp_f32(row, 1, Vl, m);
         int64_t t = 0;
         target_at(tdt, targets, i, &t);
         int own = !(use_ignore && t == ignore_index) && t >= start && t < start + Vl;
