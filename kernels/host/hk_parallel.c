@@ -21,23 +21,32 @@
 #define HK_MAX_THREADS 256
 #define SPIN_ITERS 20000 /* ~10-50 us of polling before a worker sleeps */
 
-typedef struct Pool {
-    int nthreads; /* caller included */
-    int started;  /* workers running (under lock) */
-    pthread_mutex_t busy; /* held by the caller running a job */
-    pthread_mutex_t lock; /* guards gen / the cond vars */
-    pthread_cond_t wake, done;
-    atomic_ulong gen; /* bumped per job */
-    /* the current job */
+/* One job, on the caller's stack.  Workers find it through pool.job and
+ * announce themselves in pool.refs before reading it, so the caller only
+ * ever waits for workers that are running its chunks -- never for one that
+ * is still asleep or descheduled (under load, or with several ranks on a
+ * host, that could cost a scheduler time slice per call). */
+typedef struct Job {
     HkRangeFn fn;
     void *ctx;
     int64_t n, grain, nchunks;
-    atomic_llong next;  /* next chunk to take */
-    atomic_int pending; /* workers still inside this job */
+    atomic_llong next; /* next chunk to take */
+    atomic_llong done; /* chunks finished */
+} Job;
+
+typedef struct Pool {
+    int nthreads; /* caller included */
+    pthread_mutex_t busy; /* held by the caller running a job */
+    pthread_mutex_t lock; /* guards the sleeps on the cond vars */
+    pthread_cond_t wake, done;
+    atomic_ulong gen;        /* bumped per job */
+    _Atomic(Job *) job;      /* the job being run, NULL between jobs */
+    atomic_int refs;         /* workers that may be reading *job */
+    atomic_int caller_sleeps; /* the caller waits on `done` */
 } Pool;
 
 static Pool pool;
-static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT, start_once = PTHREAD_ONCE_INIT;
 
 static int env_threads(void) {
     const char *s = getenv("HETC_THREADS");
@@ -63,12 +72,18 @@ static void pool_init(void) {
     pthread_cond_init(&pool.done, NULL);
 }
 
-static void run_chunks(void) {
+static void run_chunks(Job *j, int worker) {
     for (;;) {
-        int64_t k = atomic_fetch_add(&pool.next, 1);
-        if (k >= pool.nchunks) return;
-        int64_t b = k * pool.grain, e = b + pool.grain;
-        pool.fn(pool.ctx, b, e < pool.n ? e : pool.n);
+        int64_t k = atomic_fetch_add(&j->next, 1);
+        if (k >= j->nchunks) return;
+        int64_t b = k * j->grain, e = b + j->grain;
+        j->fn(j->ctx, b, e < j->n ? e : j->n);
+        if (atomic_fetch_add(&j->done, 1) + 1 == j->nchunks && worker &&
+            atomic_load(&pool.caller_sleeps)) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
     }
 }
 
@@ -85,12 +100,10 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&pool.lock);
         }
         seen = g;
-        run_chunks();
-        if (atomic_fetch_sub(&pool.pending, 1) == 1) {
-            pthread_mutex_lock(&pool.lock);
-            pthread_cond_signal(&pool.done);
-            pthread_mutex_unlock(&pool.lock);
-        }
+        atomic_fetch_add(&pool.refs, 1); /* before reading pool.job (see Job) */
+        Job *j = atomic_load(&pool.job);
+        if (j) run_chunks(j, 1);
+        atomic_fetch_sub(&pool.refs, 1);
     }
     return NULL;
 }
@@ -108,7 +121,6 @@ static void start_workers(void) {
     }
     pthread_attr_destroy(&at);
     pool.nthreads = ok;
-    pool.started = 1;
 }
 
 int hk_parallel_threads(void) {
@@ -124,6 +136,7 @@ void hk_parallel_for(int64_t n, int64_t grain, HkRangeFn fn, void *ctx) {
         return;
     }
     pthread_once(&pool_once, pool_init);
+    pthread_once(&start_once, start_workers); /* lazily, once; may lower nthreads */
     int64_t nchunks = (n + grain - 1) / grain;
     if (pool.nthreads <= 1 || pthread_mutex_trylock(&pool.busy) != 0) {
         /* one thread, or the pool is in use (nested / concurrent call):
@@ -134,27 +147,28 @@ void hk_parallel_for(int64_t n, int64_t grain, HkRangeFn fn, void *ctx) {
         }
         return;
     }
-    if (!pool.started) start_workers();
-    int nw = pool.nthreads - 1;
-    pool.fn = fn;
-    pool.ctx = ctx;
-    pool.n = n;
-    pool.grain = grain;
-    pool.nchunks = nchunks;
-    atomic_store(&pool.next, 0);
-    atomic_store(&pool.pending, nw);
+    Job j = {.fn = fn, .ctx = ctx, .n = n, .grain = grain, .nchunks = nchunks};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.done, 0);
+    atomic_store(&pool.job, &j);
     pthread_mutex_lock(&pool.lock);
     atomic_fetch_add(&pool.gen, 1);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-    run_chunks();
-    /* wait for every worker to leave the job before it is replaced */
+    run_chunks(&j, 0);
+    /* wait for the chunks other threads took */
     int spins = 0;
-    while (atomic_load(&pool.pending) > 0 && spins < SPIN_ITERS) spins++;
-    if (atomic_load(&pool.pending) > 0) {
+    while (atomic_load(&j.done) < nchunks && spins < SPIN_ITERS) spins++;
+    if (atomic_load(&j.done) < nchunks) {
         pthread_mutex_lock(&pool.lock);
-        while (atomic_load(&pool.pending) > 0) pthread_cond_wait(&pool.done, &pool.lock);
+        atomic_store(&pool.caller_sleeps, 1);
+        while (atomic_load(&j.done) < nchunks) pthread_cond_wait(&pool.done, &pool.lock);
+        atomic_store(&pool.caller_sleeps, 0);
         pthread_mutex_unlock(&pool.lock);
     }
+    /* retire the job; then only workers already holding a reference can
+     * still touch j (they find no chunk left), and they are running */
+    atomic_store(&pool.job, NULL);
+    while (atomic_load(&pool.refs) > 0) sched_yield();
     pthread_mutex_unlock(&pool.busy);
 }
