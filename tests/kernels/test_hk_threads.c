@@ -204,6 +204,33 @@ static void case_unary_bwd(int64_t n) {
     free(x), free(y), free(dy), free(dx), free(w);
 }
 
+/* ------------------------------------------------------------ binary backward */
+static void case_binary_bwd(int64_t n) {
+    float *a = fvec(n, 0.5f, 3), *b = fvec(n, 0.5f, 3), *dy = fvec(n, -2, 2), *da = fzero(n),
+          *db = fzero(n), *wa = fzero(n), *wb = fzero(n);
+    for (int op = 0; op < HK_BG_COUNT; op++) {
+        char err[HK_ERRLEN] = "", name[64];
+        ok(hk_binary_backward_f32((HkBinaryGrad)op, a, b, dy, n, da, db, err), "binary bwd", err);
+        for (int64_t i = 0; i < n; i++) {
+            double x = a[i], y = b[i], ga, gb;
+            switch (op) {
+            case HK_BG_ADD: ga = 1, gb = 1; break;
+            case HK_BG_SUB: ga = 1, gb = -1; break;
+            case HK_BG_MUL: ga = y, gb = x; break;
+            case HK_BG_DIV: ga = 1.0 / y, gb = -x / (y * y); break;
+            default: ga = y * pow(x, y - 1.0), gb = pow(x, y) * log(x); break;
+            }
+            wa[i] = (float)((double)dy[i] * ga);
+            wb[i] = (float)((double)dy[i] * gb);
+        }
+        snprintf(name, sizeof name, "binary_backward %s da", hk_binary_grad_name(op));
+        check(name, da, wa, n, 0);
+        snprintf(name, sizeof name, "binary_backward %s db", hk_binary_grad_name(op));
+        check(name, db, wb, n, 0);
+    }
+    free(a), free(b), free(dy), free(da), free(db), free(wa), free(wb);
+}
+
 /* ------------------------------------------------------------ softmax / CE */
 static void case_softmax(int rank, const int64_t *dims, int axis) {
     int64_t n = hk_numel(rank, dims), outer = hk_numel(axis, dims), len = dims[axis];
@@ -455,6 +482,8 @@ int main(int argc, char **argv) {
     case_unary(0);
     case_unary_bwd(50021);
     case_unary_bwd(0);
+    case_binary_bwd(100003);
+    case_binary_bwd(7);
     { int64_t d[] = {67, 1001}; case_softmax(2, d, 1); }
     { int64_t d[] = {7, 301, 5}; case_softmax(3, d, 1); }
     { int64_t d[] = {3, 0}; case_softmax(2, d, 1); }
