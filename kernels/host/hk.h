@@ -62,6 +62,9 @@ typedef struct HkIter {
 void hk_iter_init(HkIter *it, int rank, const int64_t *dims, int nops,
                   const int64_t (*strides)[HK_MAX_RANK], const int64_t *base);
 int hk_iter_next(HkIter *it, int64_t *off);
+/* Position the iterator at row `row` (0 <= row < rows): the next
+ * hk_iter_next returns that row. */
+void hk_iter_seek(HkIter *it, int64_t row);
 
 /* Contiguous strides of a shape, in elements. */
 void hk_contig_strides(int rank, const int64_t *dims, int64_t *strides);
@@ -130,6 +133,14 @@ typedef enum HkRedOp { HK_RSUM, HK_RMEAN, HK_RMAX } HkRedOp;
  * Floats accumulate in double.  Max of an empty set is -inf (ints: min). */
 int hk_reduce(HkRedOp op, HkDType dt, const void *x, int rank, const int64_t *dims,
               const int *reduce, void *y, char *err);
+/* x (f32) viewed as [O, R, I]: acc[o*I + i] += sum over r of x[o, r, i],
+ * each output summed in r order (so the result does not depend on the
+ * thread count); outputs split across threads. */
+void hk_sum_mid_f32(const float *x, int64_t outer, int64_t red, int64_t inner, double *acc);
+/* The [O, R, I] view of a shape whose reduced (non-unit) axes are
+ * adjacent; 0 if they are not. */
+int hk_mid_block(int rank, const int64_t *dims, const int *reduce, int64_t *outer,
+                 int64_t *red, int64_t *inner);
 /* softmax / log-softmax along axis, max-subtracted; f32 f64. */
 int hk_softmax(HkDType dt, const void *x, int rank, const int64_t *dims, int axis, int log,
                void *y, char *err);

@@ -1,6 +1,7 @@
 /* Strided N-d iteration shared by every elementwise, broadcast and
  * data-movement kernel: one implementation of numpy broadcasting. */
 #include "hk.h"
+#include "hk_parallel.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -125,41 +126,80 @@ int hk_iter_next(HkIter *it, int64_t *off) {
     return 1;
 }
 
+void hk_iter_seek(HkIter *it, int64_t row) {
+    it->row = row;
+    for (int i = it->rank - 1; i >= 0; i--) {
+        it->idx[i] = row % it->dims[i];
+        row /= it->dims[i];
+    }
+}
+
+typedef struct CopyJob {
+    size_t esize;
+    const HkIter *it;
+    const char *src;
+    char *dst;
+} CopyJob;
+
+/* elements [i0, i1) of one iterator row */
+static void copy_row(size_t esize, char *d, const char *s, int64_t is, int64_t n) {
+    if (is == 1) {
+        memcpy(d, s, (size_t)n * esize);
+        return;
+    }
+    /* fixed element sizes let the compiler emit plain loads */
+    switch (esize) {
+#define COPY_ROW(T)                                                       \
+    {                                                                     \
+        T *o = (T *)(void *)d;                                            \
+        const T *in = (const T *)(const void *)s;                         \
+        for (int64_t i = 0; i < n; i++) o[i] = in[i * is];                \
+    }                                                                     \
+    break;
+    case 1: COPY_ROW(uint8_t)
+    case 2: COPY_ROW(uint16_t)
+    case 4: COPY_ROW(uint32_t)
+    case 8: COPY_ROW(uint64_t)
+#undef COPY_ROW
+    default:
+        for (int64_t i = 0; i < n; i++) memcpy(d + i * esize, s + i * is * esize, esize);
+    }
+}
+
+static void copy_rows(void *c, int64_t lo, int64_t hi) {
+    const CopyJob *j = c;
+    HkIter it = *j->it;
+    hk_iter_seek(&it, lo);
+    int64_t off[2];
+    for (int64_t r = lo; r < hi && hk_iter_next(&it, off); r++)
+        copy_row(j->esize, j->dst + off[0] * j->esize, j->src + off[1] * j->esize, it.inner[1],
+                 it.n);
+}
+
+/* one long row split into chunks */
+static void copy_chunk(void *c, int64_t lo, int64_t hi) {
+    const CopyJob *j = c;
+    int64_t off[2];
+    HkIter it = *j->it;
+    hk_iter_next(&it, off);
+    copy_row(j->esize, j->dst + (off[0] + lo) * j->esize,
+             j->src + (off[1] + lo * it.inner[1]) * j->esize, it.inner[1], hi - lo);
+}
+
 void hk_strided_copy(size_t esize, int rank, const int64_t *dims, const void *src,
                      int64_t src_off, const int64_t *src_strides, void *dst) {
     int64_t st[2][HK_MAX_RANK];
     hk_contig_strides(rank, dims, st[0]);
     for (int i = 0; i < rank; i++) st[1][i] = src_strides[i];
-    int64_t base[2] = {0, src_off}, off[2];
+    int64_t base[2] = {0, src_off};
     HkIter it;
     hk_iter_init(&it, rank, dims, 2, (const int64_t(*)[HK_MAX_RANK])st, base);
-    char *d = dst;
-    const char *s = src;
-    while (hk_iter_next(&it, off)) {
-        if (it.inner[1] == 1) {
-            memcpy(d + off[0] * esize, s + off[1] * esize, (size_t)it.n * esize);
-            continue;
-        }
-        /* fixed element sizes let the compiler emit plain loads */
-        switch (esize) {
-#define COPY_ROW(T)                                                       \
-    {                                                                     \
-        T *o = (T *)(void *)(d + off[0] * esize);                         \
-        const T *in = (const T *)(const void *)(s + off[1] * esize);      \
-        for (int64_t i = 0; i < it.n; i++) o[i] = in[i * it.inner[1]];    \
-    }                                                                     \
-    break;
-        case 1: COPY_ROW(uint8_t)
-        case 2: COPY_ROW(uint16_t)
-        case 4: COPY_ROW(uint32_t)
-        case 8: COPY_ROW(uint64_t)
-#undef COPY_ROW
-        default:
-            for (int64_t i = 0; i < it.n; i++)
-                memcpy(d + (off[0] + i) * esize, s + (off[1] + i * it.inner[1]) * esize,
-                       esize);
-        }
-    }
+    if (it.rows == 0) return;
+    /* a copy moves each element once: any split gives the same bytes */
+    CopyJob j = {esize, &it, src, dst};
+    int64_t grain = (int64_t)(262144 / (esize ? esize : 1)); /* ~256 KiB per chunk */
+    if (it.rows == 1) hk_parallel_for(it.n, grain, copy_chunk, &j);
+    else hk_parallel_for(it.rows, grain / it.n > 0 ? grain / it.n : 1, copy_rows, &j);
 }
 
 int hk_expand(size_t esize, const void *src, int srank, const int64_t *sdims, void *dst,

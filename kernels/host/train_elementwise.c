@@ -4,74 +4,76 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "hk_parallel.h"
 #include "hk_train.h"
+#include "hk_vmath.h"
 
-#define SQRT_2_OVER_PI 0.79788456080286535588 /* sqrt(2/pi) */
 #define INV_SQRT_2PI 0.39894228040143267794   /* 1/sqrt(2 pi) */
 #define TWO_OVER_SQRT_PI 1.12837916709551257390
 
-static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+/* Each rule is f'(x, y) evaluated in double and rounded once.  exp, tanh
+ * and the sigmoid come from hk_vmath.h (vectorizable, < 1e-12 relative,
+ * so the float results match libm's to within an ulp); erf stays libm. */
 
-/* forward y(x), used only when the caller passes no y */
-static double f_exp(double x) { return exp(x); }
-static double f_sqrt(double x) { return sqrt(x); }
-static double f_tanh(double x) { return tanh(x); }
-static double f_recip(double x) { return 1.0 / x; }
+/* forward y(x), used only when the rule reads y and the caller passes none */
+static inline double ug_fwd(HkUnaryGrad op, double x)
+{
+    switch (op) {
+    case HK_UG_EXP: return hk_exp_d(x);
+    case HK_UG_SQRT: return sqrt(x);
+    case HK_UG_TANH: return hk_tanh_d(x);
+    case HK_UG_RECIPROCAL: return 1.0 / x;
+    default: return 0.0;
+    }
+}
 
 /* f'(x, y) */
-static double d_exp(double x, double y) { return y; }
-static double d_log(double x, double y) { return 1.0 / x; }
-static double d_sqrt(double x, double y) { return 0.5 / y; }
-static double d_tanh(double x, double y) { return 1.0 - y * y; }
-static double d_sigmoid(double x, double y)
+static inline double ug_deriv(HkUnaryGrad op, double x, double y)
 {
-    double s = sigmoid(x); /* from x: y = 1 in fp32 would lose the tail */
-    return s * (1.0 - s);
-}
-static double d_erf(double x, double y) { return TWO_OVER_SQRT_PI * exp(-x * x); }
-static double d_relu(double x, double y) { return x > 0 ? 1.0 : 0.0; }
-static double d_neg(double x, double y) { return -1.0; }
-static double d_recip(double x, double y) { return -y * y; }
-/* torch GeluBackward (approximate="none"): Phi(x) + x phi(x) */
-static double d_gelu(double x, double y)
-{
-    return 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
-}
-/* torch GeluBackward (approximate="tanh"): with u = sqrt(2/pi)(x + 0.044715 x^3),
- * t = tanh(u): 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
-static double d_gelu_tanh(double x, double y)
-{
-    double u = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
-    double t = tanh(u);
-    return 0.5 * (1.0 + t) +
-           0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
-}
-/* torch silu_backward: s (1 + x (1 - s)) */
-static double d_silu(double x, double y)
-{
-    double s = sigmoid(x);
-    return s * (1.0 + x * (1.0 - s));
+    switch (op) {
+    case HK_UG_EXP: return y;
+    case HK_UG_LOG: return 1.0 / x;
+    case HK_UG_SQRT: return 0.5 / y;
+    case HK_UG_TANH: return 1.0 - y * y;
+    case HK_UG_SIGMOID: {
+        double s = hk_sigmoid_d(x); /* from x: y = 1 in fp32 would lose the tail */
+        return s * (1.0 - s);
+    }
+    case HK_UG_ERF: return TWO_OVER_SQRT_PI * hk_exp_d(-x * x);
+    case HK_UG_RELU: return x > 0 ? 1.0 : 0.0;
+    case HK_UG_NEG: return -1.0;
+    case HK_UG_RECIPROCAL: return -y * y;
+    /* torch GeluBackward (approximate="none"): Phi(x) + x phi(x) */
+    case HK_UG_GELU: return 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * INV_SQRT_2PI * hk_exp_d(-0.5 * x * x);
+    /* torch GeluBackward (approximate="tanh"), hk_vmath.h */
+    case HK_UG_GELU_TANH: return hk_gelu_tanh_grad_d(x);
+    /* torch silu_backward: s (1 + x (1 - s)) */
+    case HK_UG_SILU: {
+        double s = hk_sigmoid_d(x);
+        return s * (1.0 + x * (1.0 - s));
+    }
+    default: return 0.0;
+    }
 }
 
 typedef struct UnaryRule {
     const char *name;
-    double (*fwd)(double); /* non-NULL when the rule reads y */
-    double (*deriv)(double x, double y);
+    int reads_y; /* f' needs y: from the caller, else ug_fwd(x) */
 } UnaryRule;
 
 static const UnaryRule unary_rules[HK_UG_COUNT] = {
-    [HK_UG_EXP] = {"exp", f_exp, d_exp},
-    [HK_UG_LOG] = {"log", NULL, d_log},
-    [HK_UG_SQRT] = {"sqrt", f_sqrt, d_sqrt},
-    [HK_UG_TANH] = {"tanh", f_tanh, d_tanh},
-    [HK_UG_SIGMOID] = {"sigmoid", NULL, d_sigmoid},
-    [HK_UG_ERF] = {"erf", NULL, d_erf},
-    [HK_UG_RELU] = {"relu", NULL, d_relu},
-    [HK_UG_NEG] = {"neg", NULL, d_neg},
-    [HK_UG_RECIPROCAL] = {"reciprocal", f_recip, d_recip},
-    [HK_UG_GELU] = {"gelu", NULL, d_gelu},
-    [HK_UG_GELU_TANH] = {"gelu_tanh", NULL, d_gelu_tanh},
-    [HK_UG_SILU] = {"silu", NULL, d_silu},
+    [HK_UG_EXP] = {"exp", 1},
+    [HK_UG_LOG] = {"log", 0},
+    [HK_UG_SQRT] = {"sqrt", 1},
+    [HK_UG_TANH] = {"tanh", 1},
+    [HK_UG_SIGMOID] = {"sigmoid", 0},
+    [HK_UG_ERF] = {"erf", 0},
+    [HK_UG_RELU] = {"relu", 0},
+    [HK_UG_NEG] = {"neg", 0},
+    [HK_UG_RECIPROCAL] = {"reciprocal", 1},
+    [HK_UG_GELU] = {"gelu", 0},
+    [HK_UG_GELU_TANH] = {"gelu_tanh", 0},
+    [HK_UG_SILU] = {"silu", 0},
 };
 
 const char *hk_unary_grad_name(HkUnaryGrad op)
@@ -89,6 +91,45 @@ int hk_unary_grad_from_name(const char *name, HkUnaryGrad *op)
     return -1;
 }
 
+typedef struct UgCtx {
+    HkUnaryGrad op;
+    const float *x, *y, *dy;
+    float *dx;
+} UgCtx;
+
+/* one loop per (op, y given or not), so the switches fold into straight
+ * vectorizable code; cloned per vector ISA */
+HK_VECTOR_CLONES
+static void ug_loop(HkUnaryGrad op, const float *x, const float *y, const float *dy, float *dx,
+                    int64_t n)
+{
+    switch (op) {
+#define UG(OP)                                                                             \
+    case OP:                                                                               \
+        if (!unary_rules[OP].reads_y)                                                      \
+            for (int64_t i = 0; i < n; i++)                                                \
+                dx[i] = (float)((double)dy[i] * ug_deriv(OP, x[i], 0.0));                  \
+        else if (y)                                                                        \
+            for (int64_t i = 0; i < n; i++)                                                \
+                dx[i] = (float)((double)dy[i] * ug_deriv(OP, x[i], y[i]));                 \
+        else                                                                               \
+            for (int64_t i = 0; i < n; i++)                                                \
+                dx[i] = (float)((double)dy[i] * ug_deriv(OP, x[i], ug_fwd(OP, x[i])));     \
+        return;
+        UG(HK_UG_EXP) UG(HK_UG_LOG) UG(HK_UG_SQRT) UG(HK_UG_TANH) UG(HK_UG_SIGMOID)
+        UG(HK_UG_ERF) UG(HK_UG_RELU) UG(HK_UG_NEG) UG(HK_UG_RECIPROCAL) UG(HK_UG_GELU)
+        UG(HK_UG_GELU_TANH) UG(HK_UG_SILU)
+#undef UG
+    default: return;
+    }
+}
+
+static void ug_range(void *c, int64_t lo, int64_t hi)
+{
+    const UgCtx *u = c;
+    ug_loop(u->op, u->x + lo, u->y ? u->y + lo : NULL, u->dy + lo, u->dx + lo, hi - lo);
+}
+
 int hk_unary_backward_f32(HkUnaryGrad op, const float *x, const float *y, const float *dy,
                           int64_t n, float *dx, char *err)
 {
@@ -97,12 +138,8 @@ int hk_unary_backward_f32(HkUnaryGrad op, const float *x, const float *y, const 
             snprintf(err, HK_ERRLEN, "unary backward: unknown rule %d", (int)op);
         return -1;
     }
-    const UnaryRule *r = &unary_rules[op];
-    for (int64_t i = 0; i < n; i++) {
-        double xi = x[i];
-        double yi = r->fwd ? (y ? (double)y[i] : r->fwd(xi)) : 0.0;
-        dx[i] = (float)((double)dy[i] * r->deriv(xi, yi));
-    }
+    UgCtx c = {op, x, y, dy, dx};
+    hk_parallel_for(n, HK_GRAIN_MATH, ug_range, &c);
     return 0;
 }
 
@@ -150,6 +187,61 @@ int hk_binary_grad_from_name(const char *name, HkBinaryGrad *op)
     return -1;
 }
 
+/* d/da, d/db as inline switches so the per-op loops below fold and vectorize
+ * (the table's function pointers stay the reference the names come from) */
+static inline double bg_da(HkBinaryGrad op, double a, double b)
+{
+    switch (op) {
+    case HK_BG_ADD: case HK_BG_SUB: return 1.0;
+    case HK_BG_MUL: return b;
+    case HK_BG_DIV: return 1.0 / b;
+    default: return pow_da(a, b);
+    }
+}
+static inline double bg_db(HkBinaryGrad op, double a, double b)
+{
+    switch (op) {
+    case HK_BG_ADD: return 1.0;
+    case HK_BG_SUB: return -1.0;
+    case HK_BG_MUL: return a;
+    case HK_BG_DIV: return -a / (b * b);
+    default: return pow_db(a, b);
+    }
+}
+
+typedef struct BgCtx {
+    HkBinaryGrad op;
+    const float *a, *b, *dy;
+    float *da, *db;
+} BgCtx;
+
+HK_VECTOR_CLONES
+static void bg_loop(HkBinaryGrad op, const float *a, const float *b, const float *dy, float *da,
+                    float *db, int64_t n)
+{
+    switch (op) {
+#define BG(OP)                                                                        \
+    case OP:                                                                          \
+        if (da)                                                                       \
+            for (int64_t i = 0; i < n; i++)                                           \
+                da[i] = (float)((double)dy[i] * bg_da(OP, a[i], b[i]));               \
+        if (db)                                                                       \
+            for (int64_t i = 0; i < n; i++)                                           \
+                db[i] = (float)((double)dy[i] * bg_db(OP, a[i], b[i]));               \
+        return;
+        BG(HK_BG_ADD) BG(HK_BG_SUB) BG(HK_BG_MUL) BG(HK_BG_DIV) BG(HK_BG_POW)
+#undef BG
+    default: return;
+    }
+}
+
+static void bg_range(void *c, int64_t lo, int64_t hi)
+{
+    const BgCtx *u = c;
+    bg_loop(u->op, u->a + lo, u->b + lo, u->dy + lo, u->da ? u->da + lo : NULL,
+            u->db ? u->db + lo : NULL, hi - lo);
+}
+
 int hk_binary_backward_f32(HkBinaryGrad op, const float *a, const float *b, const float *dy,
                            int64_t n, float *da, float *db, char *err)
 {
@@ -158,12 +250,7 @@ int hk_binary_backward_f32(HkBinaryGrad op, const float *a, const float *b, cons
             snprintf(err, HK_ERRLEN, "binary backward: unknown rule %d", (int)op);
         return -1;
     }
-    const BinaryRule *r = &binary_rules[op];
-    for (int64_t i = 0; i < n; i++) {
-        if (da)
-            da[i] = (float)((double)dy[i] * r->da(a[i], b[i]));
-        if (db)
-            db[i] = (float)((double)dy[i] * r->db(a[i], b[i]));
-    }
+    BgCtx c = {op, a, b, dy, da, db};
+    hk_parallel_for(n, HK_GRAIN_CHEAP, bg_range, &c);
     return 0;
 }

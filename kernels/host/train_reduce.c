@@ -40,6 +40,16 @@ int hk_reduce_sum_to_shape_f32(const float *g, int grank, const int64_t *gdims, 
             snprintf(err, HK_ERRLEN, "reduce-sum-to-shape: out of memory");
         return -1;
     }
+    /* the common shapes (bias gradients: sum over leading axes; sums over
+     * trailing or middle axes) in parallel over outputs, same order */
+    int red[HK_MAX_RANK];
+    for (int i = 0; i < grank; i++)
+        red[i] = ostride[i] == 0;
+    int64_t bo, br, bi;
+    if (gn > 0 && hk_mid_block(grank, gdims, red, &bo, &br, &bi)) {
+        hk_sum_mid_f32(g, bo, br, bi, s);
+        gn = 0; /* done */
+    }
     int64_t idx[HK_MAX_RANK] = {0}, o = 0;
     for (int64_t k = 0; k < gn; k++) {
         s[o] += g[k];

@@ -2,15 +2,53 @@
  * cross-entropy loss. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "hk_parallel.h"
 #include "hk_train.h"
+#include "hk_vmath.h"
 
 static int bad(char *err, const char *msg)
 {
     if (err)
         snprintf(err, HK_ERRLEN, "%s", msg);
     return -1;
+}
+
+typedef struct SmbJob {
+    const float *y, *dy;
+    float *dx;
+    int64_t n, inner;
+    int log;
+} SmbJob;
+
+/* rows [lo, hi) of the [outer, inner] grid of softmax rows */
+HK_VECTOR_CLONES
+static void smb_rows(void *c, int64_t lo, int64_t hi)
+{
+    const SmbJob *j = c;
+    const float *y = j->y, *dy = j->dy;
+    float *dx = j->dx;
+    int64_t n = j->n, inner = j->inner;
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t base = (r / inner) * n * inner + r % inner;
+        double s = 0;
+        for (int64_t jj = 0; jj < n; jj++) {
+            int64_t k = base + jj * inner;
+            s += j->log ? (double)dy[k] : (double)dy[k] * y[k];
+        }
+        if (j->log)
+            for (int64_t jj = 0; jj < n; jj++) {
+                int64_t k = base + jj * inner;
+                dx[k] = (float)(dy[k] - hk_exp_d((double)y[k]) * s);
+            }
+        else
+            for (int64_t jj = 0; jj < n; jj++) {
+                int64_t k = base + jj * inner;
+                dx[k] = (float)(y[k] * (dy[k] - s));
+            }
+    }
 }
 
 int hk_softmax_backward_f32(const float *y, const float *dy, int rank, const int64_t *dims,
@@ -28,20 +66,8 @@ int hk_softmax_backward_f32(const float *y, const float *dy, int rank, const int
         outer *= dims[i];
     for (int i = axis + 1; i < rank; i++)
         inner *= dims[i];
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t in = 0; in < inner; in++) {
-            int64_t base = o * n * inner + in;
-            double s = 0;
-            for (int64_t j = 0; j < n; j++) {
-                int64_t k = base + j * inner;
-                s += log ? (double)dy[k] : (double)dy[k] * y[k];
-            }
-            for (int64_t j = 0; j < n; j++) {
-                int64_t k = base + j * inner;
-                dx[k] = log ? (float)(dy[k] - exp((double)y[k]) * s)
-                            : (float)(y[k] * (dy[k] - s));
-            }
-        }
+    SmbJob j = {y, dy, dx, n, inner, log};
+    hk_parallel_for(outer * inner, hk_row_grain(n), smb_rows, &j);
     return 0;
 }
 
@@ -65,10 +91,21 @@ static double row_lse(const float *row, int64_t V)
             mx = row[j];
     if (mx == -INFINITY)
         return mx; /* all -inf: exp sum is 0 */
-    double s = 0;
-    for (int64_t j = 0; j < V; j++)
-        s += exp((double)row[j] - mx);
-    return mx + log(s);
+    return mx + log(hk_sum_exp_f32(row, 1, V, mx));
+}
+
+typedef struct LseJob {
+    const float *logits;
+    int64_t V;
+    double *out;
+} LseJob;
+
+HK_VECTOR_CLONES
+static void lse_rows(void *c, int64_t lo, int64_t hi)
+{
+    const LseJob *j = c;
+    for (int64_t i = lo; i < hi; i++)
+        j->out[i] = row_lse(j->logits + i * j->V, j->V);
 }
 
 /* Validate every target once; returns the counted rows or -1. */
@@ -103,9 +140,15 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
     int64_t count = check_targets(tdt, targets, N, V, use_ignore, ignore_index, err);
     if (count < 0)
         return -1;
+    /* the rows' log-sum-exps in parallel, then the loss summed in row order */
+    double *ls = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
+    if (!ls)
+        return bad(err, "cross entropy: out of memory");
+    LseJob j = {logits, V, ls};
+    hk_parallel_for(N, hk_row_grain(V), lse_rows, &j);
     double total = 0;
     for (int64_t i = 0; i < N; i++) {
-        double l = row_lse(logits + i * V, V);
+        double l = ls[i];
         if (lse)
             lse[i] = (float)l;
         int64_t t = 0;
@@ -114,6 +157,7 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
             continue;
         total += l - logits[i * V + t];
     }
+    free(ls);
     /* torch's reduction="mean" divides by the counted rows: 0/0 = NaN when
      * every row is ignored. */
     *loss = count ? (float)(total / (double)count) : NAN;
@@ -128,9 +172,9 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
 static void ce_row_grad(const float *row, int64_t n, double l, int64_t t, double w, float *d)
 {
     for (int64_t j = 0; j < n; j++)
-        d[j] = (float)(w * exp((double)row[j] - l));
+        d[j] = (float)(w * hk_exp_d((double)row[j] - l));
     if (t >= 0 && t < n)
-        d[t] = (float)(w * (exp((double)row[t] - l) - 1.0));
+        d[t] = (float)(w * (hk_exp_d((double)row[t] - l) - 1.0));
 }
 
 /* the mean loss's gradient scale: dloss over the rows counted (0 when
@@ -154,6 +198,34 @@ static int ce_row_ignored(HkDType tdt, const void *targets, int64_t i, int use_i
     return use_ignore && *t == ignore_index;
 }
 
+typedef struct CebJob {
+    const float *logits;
+    HkDType tdt;
+    const void *targets;
+    const float *lse;
+    int64_t V;
+    int use_ignore;
+    int64_t ignore_index;
+    double w;
+    float *dlogits;
+} CebJob;
+
+HK_VECTOR_CLONES
+static void ceb_rows(void *c, int64_t lo, int64_t hi)
+{
+    const CebJob *j = c;
+    int64_t V = j->V;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *row = j->logits + i * V;
+        int64_t t = 0;
+        if (ce_row_ignored(j->tdt, j->targets, i, j->use_ignore, j->ignore_index, &t))
+            memset(j->dlogits + i * V, 0, sizeof(float) * (size_t)V);
+        else
+            ce_row_grad(row, V, j->lse ? (double)j->lse[i] : row_lse(row, V), t, j->w,
+                        j->dlogits + i * V);
+    }
+}
+
 int hk_cross_entropy_bwd_f32(const float *logits, HkDType tdt, const void *targets,
                              const float *lse, int64_t N, int64_t V, int use_ignore,
                              int64_t ignore_index, float dloss, float *dlogits, char *err)
@@ -161,14 +233,8 @@ int hk_cross_entropy_bwd_f32(const float *logits, HkDType tdt, const void *targe
     double w;
     if (ce_grad_scale(tdt, targets, N, V, use_ignore, ignore_index, dloss, &w, err))
         return -1;
-    for (int64_t i = 0; i < N; i++) {
-        const float *row = logits + i * V;
-        int64_t t = 0;
-        if (ce_row_ignored(tdt, targets, i, use_ignore, ignore_index, &t))
-            memset(dlogits + i * V, 0, sizeof(float) * (size_t)V);
-        else
-            ce_row_grad(row, V, lse ? (double)lse[i] : row_lse(row, V), t, w, dlogits + i * V);
-    }
+    CebJob j = {logits, tdt, targets, lse, V, use_ignore, ignore_index, w, dlogits};
+    hk_parallel_for(N, hk_row_grain(V), ceb_rows, &j);
     return 0;
 }
 
@@ -185,9 +251,7 @@ int hk_vocab_ce_stats_f32(const float *logits, HkDType tdt, const void *targets,
         return -1;
     for (int64_t i = 0; i < N; i++) {
         const float *row = logits + i * Vl;
-        double s = 0, m = rowmax[i];
-        for (int64_t j = 0; j < Vl; j++)
-            s += exp((double)row[j] - m);
+        double m = rowmax[i], s = hk_sum_exp_f32(row, 1, Vl, m);
         int64_t t = 0;
         target_at(tdt, targets, i, &t);
         int own = !(use_ignore && t == ignore_index) && t >= start && t < start + Vl;

@@ -1,0 +1,144 @@
+/* Vectorizable exp / tanh / sigmoid for the fp32 kernels.
+ *
+ * The f32 kernels evaluate in double and round once to float (hk_unary.c,
+ * train_*.c).  These keep that: they compute in double with a branch-free
+ * range reduction and polynomial, so a loop over them vectorizes (no libm
+ * call per element), and their relative error (~1e-13, far below a float
+ * ulp of 6e-8) means the float results match correctly rounded ones to
+ * within 1 ulp (tests/kernels/test_vmath.c sweeps it against libm and
+ * states the measured bound).  No -ffast-math: only IEEE operations in a
+ * fixed order, so results do not depend on the machine, the vector width
+ * (target_clones) or the thread count.
+ *
+ * Domain notes: hk_exp_d saturates its argument to [-800, 800] (beyond
+ * that the double result is 0 or +inf anyway, as for exp) and passes NaN
+ * through; inputs come from floats, so subnormal results are produced by
+ * the final double -> float rounding exactly as with libm. */
+#ifndef HETC_HK_VMATH_H
+#define HETC_HK_VMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint64_t hk_asu64(double x) {
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline double hk_asf64(uint64_t u) {
+    double x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* e^x for double x, relative error < 1e-13 (degree-11 Taylor on
+ * |r| <= ln2/2).  The power of two is split into two factors so that
+ * 2^k with k in [-1155, 1155] stays representable: results underflow to 0
+ * and overflow to inf like exp. */
+static inline double hk_exp_d(double x) {
+    const double shift = 0x1.8p52; /* round-to-nearest integer trick */
+    const double log2e = 1.4426950408889634074;
+    const double ln2hi = 6.93147180369123816490e-01; /* trailing zeros: k*ln2hi exact */
+    const double ln2lo = 1.90821492927058770002e-10;
+    double xc = x != x ? 0.0 : x;
+    xc = xc > 800.0 ? 800.0 : xc;
+    xc = xc < -800.0 ? -800.0 : xc;
+    double kd = xc * log2e + shift;
+    kd -= shift; /* k = round(x / ln2), |k| <= 1155 */
+    double r = (xc - kd * ln2hi) - kd * ln2lo;
+    double p = 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    /* 2^k = 2^k1 * 2^k2 (each factor a normal double).  The exponent bits
+     * come from j + shift, whose bit pattern is shift's plus j; only
+     * unsigned 64-bit add and left shift, which AVX2 has (no signed
+     * shifts or float -> int64 conversions, which it lacks). */
+    double k1 = (kd * 0.5 + shift) - shift, k2 = kd - k1;
+    uint64_t b1 = hk_asu64(k1 + shift) - hk_asu64(shift) + 1023u;
+    uint64_t b2 = hk_asu64(k2 + shift) - hk_asu64(shift) + 1023u;
+    double y = p * hk_asf64(b1 << 52) * hk_asf64(b2 << 52);
+    return x != x ? x : y;
+}
+
+/* tanh for double u, relative error < 1e-12: odd Taylor series for
+ * |u| < 0.01, else (e - 1) / (e + 1) with e = exp(2|u|) (|u| capped at 20,
+ * where tanh is 1 in double). */
+static inline double hk_tanh_d(double u) {
+    double a = u < 0 ? -u : u;
+    double ac = a > 20.0 ? 20.0 : a;
+    double e = hk_exp_d(2.0 * ac);
+    double big = (e - 1.0) / (e + 1.0);
+    double a2 = a * a;
+    double small = a * (1.0 + a2 * (-1.0 / 3.0 + a2 * (2.0 / 15.0 + a2 * (-17.0 / 315.0))));
+    double t = a < 0.01 ? small : big;
+    t = u < 0 ? -t : t;
+    return u != u ? u : t;
+}
+
+/* 1 / (1 + e^-x), without overflow for very negative x */
+static inline double hk_sigmoid_d(double x) {
+    double e = hk_exp_d(x < 0 ? x : -x); /* e^-|x| in (0, 1] */
+    double s = 1.0 / (1.0 + e);
+    return x < 0 ? e * s : s;
+}
+
+/* 1 + tanh(u) = 2 sigmoid(2u) and 1 - tanh(u) = 2 sigmoid(-2u), each
+ * without the cancellation of forming tanh first (GELU's tails). */
+static inline void hk_one_pm_tanh_d(double u, double *plus, double *minus) {
+    double a = u < 0 ? -u : u;
+    double e = hk_exp_d(-2.0 * a); /* (0, 1] */
+    double big = 2.0 / (1.0 + e), small = big * e;
+    *plus = u < 0 ? small : big;
+    *minus = u < 0 ? big : small;
+}
+
+/* GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi)(x + 0.044715 x^3) */
+#define HK_SQRT_2_OVER_PI 0.79788456080286535588
+static inline double hk_gelu_tanh_d(double x) {
+    double u = HK_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), p, m;
+    hk_one_pm_tanh_d(u, &p, &m);
+    return 0.5 * x * p;
+}
+/* its derivative (torch GeluBackward, approximate="tanh"):
+ * 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
+static inline double hk_gelu_tanh_grad_d(double x) {
+    double u = HK_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), p, m;
+    hk_one_pm_tanh_d(u, &p, &m);
+    return 0.5 * p + 0.5 * x * (p * m) * HK_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* sum over j < n of e^(x[j*stride] - m), added in j order (so it equals
+ * the plain loop bit for bit); the exps are computed a block at a time
+ * into a buffer so that part vectorizes -- an in-order double sum cannot. */
+#define HK_SUMEXP_BLOCK 64
+static inline double hk_sum_exp_f32(const float *x, int64_t stride, int64_t n, double m) {
+    double buf[HK_SUMEXP_BLOCK], s = 0;
+    for (int64_t j = 0; j < n; j += HK_SUMEXP_BLOCK) {
+        int64_t len = n - j < HK_SUMEXP_BLOCK ? n - j : HK_SUMEXP_BLOCK;
+        const float *xj = x + j * stride;
+        for (int64_t k = 0; k < len; k++) buf[k] = hk_exp_d((double)xj[k * stride] - m);
+        for (int64_t k = 0; k < len; k++) s += buf[k];
+    }
+    return s;
+}
+
+/* Functions holding a hot loop get one clone per vector ISA, picked at
+ * load time (GCC ifunc on glibc), so a generic build still runs AVX2 or
+ * AVX-512 loops where the CPU has them. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define HK_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HK_VECTOR_CLONES
+#endif
+
+#endif
