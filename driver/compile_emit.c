@@ -154,7 +154,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         lo.steps = a->steps;
         lo.layers = cs->nlayers;
         lo.token_dtype = IR_UNDEF;
-        lo.direct = !a->backend_cuda; /* device arenas keep hetrt_node (docs/CODEGEN.md) */
+        lo.direct = !a->backend_cuda && !a->interpret_nodes; /* device arenas keep hetrt_node (docs/CODEGEN.md) */
         LeProgram prog;
         MemPlan mp;
         char *config = NULL;
