@@ -58,6 +58,12 @@ const LeExtern lower_node_externs[] = {
     {"hk_embedding_backward_shard_f32", I, 11, {I, P, L, P, L, L, L, L, P, I, P}},
     {"hk_reduce_sum_to_shape_f32", I, 7, {P, I, P, I, P, P, P}},
     {"hk_gather_backward_f32", I, 9, {P, I, P, I, I, P, L, P, P}},
+    {"hk_vocab_ce_loss_f32", I, 10, {P, P, I, P, L, L, I, L, P, P}},
+    /* the vocab-parallel kernels with the TP rank's vocab_start (stage_abi.h) */
+    {"hetrt_tp_embedding", I, 9, {I, P, L, P, L, L, L, L, P}},
+    {"hetrt_tp_embedding_grad", I, 9, {I, P, L, P, L, L, L, L, P}},
+    {"hetrt_tp_vocab_ce_stats", I, 11, {P, I, P, P, L, L, L, L, I, L, P}},
+    {"hetrt_tp_vocab_ce_bwd", I, 13, {P, I, P, P, P, L, L, L, L, I, L, P, P}},
 };
 const int lower_node_nexterns = (int)(sizeof lower_node_externs / sizeof lower_node_externs[0]);
 #undef P
@@ -772,14 +778,13 @@ static int lw_embedding(LnCtx *c, int unused) {
     if (t->shape.rank != 2) return ln_fail(c, "table rank");
     if (!ir_node_attr(c->n, "vocab_start") && !ir_node_attr(c->n, "vocab_size"))
         return gather_call(c, 0);
-    /* a vocab-parallel shard: vocab_start depends on the TP rank (the
-     * runtime shifts it, stage_tp.c), so a TP stage keeps it interpreted */
-    if (c->tp > 1) return ln_fail(c, "vocab_start is TP-rank dependent");
+    /* a vocab-parallel shard: on a TP stage vocab_start (rank 0's here)
+     * depends on the TP rank: the runtime's entry shifts it */
     int64_t V = t->shape.dims[0], Dm = t->shape.dims[1];
     int64_t st = ir_attr_int(c->n, "vocab_start", 0), vs = ir_attr_int(c->n, "vocab_size", V);
     if (st < 0 || st + V > vs || ln_numel(OUT(0)) != ln_numel(ids) * Dm)
         return ln_fail(c, "vocab range / output");
-    LeCall *k = ln_push(c, "hk_embedding_shard_f32");
+    LeCall *k = ln_push(c, c->tp > 1 ? "hetrt_tp_embedding" : "hk_embedding_shard_f32");
     ln_i32(k, ids->dtype);
     ln_ptr(c, k, ids);
     ln_i64(k, ln_numel(ids));
@@ -789,7 +794,7 @@ static int lw_embedding(LnCtx *c, int unused) {
     ln_i64(k, vs);
     ln_i64(k, Dm);
     ln_ptr(c, k, OUT(0));
-    ln_null(k);
+    if (c->tp <= 1) ln_null(k);
     return 1;
 }
 

@@ -180,13 +180,13 @@ static int lw_softmax_grad(LnCtx *c, int unused) {
 static int lw_embedding_grad(LnCtx *c, int unused) {
     const IrValue *t = IN(0), *ids = IN(1);
     if (t->shape.rank != 2) return ln_fail(c, "table rank");
-    if (c->tp > 1 && ir_node_attr(c->n, "vocab_start"))
-        return ln_fail(c, "vocab_start is TP-rank dependent");
+    /* on a TP stage the runtime's entry shifts vocab_start by the TP rank */
+    int tpv = c->tp > 1 && ir_node_attr(c->n, "vocab_start");
     int64_t V = t->shape.dims[0], Dm = t->shape.dims[1];
     if (ln_numel(IN(2)) != ln_numel(ids) * Dm || same_shape(c, 0, 0)) return ln_fail(c, "shapes");
     int64_t st = ir_attr_int(c->n, "vocab_start", 0), vs = ir_attr_int(c->n, "vocab_size", V);
     if (st < 0 || st + V > vs) return ln_fail(c, "vocab range");
-    LeCall *k = ln_push(c, "hk_embedding_backward_shard_f32");
+    LeCall *k = ln_push(c, tpv ? "hetrt_tp_embedding_grad" : "hk_embedding_backward_shard_f32");
     ln_i32(k, ids->dtype);
     ln_ptr(c, k, ids);
     ln_i64(k, ln_numel(ids));
@@ -196,8 +196,78 @@ static int lw_embedding_grad(LnCtx *c, int unused) {
     ln_i64(k, vs);
     ln_i64(k, Dm);
     ln_ptr(c, k, OUT(0));
-    ln_i32(k, 0); /* overwrite: the kernel zeroes the table first */
+    if (!tpv) {
+        ln_i32(k, 0); /* overwrite: the kernel zeroes the table first */
+        ln_null(k);
+    }
+    return 1;
+}
+
+/* the vocab-parallel loss ops (ir/ops.def): logits [N, Vl] of the rank's
+ * columns [vocab_start, +Vl) of vocab_size, M [N], stats [N, 2] */
+static int vocab_dims(LnCtx *c, int64_t *N, int64_t *Vl, int64_t *st, int64_t *vs) {
+    if (ce_dims(c, N, Vl)) return -1;
+    *st = ir_attr_int(c->n, "vocab_start", 0);
+    *vs = ir_attr_int(c->n, "vocab_size", *Vl);
+    if (ln_numel(IN(2)) != *N || (c->n->nin > 3 && ln_numel(IN(3)) != 2 * *N)) return -1;
+    return 0;
+}
+
+/* stats and the gradient read vocab_start: the runtime's entries shift it
+ * by the TP rank (rank 0 on a stage without TP) */
+static int lw_vocab_ce_stats(LnCtx *c, int unused) {
+    int64_t N, Vl, st, vs;
+    if (vocab_dims(c, &N, &Vl, &st, &vs) || ln_numel(OUT(0)) != 2 * N) return ln_fail(c, "shapes");
+    LeCall *k = ln_push(c, "hetrt_tp_vocab_ce_stats");
+    ln_ptr(c, k, IN(0));
+    ln_i32(k, IN(1)->dtype);
+    ln_ptr(c, k, IN(1));
+    ln_ptr(c, k, IN(2));
+    ln_i64(k, N);
+    ln_i64(k, Vl);
+    ln_i64(k, st);
+    ln_i64(k, vs);
+    ln_i32(k, (int)ir_attr_int(c->n, "use_ignore", 0));
+    ln_i64(k, ir_attr_int(c->n, "ignore_index", -100));
+    ln_ptr(c, k, OUT(0));
+    return 1;
+}
+
+static int lw_vocab_cross_entropy(LnCtx *c, int unused) {
+    int64_t N, Vl, st, vs;
+    if (vocab_dims(c, &N, &Vl, &st, &vs) || ln_numel(OUT(0)) != 1) return ln_fail(c, "shapes");
+    LeCall *k = ln_push(c, "hk_vocab_ce_loss_f32");
+    ln_ptr(c, k, IN(3));
+    ln_ptr(c, k, IN(2));
+    ln_i32(k, IN(1)->dtype);
+    ln_ptr(c, k, IN(1));
+    ln_i64(k, N);
+    ln_i64(k, vs);
+    ln_i32(k, (int)ir_attr_int(c->n, "use_ignore", 0));
+    ln_i64(k, ir_attr_int(c->n, "ignore_index", -100));
+    ln_ptr(c, k, OUT(0));
     ln_null(k);
+    return 1;
+}
+
+static int lw_vocab_cross_entropy_grad(LnCtx *c, int unused) {
+    int64_t N, Vl, st, vs;
+    if (vocab_dims(c, &N, &Vl, &st, &vs) || same_shape(c, 0, 0) || ln_numel(IN(4)) != 1)
+        return ln_fail(c, "shapes");
+    LeCall *k = ln_push(c, "hetrt_tp_vocab_ce_bwd");
+    ln_ptr(c, k, IN(0));
+    ln_i32(k, IN(1)->dtype);
+    ln_ptr(c, k, IN(1));
+    ln_ptr(c, k, IN(2));
+    ln_ptr(c, k, IN(3));
+    ln_i64(k, N);
+    ln_i64(k, Vl);
+    ln_i64(k, st);
+    ln_i64(k, vs);
+    ln_i32(k, (int)ir_attr_int(c->n, "use_ignore", 0));
+    ln_i64(k, ir_attr_int(c->n, "ignore_index", -100));
+    ln_ptr(c, k, IN(4));
+    ln_ptr(c, k, OUT(0));
     return 1;
 }
 
@@ -266,6 +336,9 @@ LnFn lower_node_train_fn(IrOp op, int *k) {
     case IR_OP_SUM_TO_SHAPE: return lw_sum_to_shape;
     case IR_OP_SLICE_GRAD: return lw_slice_grad;
     case IR_OP_GATHER_GRAD: return lw_gather_grad;
+    case IR_OP_VOCAB_CE_STATS: return lw_vocab_ce_stats;
+    case IR_OP_VOCAB_CROSS_ENTROPY: return lw_vocab_cross_entropy;
+    case IR_OP_VOCAB_CROSS_ENTROPY_GRAD: return lw_vocab_cross_entropy_grad;
     default: return NULL;
     }
 }

@@ -30,6 +30,28 @@ static int32_t t_zero(void *d, int64_t n) {
     return 0;
 }
 
+/* the runtime's vocab-parallel entries (stage_abi.h) as TP rank 0 runs them */
+static int32_t t_tp_embedding(int32_t idt, const void *ids, int64_t n, const float *table,
+                              int64_t st, int64_t V, int64_t vf, int64_t D, float *y) {
+    return hk_embedding_shard_f32((HkDType)idt, ids, n, table, st, V, vf, D, y, NULL) != 0;
+}
+static int32_t t_tp_embedding_grad(int32_t idt, const void *ids, int64_t n, const float *dy,
+                                   int64_t st, int64_t V, int64_t vf, int64_t D, float *dt) {
+    return hk_embedding_backward_shard_f32((HkDType)idt, ids, n, dy, st, V, vf, D, dt, 0,
+                                           NULL) != 0;
+}
+static int32_t t_tp_vocab_ce_stats(const float *l, int32_t tdt, const void *t, const float *m,
+                                   int64_t N, int64_t Vl, int64_t st, int64_t vf, int32_t ui,
+                                   int64_t ii, float *stats) {
+    return hk_vocab_ce_stats_f32(l, (HkDType)tdt, t, m, N, Vl, st, vf, ui, ii, stats, NULL) != 0;
+}
+static int32_t t_tp_vocab_ce_bwd(const float *l, int32_t tdt, const void *t, const float *m,
+                                 const float *stats, int64_t N, int64_t Vl, int64_t st,
+                                 int64_t vf, int32_t ui, int64_t ii, const float *d, float *dl) {
+    return hk_vocab_ce_bwd_f32(l, (HkDType)tdt, t, m, stats, N, Vl, st, vf, ui, ii, *d, dl,
+                               NULL) != 0;
+}
+
 typedef struct Fn {
     const char *name;
     void (*fn)(void);
@@ -46,7 +68,11 @@ static const Fn fns[] = {
     F(hk_linear_backward_f32), F(hk_layernorm_backward_f32), F(hk_rmsnorm_backward_f32),
     F(hk_attention_backward_f32), F(hk_unary_backward_f32), F(hk_softmax_backward_f32),
     F(hk_embedding_backward_shard_f32), F(hk_reduce_sum_to_shape_f32),
-    F(hk_gather_backward_f32),
+    F(hk_gather_backward_f32), F(hk_vocab_ce_loss_f32),
+    {"hetrt_tp_embedding", (void (*)(void))t_tp_embedding},
+    {"hetrt_tp_embedding_grad", (void (*)(void))t_tp_embedding_grad},
+    {"hetrt_tp_vocab_ce_stats", (void (*)(void))t_tp_vocab_ce_stats},
+    {"hetrt_tp_vocab_ce_bwd", (void (*)(void))t_tp_vocab_ce_bwd},
 };
 #undef F
 
@@ -106,6 +132,9 @@ static const char *const cases[] = {
     "input %%t : f32[%2$d,%3$d]\n input %%i : i64[%1$d]\n input %%dy : f32[%1$d,%3$d]\n %%g = EmbeddingGrad(%%t, %%i, %%dy) : f32[%2$d,%3$d]",
     "input %%g : f32[%1$d,%2$d,%3$d]\n const %%sh : i64[2] = dense[%2$d, 1]\n %%y = SumToShape(%%g, %%sh) : f32[%2$d,1]",
     "input %%dy : f32[%1$d,%6$d,%3$d]\n const %%x : i64[3] = dense[%1$d, %2$d, %3$d]\n const %%st : i64[2] = dense[1, -1]\n const %%en : i64[2] = dense[100, -1000]\n const %%ax : i64[2] = dense[1, 2]\n const %%sp : i64[2] = dense[1, -1]\n %%y = SliceGrad(%%dy, %%x, %%st, %%en, %%ax, %%sp) : f32[%1$d,%2$d,%3$d]",
+    /* vocab-parallel ops (cases with vocab_start run as a TP stage) */
+    "input %%l : f32[%1$d,%3$d]\n input %%t : i64[%1$d]\n input %%m : f32[%1$d]\n input %%d : f32[]\n %%s = VocabCeStats(%%l, %%t, %%m) {vocab_start=1, vocab_size=%5$d} : f32[%1$d,2]\n %%y = VocabCrossEntropy(%%l, %%t, %%m, %%s) {vocab_start=1, vocab_size=%5$d} : f32[]\n %%g = VocabCrossEntropyGrad(%%l, %%t, %%m, %%s, %%d) {vocab_start=1, vocab_size=%5$d} : f32[%1$d,%3$d]",
+    "input %%t : f32[%2$d,%3$d]\n input %%i : i64[%1$d]\n input %%dy : f32[%1$d,%3$d]\n %%y = Embedding(%%t, %%i) {vocab_start=1, vocab_size=%4$d} : f32[%1$d,%3$d]\n %%g = EmbeddingGrad(%%t, %%i, %%dy) {vocab_start=1, vocab_size=%4$d} : f32[%2$d,%3$d]",
     "input %%dy : f32[%1$d,%3$d]\n const %%x : i64[2] = dense[%1$d, %2$d]\n input %%i : i64[%3$d]\n %%y = GatherGrad(%%dy, %%x, %%i) {axis=1} : f32[%1$d,%2$d]",
 };
 
@@ -266,7 +295,8 @@ static int run_case(int ci, int seed) {
             break;
         }
         LnOut lo = {0};
-        LnCtx c = {.n = n, .loc = loc, .u = &l, .tp = 1, .out = &lo};
+        LnCtx c = {.n = n, .loc = loc, .u = &l, .tp = strstr(body, "vocab_start") ? 2 : 1,
+                   .out = &lo};
         if (!lower_node(&c)) {
             fprintf(stderr, "case %d seed %d: %s '%s' not lowered: %s\n", ci, seed,
                     ir_op_name(n->op), n->name, c.why);
