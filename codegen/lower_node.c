@@ -59,6 +59,11 @@ const LeExtern lower_node_externs[] = {
     {"hk_reduce_sum_to_shape_f32", I, 7, {P, I, P, I, P, P, P}},
     {"hk_gather_backward_f32", I, 9, {P, I, P, I, I, P, L, P, P}},
     {"hk_vocab_ce_loss_f32", I, 10, {P, P, I, P, L, L, I, L, P, P}},
+    {"hk_gather_nd", I, 11, {L, P, I, P, I, P, I, P, I, P, P}},
+    {"hk_gather_elements", I, 10, {L, P, I, P, I, I, P, P, P, P}},
+    {"hk_scatter_nd", I, 12, {I, P, I, P, I, P, I, P, P, I, P, P}},
+    {"hk_gather_nd_backward_f32", I, 10, {P, I, P, I, P, I, P, I, P, P}},
+    {"hk_gather_elements_backward_f32", I, 9, {P, I, P, I, I, P, P, P, P}},
     /* the vocab-parallel kernels with the TP rank's vocab_start (stage_abi.h) */
     {"hetrt_tp_embedding", I, 9, {I, P, L, P, L, L, L, L, P}},
     {"hetrt_tp_embedding_grad", I, 9, {I, P, L, P, L, L, L, L, P}},
@@ -798,6 +803,75 @@ static int lw_embedding(LnCtx *c, int unused) {
     return 1;
 }
 
+static int lw_gather_nd(LnCtx *c, int unused) {
+    const IrValue *x = IN(0), *idx = IN(1), *y = OUT(0);
+    int64_t b = ir_attr_int(c->n, "batch_dims", 0);
+    if (b < 0 || b >= x->shape.rank || idx->shape.rank < 1) return ln_fail(c, "batch_dims");
+    int64_t kk = idx->shape.dims[idx->shape.rank - 1];
+    int64_t want = hk_numel(idx->shape.rank - 1, idx->shape.dims);
+    if (kk >= 1 && b + kk <= x->shape.rank)
+        want *= hk_numel(x->shape.rank - (int)(b + kk), x->shape.dims + b + kk);
+    if (ln_numel(y) != want) return ln_fail(c, "gathered shape");
+    LeCall *k = ln_push(c, "hk_gather_nd");
+    ln_i64(k, (int64_t)esz(x));
+    ln_ptr(c, k, x);
+    ln_shape(k, x);
+    ln_i32(k, idx->dtype);
+    ln_ptr(c, k, idx);
+    ln_shape(k, idx);
+    ln_i32(k, b);
+    ln_ptr(c, k, y);
+    ln_null(k);
+    return 1;
+}
+
+static int lw_gather_elements(LnCtx *c, int unused) {
+    const IrValue *x = IN(0), *idx = IN(1), *y = OUT(0);
+    int axis;
+    if (ln_norm_axis(ir_attr_int(c->n, "axis", 0), x->shape.rank, &axis)) return ln_fail(c, "axis");
+    if (idx->shape.rank != x->shape.rank || !ir_shape_equal(&idx->shape, &y->shape))
+        return ln_fail(c, "shapes");
+    LeCall *k = ln_push(c, "hk_gather_elements");
+    ln_i64(k, (int64_t)esz(x));
+    ln_ptr(c, k, x);
+    ln_shape(k, x);
+    ln_i32(k, axis);
+    ln_i32(k, idx->dtype);
+    ln_ptr(c, k, idx);
+    ln_i64s(k, idx->shape.rank, idx->shape.dims);
+    ln_ptr(c, k, y);
+    ln_null(k);
+    return 1;
+}
+
+static int lw_scatter_nd(LnCtx *c, int unused) {
+    const IrValue *x = IN(0), *idx = IN(1), *u = IN(2);
+    static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    const char *red = ir_attr_string(c->n, "reduction", "none");
+    int r = -1;
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(red, names[i])) r = i;
+    if (r < 0 || !ir_shape_equal(&x->shape, &OUT(0)->shape) || u->dtype != x->dtype)
+        return ln_fail(c, "reduction / shapes");
+    int64_t kk = idx->shape.rank ? idx->shape.dims[idx->shape.rank - 1] : 0;
+    int64_t want = hk_numel(idx->shape.rank - 1, idx->shape.dims);
+    if (kk >= 1 && kk <= x->shape.rank)
+        want *= hk_numel(x->shape.rank - (int)kk, x->shape.dims + kk);
+    if (ln_numel(u) != want) return ln_fail(c, "updates shape");
+    LeCall *k = ln_push(c, "hk_scatter_nd");
+    ln_i32(k, x->dtype);
+    ln_ptr(c, k, x);
+    ln_shape(k, x);
+    ln_i32(k, idx->dtype);
+    ln_ptr(c, k, idx);
+    ln_shape(k, idx);
+    ln_ptr(c, k, u);
+    ln_i32(k, r);
+    ln_ptr(c, k, OUT(0));
+    ln_null(k);
+    return 1;
+}
+
 /* ------------------------------------------------------------ the table */
 
 typedef struct LnEntry {
@@ -854,6 +928,9 @@ static const LnEntry table[IR_OP_COUNT] = {
     [IR_OP_TILE] = {lw_tile, 0},
     [IR_OP_GATHER] = {lw_gather, 0},
     [IR_OP_EMBEDDING] = {lw_embedding, 0},
+    [IR_OP_GATHER_ND] = {lw_gather_nd, 0},
+    [IR_OP_GATHER_ELEMENTS] = {lw_gather_elements, 0},
+    [IR_OP_SCATTER_ND] = {lw_scatter_nd, 0},
 };
 
 int lower_node(LnCtx *c) {

@@ -321,6 +321,45 @@ static int lw_gather_grad(LnCtx *c, int unused) {
     return 1;
 }
 
+static int lw_gather_nd_grad(LnCtx *c, int unused) {
+    const IrValue *dy = IN(0), *idx = IN(2), *x = OUT(0);
+    int r = x->shape.rank;
+    int64_t b = ir_attr_int(c->n, "batch_dims", 0);
+    int64_t kk = idx->shape.rank ? idx->shape.dims[idx->shape.rank - 1] : 0;
+    if (b < 0 || kk < 1 || b + kk > r) return ln_fail(c, "indices do not address dx");
+    int64_t want = hk_numel(idx->shape.rank - 1, idx->shape.dims) *
+                   hk_numel(r - (int)(b + kk), x->shape.dims + b + kk);
+    if (ln_numel(dy) != want) return ln_fail(c, "dy shape");
+    LeCall *k = ln_push(c, "hk_gather_nd_backward_f32");
+    ln_ptr(c, k, dy);
+    ln_shape(k, x);
+    ln_i32(k, idx->dtype);
+    ln_ptr(c, k, idx);
+    ln_shape(k, idx);
+    ln_i32(k, b);
+    ln_ptr(c, k, x);
+    ln_null(k);
+    return 1;
+}
+
+static int lw_gather_elements_grad(LnCtx *c, int unused) {
+    const IrValue *dy = IN(0), *idx = IN(2), *x = OUT(0);
+    int r = x->shape.rank, a;
+    if (ln_norm_axis(ir_attr_int(c->n, "axis", 0), r, &a)) return ln_fail(c, "axis");
+    if (!ir_shape_equal(&dy->shape, &idx->shape) || idx->shape.rank != r)
+        return ln_fail(c, "dy must have the indices' shape");
+    LeCall *k = ln_push(c, "hk_gather_elements_backward_f32");
+    ln_ptr(c, k, dy);
+    ln_shape(k, x);
+    ln_i32(k, a);
+    ln_i32(k, idx->dtype);
+    ln_ptr(c, k, idx);
+    ln_i64s(k, r, idx->shape.dims);
+    ln_ptr(c, k, x);
+    ln_null(k);
+    return 1;
+}
+
 LnFn lower_node_train_fn(IrOp op, int *k) {
     *k = 0;
     switch (op) {
@@ -336,6 +375,8 @@ LnFn lower_node_train_fn(IrOp op, int *k) {
     case IR_OP_SUM_TO_SHAPE: return lw_sum_to_shape;
     case IR_OP_SLICE_GRAD: return lw_slice_grad;
     case IR_OP_GATHER_GRAD: return lw_gather_grad;
+    case IR_OP_GATHER_ND_GRAD: return lw_gather_nd_grad;
+    case IR_OP_GATHER_ELEMENTS_GRAD: return lw_gather_elements_grad;
     case IR_OP_VOCAB_CE_STATS: return lw_vocab_ce_stats;
     case IR_OP_VOCAB_CROSS_ENTROPY: return lw_vocab_cross_entropy;
     case IR_OP_VOCAB_CROSS_ENTROPY_GRAD: return lw_vocab_cross_entropy_grad;
