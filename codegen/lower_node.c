@@ -933,6 +933,11 @@ static const LnEntry table[IR_OP_COUNT] = {
     [IR_OP_SCATTER_ND] = {lw_scatter_nd, 0},
 };
 
+int lower_node_has_op(IrOp op) {
+    int k;
+    return ((int)op >= 0 && op < IR_OP_COUNT && table[op].fn) || lower_node_train_fn(op, &k);
+}
+
 int lower_node(LnCtx *c) {
     IrNode *n = c->n;
     c->why[0] = 0;

@@ -47,6 +47,8 @@ typedef struct LnCtx {
 /* 1: the node's calls were appended to c->out; 0: no lowering (c->why says
  * why; nothing appended): the caller emits hetrt_node. */
 int lower_node(LnCtx *c);
+/* 1 if op has a lowering entry (table completeness tests) */
+int lower_node_has_op(IrOp op);
 
 /* The kernel entry points lowered calls use (hk.h, hk_train.h, hk_entry.h,
  * plus hetrt_copy / hetrt_zero from stage_abi.h, which the caller's hetrt
