@@ -43,10 +43,10 @@ const LeExtern lower_node_externs[] = {
     {"hk_trilu", LE_VOID, 7, {L, P, I, P, L, I, P}},
     {"hk_tile", LE_VOID, 6, {L, P, I, P, P, P}},
     {"hk_embedding_shard_f32", I, 10, {I, P, L, P, L, L, L, L, P, P}},
-    {"hk_entry_reduce", I, 7, {I, I, P, I, P, P, P}},
+    {"hk_entry_reduce", I, 8, {I, I, P, I, P, P, P, P}},
     {"hk_entry_concat_part", LE_VOID, 8, {L, P, I, P, I, L, L, P}},
     {"hk_entry_slice_grad_f32", LE_VOID, 7, {P, I, P, P, P, P, P}},
-    {"hk_entry_ce_bwd_f32", I, 9, {P, I, P, L, L, I, L, P, P}},
+    {"hk_entry_ce_bwd_f32", I, 10, {P, I, P, L, L, I, L, P, P, P}},
     {"hk_entry_memset", LE_VOID, 3, {P, I, L}},
     {"hk_cross_entropy_fwd_f32", I, 11, {P, I, P, L, L, I, L, P, P, P, P}},
     {"hk_linear_backward_f32", I, 11, {P, P, P, L, L, L, P, P, P, I, P}},
@@ -461,6 +461,7 @@ static int lw_reduce(LnCtx *c, int op) {
     ln_shape(k, x);
     ln_i64s(k, rank, red);
     ln_ptr(c, k, y);
+    ln_null(k);
     return 1;
 }
 
@@ -964,6 +965,16 @@ int lower_node(LnCtx *c) {
         for (int i = start; i < c->out->n; i++) lower_call_free(&c->out->calls[i]);
         c->out->n = start;
         return 0;
+    }
+    /* every status-returning hk_* entry takes `char *err` last: the module's
+     * error buffer, so a failure says why (stage_abi.h hetc_kernel_err) */
+    for (int i = start; i < c->out->n; i++) {
+        LeCall *k = &c->out->calls[i];
+        for (int x = 0; x < lower_node_nexterns; x++)
+            if (!strcmp(lower_node_externs[x].name, k->fn) && lower_node_externs[x].ret == LE_I32 &&
+                !strncmp(k->fn, "hk_", 3) && k->nargs > 0 &&
+                k->args[k->nargs - 1].kind == LE_ARG_NULL)
+                k->args[k->nargs - 1] = (LeArg){.kind = LE_ARG_ERRBUF};
     }
     return 1;
 }

@@ -58,6 +58,7 @@ static int lw_cross_entropy_grad(LnCtx *c, int unused) {
     ln_i64(k, ir_attr_int(c->n, "ignore_index", -100));
     ln_ptr(c, k, IN(2));
     ln_ptr(c, k, OUT(0));
+    ln_null(k);
     return 1;
 }
 

@@ -128,6 +128,13 @@ int32_t hetrt_tp_vocab_ce_bwd(const float *logits, int32_t tdt, const void *targ
                               int64_t start0, int64_t vfull, int32_t use_ignore,
                               int64_t ignore_index, const float *dloss, float *dlogits);
 
+/* Direct kernel calls (codegen/lower_node.c) pass this buffer, defined by
+ * the generated module when some call uses it, as the kernels' `err`: a
+ * kernel that returns nonzero has written its reason here (the runtime
+ * prints it with the failing call; declare it weak). */
+#define HETC_KERNEL_ERRLEN 256
+extern char hetc_kernel_err[HETC_KERNEL_ERRLEN];
+
 /* Runtime entry point called by the generated main. */
 int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *stage);
 

@@ -11,7 +11,7 @@
 
 /* hk_reduce with the reduced axes as int64 flags (reduce[i] != 0). */
 int hk_entry_reduce(int op, int dt, const void *x, int rank, const int64_t *dims,
-                    const int64_t *reduce, void *y);
+                    const int64_t *reduce, void *y, char *err);
 /* One input of a Concat: x (rank, xdims) copied into y at offset `at` along
  * `axis`, y's extent there being ydim (y's other dims are x's). */
 void hk_entry_concat_part(size_t esize, const void *x, int rank, const int64_t *xdims, int axis,
@@ -24,7 +24,7 @@ void hk_entry_slice_grad_f32(const float *dy, int rank, const int64_t *xdims,
 /* hk_cross_entropy_bwd_f32 with dloss read from memory (a scalar tensor). */
 int hk_entry_ce_bwd_f32(const float *logits, int tdt, const void *targets, int64_t N, int64_t V,
                         int use_ignore, int64_t ignore_index, const float *dloss,
-                        float *dlogits);
+                        float *dlogits, char *err);
 /* n bytes of y set to the byte value v (a bool mask of ones, ...). */
 void hk_entry_memset(void *y, int v, int64_t n);
 

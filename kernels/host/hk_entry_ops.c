@@ -1,17 +1,21 @@
 /* Entry points for compiled stage code (hk_entry.h). */
 #include "hk_entry.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "hk.h"
 #include "hk_train.h"
 
 int hk_entry_reduce(int op, int dt, const void *x, int rank, const int64_t *dims,
-                    const int64_t *reduce, void *y) {
+                    const int64_t *reduce, void *y, char *err) {
     int red[HK_MAX_RANK];
-    if (rank < 0 || rank > HK_MAX_RANK) return -1;
+    if (rank < 0 || rank > HK_MAX_RANK) {
+        if (err) snprintf(err, HK_ERRLEN, "reduction of rank %d", rank);
+        return -1;
+    }
     for (int i = 0; i < rank; i++) red[i] = reduce[i] != 0;
-    return hk_reduce((HkRedOp)op, (HkDType)dt, x, rank, dims, red, y, NULL);
+    return hk_reduce((HkRedOp)op, (HkDType)dt, x, rank, dims, red, y, err);
 }
 
 void hk_entry_concat_part(size_t esize, const void *x, int rank, const int64_t *xdims, int axis,
@@ -45,9 +49,9 @@ void hk_entry_slice_grad_f32(const float *dy, int rank, const int64_t *xdims,
 
 int hk_entry_ce_bwd_f32(const float *logits, int tdt, const void *targets, int64_t N, int64_t V,
                         int use_ignore, int64_t ignore_index, const float *dloss,
-                        float *dlogits) {
+                        float *dlogits, char *err) {
     return hk_cross_entropy_bwd_f32(logits, (HkDType)tdt, targets, NULL, N, V, use_ignore,
-                                    ignore_index, *dloss, dlogits, NULL);
+                                    ignore_index, *dloss, dlogits, err);
 }
 
 void hk_entry_memset(void *y, int v, int64_t n) {

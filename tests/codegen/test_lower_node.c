@@ -19,6 +19,7 @@
 #include "hostexec.h"
 #include "ir.h"
 #include "lower_node.h"
+#include "stage_abi.h" /* HETC_KERNEL_ERRLEN */
 
 /* stand-ins of the two runtime entries lowered calls use (stage_abi.h) */
 static int32_t t_copy(void *d, const void *s, int64_t n) {
@@ -185,6 +186,7 @@ static ffi_type *ffi_of(LeType t) {
 
 /* run one lowered call on the arena; 0 or the callee's nonzero status */
 static int run_call(const LeCall *c, unsigned char *arena, char *msg) {
+    char kerr[HETC_KERNEL_ERRLEN] = "";
     const LeExtern *x = find_extern(c->fn);
     const Fn *f = find_fn(c->fn);
     if (!x || !f) return sprintf(msg, "no function %s", c->fn), -1;
@@ -209,13 +211,14 @@ static int run_call(const LeCall *c, unsigned char *arena, char *msg) {
         case LE_ARG_NULL: ptr[i] = NULL, vals[i] = &ptr[i]; break;
         case LE_ARG_I64S: ptr[i] = (void *)a->vals, vals[i] = &ptr[i]; break;
         case LE_ARG_BYTES: ptr[i] = (void *)a->bytes, vals[i] = &ptr[i]; break;
+        case LE_ARG_ERRBUF: ptr[i] = kerr, vals[i] = &ptr[i]; break;
         default: return sprintf(msg, "%s: arg %d kind %d", c->fn, i, (int)a->kind), -1;
         }
         static const LeType want[] = {[LE_ARG_I32] = LE_I32, [LE_ARG_I64] = LE_I64,
                                       [LE_ARG_F32] = LE_F32, [LE_ARG_F64] = LE_F64,
                                       [LE_ARG_ARENA] = LE_PTR, [LE_ARG_SLOT] = LE_PTR,
                                       [LE_ARG_NULL] = LE_PTR, [LE_ARG_I64S] = LE_PTR,
-                                      [LE_ARG_BYTES] = LE_PTR};
+                                      [LE_ARG_BYTES] = LE_PTR, [LE_ARG_ERRBUF] = LE_PTR};
         if (want[a->kind] != x->params[i])
             return sprintf(msg, "%s: arg %d kind %d for type %d", c->fn, i, (int)a->kind,
                            (int)x->params[i]), -1;
@@ -225,7 +228,8 @@ static int run_call(const LeCall *c, unsigned char *arena, char *msg) {
         return sprintf(msg, "%s: ffi_prep_cif", c->fn), -1;
     ffi_arg r = 0;
     ffi_call(&cif, f->fn, &r, vals);
-    if (x->ret == LE_I32 && (int32_t)r != 0) return sprintf(msg, "%s returned %d", c->fn, (int)r), 1;
+    if (x->ret == LE_I32 && (int32_t)r != 0)
+        return snprintf(msg, 256, "%s returned %d: %s", c->fn, (int)r, kerr), 1;
     return 0;
 }
 
