@@ -23,14 +23,15 @@
 
 static const char *const type_names[] = {"void", "i32", "i64", "f32", "f64", "ptr"};
 static const char *const arg_kind_names[] = {"i32", "i64", "f32", "f64", "arena+off",
-                                             "slot+off", "null", "i64[]"};
+                                             "slot+off", "null", "i64[]", "bytes", "errbuf"};
 
 /* The parameter type an argument kind can be passed as. */
 static LeType arg_type(LeArgKind k) {
     static const LeType t[] = {
         [LE_ARG_I32] = LE_I32,   [LE_ARG_I64] = LE_I64,  [LE_ARG_F32] = LE_F32,
         [LE_ARG_F64] = LE_F64,   [LE_ARG_ARENA] = LE_PTR, [LE_ARG_SLOT] = LE_PTR,
-        [LE_ARG_NULL] = LE_PTR,  [LE_ARG_I64S] = LE_PTR,
+        [LE_ARG_NULL] = LE_PTR,  [LE_ARG_I64S] = LE_PTR,  [LE_ARG_BYTES] = LE_PTR,
+        [LE_ARG_ERRBUF] = LE_PTR,
     };
     return t[k];
 }
@@ -68,7 +69,7 @@ static int check_arg(const LeProgram *p, const LeFunc *f, int ci, const LeExtern
                      IrError *err) {
     const LeArg *a = &f->calls[ci].args[ai];
     const char *fn = f->calls[ci].fn;
-    if ((unsigned)a->kind > LE_ARG_I64S)
+    if ((unsigned)a->kind > LE_ARG_ERRBUF)
         return ir_errorf(err, "stage function '%s', call %d (%s), argument %d: bad kind %d",
                          f->name, ci, fn, ai, (int)a->kind);
     if (arg_type(a->kind) != ex->params[ai])
@@ -90,6 +91,10 @@ static int check_arg(const LeProgram *p, const LeFunc *f, int ci, const LeExtern
     if (a->kind == LE_ARG_I64S && (a->n <= 0 || !a->vals))
         return ir_errorf(err,
                          "stage function '%s', call %d (%s), argument %d: empty i64 array",
+                         f->name, ci, fn, ai);
+    if (a->kind == LE_ARG_BYTES && (a->nbytes <= 0 || a->nbytes >= UINT32_MAX || !a->bytes))
+        return ir_errorf(err,
+                         "stage function '%s', call %d (%s), argument %d: empty constant bytes",
                          f->name, ci, fn, ai);
     if (a->kind == LE_ARG_I32 && (a->i < INT32_MIN || a->i > INT32_MAX))
         return ir_errorf(err,
@@ -287,6 +292,21 @@ static LLVMValueRef build_arg(Emit *e, const LeArg *a, LLVMValueRef arena, LLVMV
         LLVMValueRef arr = LLVMConstArray(e->i64, vals, (unsigned)a->n);
         free(vals);
         return private_const(e, arr, ".dims", e->i8p);
+    }
+    case LE_ARG_ERRBUF: { /* one writable buffer per module, read by the runtime */
+        LLVMValueRef g = LLVMGetNamedGlobal(e->mod, "hetc_kernel_err");
+        if (!g) {
+            LLVMTypeRef t = LLVMArrayType(e->i8, HETC_KERNEL_ERRLEN);
+            g = LLVMAddGlobal(e->mod, t, "hetc_kernel_err");
+            LLVMSetInitializer(g, LLVMConstNull(t));
+        }
+        return LLVMConstBitCast(g, e->i8p);
+    }
+    case LE_ARG_BYTES: { /* a constant tensor: aligned for any element type */
+        LLVMValueRef str = LLVMConstStringInContext(e->ctx, a->bytes, (unsigned)a->nbytes, 1);
+        LLVMValueRef g = private_const(e, str, ".cdata", NULL);
+        LLVMSetAlignment(g, 64);
+        return LLVMConstBitCast(g, e->i8p);
     }
     }
     return NULL;

@@ -43,6 +43,11 @@ typedef enum LeArgKind {
     LE_ARG_SLOT,   /* pointer: slot + off (current microbatch's activations) */
     LE_ARG_NULL,   /* null pointer */
     LE_ARG_I64S,   /* pointer to a constant i64 array (shapes): vals[0..n) */
+    LE_ARG_BYTES,  /* pointer to constant raw bytes bytes[0..nbytes) (a constant
+                      tensor's data: a private 64-byte aligned global) */
+    LE_ARG_ERRBUF, /* pointer to the module's kernel error buffer hetc_kernel_err
+                      (HETC_KERNEL_ERRLEN bytes, stage_abi.h): a failing kernel
+                      writes its reason there, the runtime prints it */
 } LeArgKind;
 
 typedef struct LeArg {
@@ -52,6 +57,8 @@ typedef struct LeArg {
     int64_t off;
     int n;
     const int64_t *vals;
+    int64_t nbytes;     /* LE_ARG_BYTES */
+    const void *bytes;  /* LE_ARG_BYTES */
 } LeArg;
 
 typedef struct LeCall {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lower_node.h"
 #include "stage_abi.h"
 
 /* Mirrors the hetrt_* declarations of stage_abi.h. */
@@ -308,6 +309,22 @@ static int ptr_loc(const MemPlan *mp, const PartStage *st, int graph, const IrVa
     return 0;
 }
 
+/* lower_node's view of the plan (LnLocFn) */
+typedef struct LocCtx {
+    const MemPlan *mp;
+    const PartStage *st;
+    int graph;
+} LocCtx;
+static int value_loc(void *u, const IrValue *v, LeArg *a) {
+    const LocCtx *lc = u;
+    const MpLoc *l = memplan_loc(lc->mp, lc->st, lc->graph, v);
+    if (!l) return -1;
+    if (l->region == HETC_BUF_CONST) return 1;
+    if (l->region != HETC_BUF_ARENA && (l->region != HETC_BUF_SLOT || lc->graph)) return -1;
+    *a = ptr_arg(l);
+    return 0;
+}
+
 static int node_call(const MemPlan *mp, const PartStage *st, int graph, int fn, int idx,
                      LeCall *c, IrError *err) {
     const IrGraph *g = graph ? st->update : st->train;
@@ -415,13 +432,13 @@ void lower_stage_free(LeProgram *prog) {
     if (!prog) return;
     for (int f = 0; f < prog->nfuncs; f++) {
         const LeFunc *fn = &prog->funcs[f];
-        for (int c = 0; c < fn->ncalls; c++)
-            for (int a = 0; a < fn->calls[c].nargs; a++)
-                if (fn->calls[c].args[a].kind == LE_ARG_I64S)
-                    free((void *)fn->calls[c].args[a].vals);
+        for (int c = 0; c < fn->ncalls; c++) lower_call_free((LeCall *)&fn->calls[c]);
         free((void *)fn->calls);
     }
     free((void *)prog->funcs);
+    if (prog->externs && prog->externs != lower_hetrt_externs &&
+        prog->externs != lower_hetrt_externs_tp) /* direct: the combined list */
+        free((void *)prog->externs);
     free((void *)prog->sched);
     free((void *)prog->ir_train);
     free((void *)prog->ir_update);
@@ -430,6 +447,18 @@ void lower_stage_free(LeProgram *prog) {
 
 int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char **config,
                 MemPlan *mp, IrError *err) {
+    return lower_stage_stats(st, o, prog, config, mp, NULL, err);
+}
+
+void lower_stats_free(LowerStats *s) {
+    if (!s) return;
+    free(s->interp_ops);
+    free(s->why);
+    memset(s, 0, sizeof *s);
+}
+
+int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, char **config,
+                      MemPlan *mp, LowerStats *stats, IrError *err) {
     memset(prog, 0, sizeof *prog);
     *config = NULL;
     memset(mp, 0, sizeof *mp);
@@ -462,14 +491,48 @@ int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char *
     prog->nfuncs = MP_NFN + 1;
     funcs[0].name = fnames[0];
     int rc = 0;
+    int hist[IR_OP_COUNT] = {0};
+    char why[200] = "";
+    if (stats) memset(stats, 0, sizeof *stats);
     for (int f = 0; f < MP_NFN && !rc; f++) {
-        LeCall *calls = ir_xcalloc((size_t)mp->nacts[f] + 1, sizeof *calls);
+        LnOut out = {0};
         funcs[f + 1].name = fnames[f + 1];
-        funcs[f + 1].calls = calls;
         for (int i = 0; i < mp->nacts[f] && !rc; i++) {
-            rc = action_call(mp, st, f, &mp->acts[f][i], tok, &calls[i], err);
-            funcs[f + 1].ncalls = i + 1; /* freed by lower_stage_free even when failing */
+            const MpAction *a = &mp->acts[f][i];
+            int graph = f == MP_FN_UPDATE;
+            const IrNode *n = a->kind == MP_NODE ? (graph ? st->update : st->train)->nodes[a->index]
+                                                 : NULL;
+            if (n && o->direct && n->op != IR_OP_TP_ALL_REDUCE) {
+                LocCtx lc = {mp, st, graph};
+                LnCtx c = {.n = (IrNode *)n, .loc = value_loc, .u = &lc, .tp = st->tp,
+                           .out = &out};
+                if (lower_node(&c)) {
+                    if (stats) stats->direct++;
+                    continue;
+                }
+                if (!why[0])
+                    snprintf(why, sizeof why, "%s node %d '%s' (%s): %s",
+                             graph ? "update" : "train", a->index, n->name, ir_op_name(n->op),
+                             c.why);
+            }
+            if (n && stats) {
+                if (n->op == IR_OP_TP_ALL_REDUCE) stats->direct++;
+                else stats->interp++, hist[n->op]++;
+            }
+            LeCall *k = ln_push(&(LnCtx){.out = &out}, NULL);
+            rc = action_call(mp, st, f, a, tok, k, err);
         }
+        funcs[f + 1].calls = out.calls; /* freed by lower_stage_free even when failing */
+        funcs[f + 1].ncalls = out.n;
+    }
+    if (stats) {
+        Sb b = {0};
+        sb_printf(&b, "%s", "");
+        for (int op = 0; op < IR_OP_COUNT; op++)
+            if (hist[op]) sb_printf(&b, "%s%s x%d", b.n ? ", " : "", ir_op_name((IrOp)op), hist[op]);
+        stats->interp_ops = b.s;
+        stats->why = ir_xmalloc(strlen(why) + 1);
+        strcpy(stats->why, why);
     }
     if (!rc) {
         LeSched *sc = ir_xcalloc((size_t)o->nsched, sizeof *sc);
@@ -483,6 +546,14 @@ int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char *
         prog->nslots = mp->nslots;
         prog->externs = st->tp > 1 ? lower_hetrt_externs_tp : lower_hetrt_externs;
         prog->nexterns = st->tp > 1 ? lower_hetrt_nexterns_tp : lower_hetrt_nexterns;
+        if (o->direct) { /* the runtime's entries and the kernels' */
+            LeExtern *ex = ir_xcalloc((size_t)(prog->nexterns + lower_node_nexterns), sizeof *ex);
+            memcpy(ex, prog->externs, sizeof *ex * (size_t)prog->nexterns);
+            memcpy(ex + prog->nexterns, lower_node_externs,
+                   sizeof *ex * (size_t)lower_node_nexterns);
+            prog->externs = ex;
+            prog->nexterns += lower_node_nexterns;
+        }
         if (!(prog->ir_train = graph_text(st->train, st->stage, "train", err)) ||
             !(prog->ir_update = graph_text(st->update, st->stage, "update", err)))
             rc = -1;
@@ -490,6 +561,7 @@ int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char *
     if (rc) {
         lower_stage_free(prog);
         memplan_free(mp);
+        lower_stats_free(stats);
         return -1;
     }
     *config = config_text(st, o, mp, tok);

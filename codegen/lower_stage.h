@@ -46,7 +46,20 @@ typedef struct LowerOpts {
      * stage's config).  NULL: no `shared` records (the caller adds them). */
     const PartStage *all_stages;
     int nall_stages;
+    /* 1: each node whose op codegen/lower_node.c lowers becomes direct
+     * kernel calls (hk_* with constant shapes; host backend), the rest
+     * hetrt_node; 0: every node is hetrt_node (the CUDA backend, whose arena
+     * is device memory) */
+    int direct;
 } LowerOpts;
+
+/* What lower_stage made of the stage's nodes (hetc compile's report). */
+typedef struct LowerStats {
+    int direct;       /* nodes lowered to direct calls (TpAllReduce included) */
+    int interp;       /* nodes left to hetrt_node */
+    char *interp_ops; /* malloc'd "Op xN, ..." of the interpreted nodes ("" if none) */
+    char *why;        /* malloc'd: the first interpreted node's reason ("" if none) */
+} LowerStats;
 
 /* Lower stage st.  On success fills *prog (arena layout from *mp, externs,
  * functions init / forward / backward / update, schedule, ir_train,
@@ -57,6 +70,10 @@ typedef struct LowerOpts {
  * needs freeing then. */
 int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char **config,
                 MemPlan *mp, IrError *err);
+/* The same, also filling *stats (may be NULL); free with lower_stats_free. */
+int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, char **config,
+                      MemPlan *mp, LowerStats *stats, IrError *err);
+void lower_stats_free(LowerStats *s);
 void lower_stage_free(LeProgram *prog);
 
 /* Escape a name for the config text: '%', space and control bytes as %XX

@@ -108,6 +108,32 @@ int32_t hetrt_tp_allreduce(void *dst, const void *src, int64_t n);
  * loss's row max, passes/tp_shard_vocab.c). */
 int32_t hetrt_tp_allreduce_max(void *dst, const void *src, int64_t n);
 int32_t hetrt_zero(void *dst, int64_t bytes);
+/* The vocabulary-parallel kernels as direct calls (codegen/lower_node.c,
+ * stages with tp > 1; runtime/stage/stage_tp_kernels.c): the host kernels
+ * hk_embedding_shard_f32, hk_embedding_backward_shard_f32 (overwriting),
+ * hk_vocab_ce_stats_f32, hk_vocab_ce_bwd_f32 (dloss read from memory) with
+ * the compiled vocab_start (TP rank 0's) shifted by tp_rank x the local
+ * extent (V or Vl), as stage_tp_rank_graph shifts the interpreted graph. */
+int32_t hetrt_tp_embedding(int32_t idt, const void *ids, int64_t n, const float *table,
+                           int64_t start0, int64_t V, int64_t vfull, int64_t D, float *y);
+int32_t hetrt_tp_embedding_grad(int32_t idt, const void *ids, int64_t n, const float *dy,
+                                int64_t start0, int64_t V, int64_t vfull, int64_t D,
+                                float *dtable);
+int32_t hetrt_tp_vocab_ce_stats(const float *logits, int32_t tdt, const void *targets,
+                                const float *rowmax, int64_t N, int64_t Vl, int64_t start0,
+                                int64_t vfull, int32_t use_ignore, int64_t ignore_index,
+                                float *stats);
+int32_t hetrt_tp_vocab_ce_bwd(const float *logits, int32_t tdt, const void *targets,
+                              const float *rowmax, const float *stats, int64_t N, int64_t Vl,
+                              int64_t start0, int64_t vfull, int32_t use_ignore,
+                              int64_t ignore_index, const float *dloss, float *dlogits);
+
+/* Direct kernel calls (codegen/lower_node.c) pass this buffer, defined by
+ * the generated module when some call uses it, as the kernels' `err`: a
+ * kernel that returns nonzero has written its reason here (the runtime
+ * prints it with the failing call; declare it weak). */
+#define HETC_KERNEL_ERRLEN 256
+extern char hetc_kernel_err[HETC_KERNEL_ERRLEN];
 
 /* Runtime entry point called by the generated main. */
 int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *stage);

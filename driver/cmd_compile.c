@@ -47,6 +47,8 @@ static void usage(FILE *f) {
             "  --plan FILE            compile this plan.json instead of planning (edit a plan, or\n"
             "                         write one by hand: docs/PLAN_FORMAT.md)\n"
             "  --emit-llvm            also write DIR/stage_K.ll\n"
+            "  --interpret-nodes      every node through the runtime's interpreter (hetrt_node),\n"
+            "                         no direct kernel calls (to compare the two)\n"
             "  --recompute none|full|selective  activation recompute of every stage, overriding\n"
             "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n"
             "  --backend host|cuda    runtime the stage binaries link (default host): cuda runs\n"
@@ -125,6 +127,10 @@ int cmd_compile(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--emit-llvm")) {
             ca.emit_llvm = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--interpret-nodes")) {
+            ca.interpret_nodes = 1;
             continue;
         }
         if ((r = cli_opt(argc, argv, &i, "--recompute", &v)) != 0) {

@@ -119,6 +119,9 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
     char *shared = NULL, *report = NULL;
     size_t report_len = 0;
     FILE *rep = open_memstream(&report, &report_len);
+    char *kbuf = NULL; /* the per-stage direct / interpreted node counts */
+    size_t klen = 0;
+    FILE *kern = open_memstream(&kbuf, &klen);
     if (schedule_build(S, B, warm, &sch, err)) {
         ir_error_prefix(err, "schedule");
         goto done;
@@ -151,10 +154,12 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         lo.steps = a->steps;
         lo.layers = cs->nlayers;
         lo.token_dtype = IR_UNDEF;
+        lo.direct = !a->backend_cuda && !a->interpret_nodes; /* device arenas keep hetrt_node (docs/CODEGEN.md) */
         LeProgram prog;
         MemPlan mp;
         char *config = NULL;
-        if (lower_stage(&ps[s], &lo, &prog, &config, &mp, err)) {
+        LowerStats lst;
+        if (lower_stage_stats(&ps[s], &lo, &prog, &config, &mp, &lst, err)) {
             free(ls);
             ir_error_prefix_stage(err, NULL, s);
             goto done;
@@ -208,6 +213,11 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
                 mp.opt_bytes / 1048576.0, mp.slot_bytes / 1048576.0,
                 mp.scratch_bytes / 1048576.0, mp.arena_bytes / 1048576.0,
                 gib(p->stages[s].mem_pred));
+        /* what is still interpreted (issue 15): a line per stage after the table */
+        fprintf(kern, "stage %d: %d nodes as direct kernel calls, %d interpreted (hetrt_node)%s%s\n",
+                s, lst.direct, lst.interp, lst.interp ? ": " : "", lst.interp_ops);
+        if (lst.interp && lst.why[0]) fprintf(kern, "  first: %s\n", lst.why);
+        lower_stats_free(&lst);
         lower_stage_free(&prog);
         memplan_free(&mp);
         free(config);
@@ -218,6 +228,10 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
             goto done;
         }
     }
+    fclose(kern);
+    kern = NULL;
+    fprintf(rep, "\nstage kernels (nodes lowered to direct kernel calls; the rest run by the "
+                 "runtime's node interpreter)\n%s", kbuf);
     fflush(rep);
     fclose(rep);
     rep = NULL;
@@ -248,6 +262,9 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
     }
     rc = 0;
 done:
+    if (kern)
+        fclose(kern);
+    free(kbuf);
     if (rep)
         fclose(rep);
     free(report);

@@ -14,6 +14,7 @@ typedef struct CompileArgs {
     double lr, beta1, beta2, adam_eps, weight_decay, momentum, clip;
     int64_t steps, warmup;
     int emit_llvm;
+    int interpret_nodes; /* --interpret-nodes: every node through hetrt_node (no direct calls) */
     int backend_cuda; /* --backend=cuda: link hetrt_stage_cuda (docs/CUDA.md) */
 } CompileArgs;
 void compile_args_default(CompileArgs *a);

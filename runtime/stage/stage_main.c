@@ -165,11 +165,18 @@ static const HetcStageFn *find_fn(const HetcStageDesc *d, const char *name) {
 
 /* Run a stage function; a nonzero status names the failing call and ends
  * the job (the callee already printed why). */
+/* defined by a stage module whose direct kernel calls report errors */
+extern char hetc_kernel_err[HETC_KERNEL_ERRLEN] __attribute__((weak));
+
 static void run_fn(StageRt *rt, const HetcStageFn *f, void *slot, const char *when) {
     int32_t st = f->fn(rt->arena.base, slot);
     if (st == 0) return;
     const char *callee = st >= 1 && st <= f->ncalls && f->calls ? f->calls[st - 1] : "?";
-    STAGE_DIE("stage %d: %s: call %d (%s) failed %s", rt->cfg.stage, f->name, st, callee, when);
+    /* a kernel called directly says why in hetc_kernel_err (hetrt_* calls
+     * printed their reason already) */
+    const char *why = strncmp(callee, "hetrt_", 6) && hetc_kernel_err ? hetc_kernel_err : "";
+    STAGE_DIE("stage %d: %s: call %d (%s) failed %s%s%.*s", rt->cfg.stage, f->name, st, callee,
+              when, why[0] ? ": " : "", HETC_KERNEL_ERRLEN, why);
 }
 
 static IrGraph *parse_graph(const char *text, const char *what, int stage) {

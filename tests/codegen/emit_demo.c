@@ -44,6 +44,7 @@ static const LeExtern externs[] = {
 #define AR(o) {.kind = LE_ARG_ARENA, .off = (o)}
 #define SL(o) {.kind = LE_ARG_SLOT, .off = (o)}
 #define NUL {.kind = LE_ARG_NULL}
+#define ERRBUF {.kind = LE_ARG_ERRBUF} /* the module's hetc_kernel_err */
 #define DIMS(cnt, arr) {.kind = LE_ARG_I64S, .n = (cnt), .vals = (arr)}
 
 int main(int argc, char **argv) {
@@ -68,7 +69,7 @@ int main(int argc, char **argv) {
         {"hk_gemm_f32", 14,
          {SL(x), AR(w), AR(b), I32(1), DIMS(1, dims_n), I64(M), I64(N), I64(K), I32(0), I32(0),
           F32(0.5), F32(1.0), SL(h), NUL}},
-        {"hk_unary", 6, {I32(HK_RELU), I32(bad ? HK_UNDEF : HK_F32), SL(h), SL(y), I64(M * N), NUL}},
+        {"hk_unary", 6, {I32(HK_RELU), I32(bad ? HK_UNDEF : HK_F32), SL(h), SL(y), I64(M * N), ERRBUF}},
         {"hk_linear_f32", 7, {SL(y), AR(w2), NUL, I64(M), I64(N), I64(N), SL(z)}},
     };
     const LeCall bwd[] = {

@@ -93,6 +93,9 @@ def main():
                         os.path.join(bad, "out.bin")], capture_output=True, text=True)
     assert r.returncode != 0
     assert "stage function forward: call 1 (hk_unary) failed" in r.stderr, r.stderr
+    # ... and prints the kernel's reason, from the module's error buffer
+    # (LE_ARG_ERRBUF: hetc_kernel_err, passed as hk_unary's err)
+    assert "does not support dtype 0" in r.stderr, r.stderr
     assert not os.path.exists(os.path.join(bad, "out.bin"))
     print("ok")
 

@@ -23,6 +23,9 @@ static const HetcStageFn *find_fn(const HetcStageDesc *d, const char *name) {
     return NULL;
 }
 
+/* the generated module's kernel error buffer (stage_abi.h), if it has one */
+extern char hetc_kernel_err[HETC_KERNEL_ERRLEN] __attribute__((weak));
+
 static int run_fn(const HetcStageFn *f, char *arena, char *slot) {
     int32_t rc = f->fn(arena, slot);
     if (rc == 0) return 0;
@@ -30,8 +33,8 @@ static int run_fn(const HetcStageFn *f, char *arena, char *slot) {
         fprintf(stderr, "stage function %s: bad status %d\n", f->name, rc);
         return -1;
     }
-    fprintf(stderr, "stage function %s: call %d (%s) failed\n", f->name, rc - 1,
-            f->calls[rc - 1]);
+    fprintf(stderr, "stage function %s: call %d (%s) failed: %.*s\n", f->name, rc - 1,
+            f->calls[rc - 1], HETC_KERNEL_ERRLEN, hetc_kernel_err ? hetc_kernel_err : "");
     return -1;
 }
 

@@ -1,0 +1,85 @@
+"""Stage binaries whose nodes are direct kernel calls (codegen/lower_node.c)
+against the same binaries with every node interpreted (hetc compile
+--interpret-nodes, the runtime's hetrt_node): the counts hetc compile reports
+per stage agree with the generated code, gpt_tiny has no interpreted node
+left, and both builds train bit-identically (the same kernels on the same
+bytes: the losses' printed digits are equal).
+
+    test_direct_calls.py HETC WORKDIR
+
+Models: examples/gpt_tiny.onnx and two Hugging Face exports of tests/hf,
+compiled onto examples/clusters/tiny_hetero.yaml.  That the stage binaries
+train like `hetc train` (and PyTorch) is tests/stages' and tests/hf's check;
+the direct build is what they run.
+"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "stages"))
+import stagetest  # noqa: E402
+
+HF = os.path.join(stagetest.SRC, "tests", "hf")
+# model, seq, microbatch, global batch, steps, whether no node may be interpreted
+MODELS = [
+    (stagetest.MODEL, 64, 4, 16, 4, True),
+    (os.path.join(HF, "gpt2_random_dynamo.onnx"), 16, 2, 4, 3, True),
+    (os.path.join(HF, "llama_random_torchscript.onnx"), 16, 2, 4, 3, True),
+]
+KERN_RE = re.compile(r"^stage (\d+): (\d+) nodes as direct kernel calls, (\d+) interpreted",
+                     re.M)
+
+
+def kernel_counts(out):
+    """stages.txt's `stage K: D nodes as direct ..., I interpreted` lines."""
+    txt = open(os.path.join(out, "stages.txt")).read()
+    return {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in KERN_RE.finditer(txt)}
+
+
+def ll_calls(out, stage, callee):
+    """How many calls of callee stage_K.ll makes."""
+    ll = open(os.path.join(out, "stage_%d.ll" % stage)).read()
+    return len(re.findall(r"call i32 @%s\(" % callee, ll))
+
+
+def main():
+    t = stagetest.StageTest("tiny_hetero.yaml")
+    for model, seq, mb, gb, steps, want_none in MODELS:
+        name = os.path.basename(model)[:-5]
+        t.model, t.seq, t.mb, t.gb = model, seq, mb, gb
+        d, i = t.path(name, "direct"), t.path(name, "interp")
+        if not t.check(t.compile(d, "--emit-llvm").returncode == 0, name + ": compile"):
+            continue
+        plan = os.path.join(d, "plan.json")  # the same plan for both builds
+        if not t.check(t.compile(i, "--plan", plan, "--emit-llvm", "--interpret-nodes")
+                       .returncode == 0, name + ": compile --interpret-nodes"):
+            continue
+        kd, ki = kernel_counts(d), kernel_counts(i)
+        t.check(kd and sorted(kd) == sorted(ki), "%s: stage kernel lines %s / %s" % (name, kd, ki))
+        for s in sorted(kd):
+            direct, interp = kd[s]
+            # the interpreted build calls hetrt_node once per node (TpAllReduce
+            # aside); the direct build once per node it could not lower
+            total = ll_calls(i, s, "hetrt_node")
+            print("%s stage %d: %d direct, %d interpreted of %d nodes" % (name, s, direct, interp,
+                                                                           total), flush=True)
+            t.check(ki[s] == (0, total), "%s stage %d: --interpret-nodes reports %s, its code "
+                    "calls hetrt_node %d times" % (name, s, ki[s], total))
+            t.check(ll_calls(d, s, "hetrt_node") == interp, "%s stage %d: %d interpreted, the "
+                    "code calls hetrt_node %d times" % (name, s, interp,
+                                                        ll_calls(d, s, "hetrt_node")))
+            t.check(direct + interp == total, "%s stage %d: %d + %d nodes of %d" % (
+                name, s, direct, interp, total))
+            if want_none:
+                t.check(interp == 0, "%s stage %d: %d nodes interpreted" % (name, s, interp))
+        rd, ri = t.launch(d, steps), t.launch(i, steps)
+        if t.check(rd.returncode == 0 and ri.returncode == 0, name + ": launch"):
+            ld, li = stagetest.losses(rd.stdout, True), stagetest.losses(ri.stdout, True)
+            t.check(len(ld) == steps and ld == li, "%s: direct losses %s, interpreted %s" % (
+                name, ld, li))
+    t.finish()
+
+
+if __name__ == "__main__":
+    main()
