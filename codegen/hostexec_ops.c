@@ -766,6 +766,8 @@ static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_GATHER_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
     [IR_OP_GATHER_ND_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
     [IR_OP_GATHER_ELEMENTS_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
+    /* P m v G lr (clip_scale) f32 like P'; P' m' v' may take P m v's buffers */
+    [IR_OP_ADAMW] = {hxt_run_adamw, hxt_chk_f32, 0, 0, 0x5f, 0x7},
 };
 
 const HxOpEntry *hx_op_entry(IrOp op) {

@@ -358,3 +358,33 @@ int hxt_run_gather_grad(HxCall *c) {
     }
     return rc ? ir_errorf(c->err, "indices '%s': %s", idx->name, e) : 0;
 }
+
+/* ------------------------------------------------------------ optimizer */
+/* P m v G lr step [clip_scale] -> P' m' v' (ir/ops.def); the entry's inplace
+ * bits let P' m' v' be P m v's own buffers (hk_adamw_fused_f32 reads each
+ * element before it writes it and never reads an output). */
+int hxt_run_adamw(HxCall *c) {
+    char e[HK_ERRLEN];
+    const IrValue *p = IN_V(c, 0);
+    int64_t n = numel(p);
+    for (int i = 1; i < 4; i++)
+        if (numel(IN_V(c, i)) != n)
+            return ir_errorf(c->err, "'%s' has %lld elements, the parameter '%s' %lld",
+                             IN_V(c, i)->name, (long long)numel(IN_V(c, i)), p->name,
+                             (long long)n);
+    for (int i = 0; i < 3; i++)
+        if (!outp(c, i) || numel(OUT_V(c, i)) != n)
+            return ir_errorf(c->err, "output %d must hold the parameter's %lld elements", i,
+                             (long long)n);
+    if (IN_V(c, 5)->dtype != IR_I64 || numel(IN_V(c, 5)) != 1 || numel(IN_V(c, 4)) != 1)
+        return ir_errorf(c->err, "lr must be an f32 scalar and step an i64 scalar");
+    const float *cs = c->n->nin > 6 && IN_V(c, 6) ? c->in[6] : NULL;
+    if (cs && numel(IN_V(c, 6)) != 1) return ir_errorf(c->err, "clip_scale must be a scalar");
+    if (hk_adamw_fused_f32(c->in[0], c->in[1], c->in[2], c->in[3], n, *(const float *)c->in[4],
+                           *(const int64_t *)c->in[5], cs, ir_attr_float(c->n, "beta1", 0.9),
+                           ir_attr_float(c->n, "beta2", 0.999), ir_attr_float(c->n, "eps", 1e-8),
+                           ir_attr_float(c->n, "weight_decay", 0.0), outp(c, 0), outp(c, 1),
+                           outp(c, 2), e))
+        return kfail(c, e);
+    return 0;
+}

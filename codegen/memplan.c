@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostexec_internal.h" /* HxOpEntry.inplace */
 #include "stage_abi.h"
 
 static int64_t align_up(int64_t x) { return (x + MP_ALIGN - 1) / MP_ALIGN * MP_ALIGN; }
@@ -283,11 +284,62 @@ static int place_train(const PartStage *st, MemPlan *mp, IrError *err) {
 static int place_update_values(const PartStage *st, MemPlan *mp, const int *uses,
                                IrError *err);
 
+/* The update-graph value that update output k of p carries into (P, its
+ * opt/m/P or opt/buf/P, its opt/v/P), or NULL. */
+static IrValue *upd_dest(IrGraph *u, const MpParam *p, int k) {
+    static const char *const dst[3][2] = {{"%s", NULL}, {"opt/m/%s", "opt/buf/%s"},
+                                          {"opt/v/%s", NULL}};
+    char nm[1200];
+    for (int a = 0; a < 2 && dst[k][a]; a++) {
+        snprintf(nm, sizeof nm, dst[k][a], p->name);
+        IrValue *d = ir_graph_find_value(u, nm);
+        if (d) return d;
+    }
+    return NULL;
+}
+
+/* Update outputs written in place (MpParam.inplace): upd[k] is output j of
+ * a node whose host table entry allows output j in input j's buffer
+ * (HxOpEntry.inplace; the fused AdamW), input j is the value upd[k]
+ * carries into, and that node is its only reader (no other node, no graph
+ * output), so overwriting it while the node runs loses nothing. */
+static void mark_inplace(const PartStage *st, MemPlan *mp, const int *uses) {
+    IrGraph *u = st->update;
+    for (int i = 0; i < mp->nparams; i++) {
+        MpParam *p = &mp->params[i];
+        for (int k = 0; k < 3; k++) {
+            IrValue *o = p->upd[k], *d = o ? upd_dest(u, p, k) : NULL;
+            const IrNode *n = o ? o->producer : NULL;
+            int j = o ? o->producer_slot : -1;
+            const HxOpEntry *e = n ? hx_op_entry(n->op) : NULL;
+            int64_t off = k == 0 ? p->zp_off : k == 1 ? p->m_off : p->v_off;
+            if (!e || !d || j < 0 || j >= 32 || j >= n->nin || !(e->inplace & (1u << j)) ||
+                n->in[j] != d || uses[d->id] != 1 || off < 0 || d->dtype != o->dtype ||
+                ir_value_bytes(d) != ir_value_bytes(o))
+                continue;
+            p->inplace |= 1u << k;
+        }
+    }
+}
+
+/* The arena offset of update output v when it is written in place, else -1. */
+static int64_t inplace_off(const MemPlan *mp, const IrValue *v) {
+    for (int i = 0; i < mp->nparams; i++) {
+        const MpParam *p = &mp->params[i];
+        for (int k = 0; k < 3; k++)
+            if (p->upd[k] == v && (p->inplace & (1u << k)))
+                return k == 0 ? p->zp_off : k == 1 ? p->m_off : p->v_off;
+    }
+    return -1;
+}
+
 static int place_update(const PartStage *st, MemPlan *mp, IrError *err) {
     IrGraph *u = st->update;
     mp->nupd_loc = u->nvalues;
     mp->upd_loc = ir_xcalloc((size_t)u->nvalues + 1, sizeof *mp->upd_loc);
-    int *uses = use_counts(u), rc = place_update_values(st, mp, uses, err);
+    int *uses = use_counts(u), rc;
+    mark_inplace(st, mp, uses);
+    rc = place_update_values(st, mp, uses, err);
     free(uses);
     return rc;
 }
@@ -313,7 +365,8 @@ static int place_update_values(const PartStage *st, MemPlan *mp, const int *uses
                                  st->stage);
             l->off = mp->norm_off; /* input (global norm) or output: the scalar slot */
         } else if (v->producer) {
-            l->off = -1; /* scratch, placed with the live ranges */
+            /* scratch, placed with the live ranges; or written in place */
+            l->off = inplace_off(mp, v);
         } else if (v->kind == IR_VK_PARAM) {
             if ((p = find_param(mp, n)) < 0)
                 return ir_errorf(err, "stage %d: update graph parameter '%s' is not the stage's",
@@ -527,16 +580,12 @@ static void order_update(const PartStage *st, MemPlan *mp, ActList *out) {
     for (int p = 0; p < mp->nparams; p++) {
         const MpParam *pp = &mp->params[p];
         char nm[1200];
-        static const char *const dst[3][2] = {{"%s", NULL}, {"opt/m/%s", "opt/buf/%s"},
-                                              {"opt/v/%s", NULL}};
         for (int k = 0; k < 3; k++) {
-            if (!pp->upd[k]) continue;
+            /* an output written in place is already where the copy would go */
+            if (!pp->upd[k] || (pp->inplace & (1u << k))) continue;
             int r = pp->upd[k]->producer ? rank[ir_node_index(u, pp->upd[k]->producer)] : -1;
-            for (int a = 0; a < 2 && dst[k][a]; a++) {
-                snprintf(nm, sizeof nm, dst[k][a], pp->name);
-                IrValue *d = ir_graph_find_value(u, nm);
-                if (d && lastrd[d->id] > r) r = lastrd[d->id];
-            }
+            IrValue *d = upd_dest(u, pp, k);
+            if (d && lastrd[d->id] > r) r = lastrd[d->id];
             pend[np++] = (Pending){r, MP_COPY, p * 4 + k};
         }
         snprintf(nm, sizeof nm, "grad/%s", pp->name);

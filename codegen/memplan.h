@@ -26,7 +26,9 @@
  *  - scratch: reused by every function call.  forward puts there the
  *    forward values no backward node reads (temporaries; with recompute,
  *    everything the backward recomputes), backward its values (phase-bwd
- *    node outputs, received "bgrad/" inputs), update its node outputs; a
+ *    node outputs, received "bgrad/" inputs), update its node outputs
+ *    except those written in place (MpParam.inplace: the AdamW node's
+ *    upd/P, upd/m/P, upd/v/P live at P's zp_off, m_off, v_off); a
  *    call's scratch content is dead when it returns, so the three
  *    timelines share the region (size = the largest);
  *  - activation slots: the train graph's inputs (token ids, targets,
@@ -45,7 +47,8 @@
  * with sends, the loss and accumulations right after the node that makes
  * their value ready (sends keep the xfer order); update runs its nodes
  * depth-first from its outputs (one parameter's chain after another) with
- * each copy / zero after the last reader of what it overwrites.
+ * each copy / zero after the last reader of what it overwrites (no copy for
+ * an output written in place: SGD's chain still ends in MP_COPY actions).
  */
 #ifndef HETC_MEMPLAN_H
 #define HETC_MEMPLAN_H
@@ -73,7 +76,8 @@ typedef enum MpActKind {
     MP_SEND,   /* index: xfer */
     MP_LOSS,   /* the train graph's "loss" output */
     MP_ACCUM,  /* index: param (grad/P -> accumulator) */
-    MP_COPY,   /* index: param, sub: 0 upd/P -> P, 1 upd/{m,buf}/P -> m, 2 upd/v/P -> v */
+    MP_COPY,   /* index: param, sub: 0 upd/P -> P, 1 upd/{m,buf}/P -> m, 2 upd/v/P -> v
+                * (none for an output written in place: MpParam.inplace) */
     MP_ZERO,   /* index: param (its accumulator) */
 } MpActKind;
 
@@ -97,6 +101,10 @@ typedef struct MpParam {
                            * ZeRO-2 (the gradient shard) */
     IrValue *grad;        /* the train graph's "grad/P" output */
     IrValue *upd[3];      /* update outputs upd/P, upd/{m,buf}/P, upd/v/P (NULL: none) */
+    unsigned inplace;     /* bit k: upd[k] is written in place, at zp_off / m_off / v_off
+                           * (its producer's host table entry allows output j in input
+                           * j's buffer, input j is P / m / v and the producer is its only
+                           * reader: the fused AdamW), so it needs no MP_COPY */
 } MpParam;
 
 typedef struct MemPlan {

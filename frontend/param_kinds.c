@@ -72,6 +72,7 @@ static const unsigned nondiff_inputs[IR_OP_COUNT] = {
     [IR_OP_REDUCE_MAX] = 1u << 1, [IR_OP_TRILU] = 1u << 1, [IR_OP_CUMSUM] = 1u << 1,
     [IR_OP_GATHER_ND] = 1u << 1, [IR_OP_TILE] = 1u << 1, [IR_OP_GATHER_ELEMENTS] = 1u << 1,
     [IR_OP_SCATTER_ND] = 1u << 1,
+    [IR_OP_ADAMW] = ALL, /* an optimizer step: nothing flows back through it */
     [IR_OP_SLICE] = 0x1eu,
 };
 

@@ -151,6 +151,9 @@ static const OpCostRule op_rules[IR_OP_COUNT] = {
     [IR_OP_GATHER_GRAD] = {R_OUT_ELEMS, 1, 0, 0, 0, 0},          /* zero + scatter-add */
     [IR_OP_GATHER_ND_GRAD] = {R_OUT_ELEMS, 1, 0, 0, 0, 0},
     [IR_OP_GATHER_ELEMENTS_GRAD] = {R_OUT_ELEMS, 1, 0, 0, 0, 0},
+    /* the fused optimizer step: ~13 flops (a sqrt, two divisions) per element
+     * of the parameter; reads P m v G, writes P m v; no backward */
+    [IR_OP_ADAMW] = {R_IN_ELEMS, 13, 0, 0, 0, 0},
 };
 
 int op_is_heavy(IrOp op)

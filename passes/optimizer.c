@@ -1,7 +1,7 @@
-/* The optimizer pass (passes/optimizer.h): AdamW / SGD with global-norm
- * clipping as elementwise IR.  Per-step scalars (bias corrections, step
- * size, decay factor) are computed once from the "lr" and "step" inputs
- * and broadcast into each parameter's update. */
+/* The optimizer pass (passes/optimizer.h): global-norm clipping, then
+ * AdamW as one fused AdamW node per parameter (in place: ir/ops.def) or
+ * SGD as elementwise IR whose per-step scalars are computed once from the
+ * "lr" and "step" inputs and broadcast into each parameter's update. */
 #include "optimizer.h"
 
 #include <stdio.h>
@@ -78,34 +78,32 @@ static void out_name(char *buf, size_t n, const char *kind, const IrValue *p) {
 
 /* Per-step scalars shared by every parameter's update. */
 typedef struct Scalars {
-    IrValue *lr, *stepf, *first;
-    IrValue *step_size, *bc2_sqrt; /* AdamW: lr / (1 - b1^t), sqrt(1 - b2^t) */
-    IrValue *decay;                /* 1 - lr * wd (AdamW) */
+    IrValue *lr, *step, *first;
+    IrValue *clip_scale; /* NULL: no clipping */
 } Scalars;
 
 /* torch.optim.AdamW (amsgrad off): p *= 1 - lr wd; m = b1 m + (1-b1) g;
- * v = b2 v + (1-b2) g^2; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps) */
+ * v = b2 v + (1-b2) g^2; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps),
+ * as ONE AdamW node (ir/ops.def) whose output i updates input i: executors
+ * run it in place over P, m, v (its kernel, hk_adamw_fused_f32, keeps the
+ * fp32 operation order of the elementwise chain this pass emitted before,
+ * clipping included: g is scaled by clip_scale first). */
 static void adamw(Opt *c, const Scalars *s, IrValue *p, IrValue *g, double wd) {
     const OptimOpts *o = c->o;
     char nm[620], nv[620], np[620];
     out_name(nm, sizeof nm, "m", p);
     out_name(nv, sizeof nv, "v", p);
     out_name(np, sizeof np, NULL, p);
-    IrValue *m = state(c, "m", p), *v = state(c, "v", p);
-    IrValue *m1 = emit(c, IR_OP_ADD, emit(c, IR_OP_MUL, m, k(c, o->beta1), NULL, IR_VK_OPTSTATE),
-                       emit(c, IR_OP_MUL, g, k(c, 1 - o->beta1), NULL, IR_VK_OPTSTATE), nm,
-                       IR_VK_OPTSTATE);
-    IrValue *g2 = emit(c, IR_OP_MUL, g, g, NULL, IR_VK_OPTSTATE);
-    IrValue *v1 = emit(c, IR_OP_ADD, emit(c, IR_OP_MUL, v, k(c, o->beta2), NULL, IR_VK_OPTSTATE),
-                       emit(c, IR_OP_MUL, g2, k(c, 1 - o->beta2), NULL, IR_VK_OPTSTATE), nv,
-                       IR_VK_OPTSTATE);
-    IrValue *den = emit(c, IR_OP_DIV, emit(c, IR_OP_SQRT, v1, NULL, NULL, IR_VK_ACT),
-                        s->bc2_sqrt, NULL, IR_VK_ACT);
-    den = emit(c, IR_OP_ADD, den, k(c, o->eps), NULL, IR_VK_ACT);
-    IrValue *upd = emit(c, IR_OP_MUL, emit(c, IR_OP_DIV, m1, den, NULL, IR_VK_ACT), s->step_size,
-                        NULL, IR_VK_ACT);
-    IrValue *p0 = wd != 0 ? emit(c, IR_OP_MUL, p, s->decay, NULL, IR_VK_ACT) : p;
-    emit(c, IR_OP_SUB, p0, upd, np, IR_VK_ACT);
+    IrValue *in[7] = {p, state(c, "m", p), state(c, "v", p), g, s->lr, s->step, s->clip_scale};
+    IrValue *out[3] = {ir_value_new(c->g, np, p->dtype, &p->shape, IR_VK_ACT),
+                       ir_value_new(c->g, nm, p->dtype, &p->shape, IR_VK_OPTSTATE),
+                       ir_value_new(c->g, nv, p->dtype, &p->shape, IR_VK_OPTSTATE)};
+    IrNode *n = ir_node_new(c->g, IR_OP_ADAMW, NULL, s->clip_scale ? 7 : 6, in, 3, out);
+    n->phase = IR_PHASE_UPD;
+    ir_node_set_float(n, "beta1", o->beta1);
+    ir_node_set_float(n, "beta2", o->beta2);
+    ir_node_set_float(n, "eps", o->eps);
+    ir_node_set_float(n, "weight_decay", wd);
 }
 
 /* torch.optim.SGD: d = g + wd p; buf = d on the first step, else
@@ -188,23 +186,14 @@ int pass_optimizer_with(IrGraph *g, const OptimOpts *o, IrError *err) {
         IrValue *cs = ir_value_new(g, "clip_scale", IR_F32, &s0, IR_VK_ACT);
         ir_node_new(g, IR_OP_MIN, NULL, 2, mn, 1, &cs)->phase = IR_PHASE_UPD;
         ir_graph_add_output(g, cs);
-        for (int i = 0; i < n; i++) gs[i] = emit(&c, IR_OP_MUL, gs[i], cs, NULL, IR_VK_GRAD);
+        /* AdamW scales its gradient itself (its clip_scale input) */
+        if (o->sgd)
+            for (int i = 0; i < n; i++) gs[i] = emit(&c, IR_OP_MUL, gs[i], cs, NULL, IR_VK_GRAD);
+        else
+            s.clip_scale = cs;
     }
-    IrValue *stepf = ir_value_new(g, NULL, IR_F32, &step->shape, IR_VK_ACT);
-    IrNode *cn = ir_node_new(g, IR_OP_CAST, NULL, 1, &step, 1, &stepf);
-    cn->phase = IR_PHASE_UPD;
-    ir_node_set_int(cn, "to", IR_F32);
-    if (!o->sgd) {
-        IrValue *bc1 = emit(&c, IR_OP_SUB, k(&c, 1.0), emit(&c, IR_OP_POW, k(&c, o->beta1), stepf,
-                                                             NULL, IR_VK_ACT), NULL, IR_VK_ACT);
-        IrValue *bc2 = emit(&c, IR_OP_SUB, k(&c, 1.0), emit(&c, IR_OP_POW, k(&c, o->beta2), stepf,
-                                                             NULL, IR_VK_ACT), NULL, IR_VK_ACT);
-        s.step_size = emit(&c, IR_OP_DIV, s.lr, bc1, NULL, IR_VK_ACT);
-        s.bc2_sqrt = emit(&c, IR_OP_SQRT, bc2, NULL, NULL, IR_VK_ACT);
-        s.decay = emit(&c, IR_OP_SUB, k(&c, 1.0),
-                       emit(&c, IR_OP_MUL, s.lr, k(&c, o->weight_decay), NULL, IR_VK_ACT), NULL,
-                       IR_VK_ACT);
-    } else {
+    s.step = step;
+    if (o->sgd) {
         int64_t one = 1;
         IrShape s0 = {0};
         s.first = emit(&c, IR_OP_EQUAL, step, ir_const_new(g, "upd/one", IR_I64, &s0, &one), NULL,

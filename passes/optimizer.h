@@ -8,10 +8,14 @@
  *   - the global gradient norm "grad_norm" (before clipping) and, when
  *     clipping, "clip_scale" = min(1, clip / (norm + 1e-6))
  *     (torch.nn.utils.clip_grad_norm_), both graph outputs;
- *   - torch.optim.AdamW / SGD's update written with elementwise IR ops
- *     (Mul, Add, Sub, Div, Sqrt, Pow, Where), so every backend that runs the
- *     forward ops runs the update and later passes can place and shard it;
- *     outputs "upd/P" and "upd/m/P", "upd/v/P" (or "upd/buf/P").
+ *   - torch.optim.AdamW as one AdamW node per parameter
+ *     (P, opt/m/P, opt/v/P, grad/P, lr, step[, clip_scale] -> upd/P,
+ *     upd/m/P, upd/v/P; attrs beta1 beta2 eps weight_decay, the decay 0 on
+ *     rank < 2), an elementwise op whose output i may overwrite input i
+ *     (the host executor's inplace bits, stage memory plans place the upd values on
+ *     P / m / v); torch.optim.SGD written with elementwise IR ops (Mul, Add,
+ *     Sub, Where) on the clipped gradient; outputs "upd/P" and "upd/m/P",
+ *     "upd/v/P" (or "upd/buf/P").
  * State carry: the IR stays SSA; whoever runs it writes "upd/P" back into
  * P's storage and "upd/m/P" into "opt/m/P" (etc.) before the next step. */
 #ifndef HETC_OPTIMIZER_H

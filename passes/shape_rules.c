@@ -870,6 +870,7 @@ static const ShapeRuleFn shape_rules[IR_OP_COUNT] = {
     [IR_OP_SLICE_GRAD] = rule_grad_to_shape, [IR_OP_GATHER_GRAD] = rule_grad_to_shape,
     [IR_OP_GATHER_ND_GRAD] = rule_grad_to_shape,
     [IR_OP_GATHER_ELEMENTS_GRAD] = rule_grad_to_shape,
+    [IR_OP_ADAMW] = rule_adamw,
 };
 
 int shape_rule_exists(IrOp op) { return (int)op >= 0 && op < IR_OP_COUNT && shape_rules[op]; }

@@ -139,3 +139,29 @@ int rule_grad_to_shape(IrNode *n, IrError *err) {
     put(n, 0, n->in[0]->dtype, &s);
     return 0;
 }
+
+/* AdamW: P m v G of one f32 shape; lr, step (i64) and clip_scale scalars;
+ * output i is shaped like input i (the op may run in place). */
+int rule_adamw(IrNode *n, IrError *err) {
+    static const char *const what[7] = {"param", "m", "v", "grad", "lr", "step", "clip_scale"};
+    for (int i = 0; i < 6; i++)
+        if (need(n, i, err)) return -1;
+    if (n->nin > 6 && n->in[6] && need(n, 6, err)) return -1;
+    const IrValue *p = n->in[0];
+    for (int i = 0; i < n->nin; i++) {
+        const IrValue *v = n->in[i];
+        if (!v) continue;
+        IrDType want = i == 5 ? IR_I64 : IR_F32;
+        if (v->dtype != want)
+            return node_errorf(err, n, "%s '%s' is %s, expected %s", what[i], v->name,
+                               ir_dtype_name(v->dtype), ir_dtype_name(want));
+        if (i < 4 && !ir_shape_equal(&v->shape, &p->shape))
+            return node_errorf(err, n, "%s '%s' has shape %s, expected the parameter's %s",
+                               what[i], v->name, SH(&v->shape), SH(&p->shape));
+        if (i >= 4 && ir_shape_numel(&v->shape) != 1)
+            return node_errorf(err, n, "%s '%s' has shape %s, expected a scalar", what[i],
+                               v->name, SH(&v->shape));
+    }
+    for (int i = 0; i < 3; i++) put(n, i, IR_F32, &p->shape);
+    return 0;
+}

@@ -16,5 +16,6 @@ int rule_linear_grad(IrNode *n, IrError *err);
 int rule_grad_like_inputs(IrNode *n, IrError *err);
 /* output 0 has input 0's dtype and the shape held by the i64 constant input 1 */
 int rule_grad_to_shape(IrNode *n, IrError *err);
+int rule_adamw(IrNode *n, IrError *err); /* the fused optimizer step */
 
 #endif

@@ -117,6 +117,17 @@ int hkc_row_broadcast_f32(HkcCtx *c, const float *b, int64_t rows, int64_t n, fl
                           char *err);
 /* y += alpha x */
 int hkc_axpy_f32(HkcCtx *c, int64_t n, float alpha, const float *x, float *y, char *err);
+/* The fused AdamW step (the IR's AdamW op): the device twin of kernels/host
+ * hk_adamw_fused_f32, the same fp32 operations in the same order (no FMA
+ * contraction: __fmul_rn / __fadd_rn), so it matches the host bit for bit
+ * up to the double pow of the bias corrections.  lr (f32), step (i64) and
+ * clip_scale (f32, NULL: none) are device scalars; outputs may be their
+ * inputs' buffers (in place).  step < 1 is not checked on the device (the
+ * host twin rejects it; stage runtimes count steps from 1). */
+int hkc_adamw_f32(HkcCtx *c, const float *p, const float *m, const float *v, const float *g,
+                  const float *lr, const int64_t *step, const float *clip_scale, int64_t n,
+                  double beta1, double beta2, double eps, double weight_decay, float *p_out,
+                  float *m_out, float *v_out, char *err);
 /* *out (device double) = sum x^2, accumulated in double. */
 int hkc_sumsq_f32(HkcCtx *c, const float *x, int64_t n, double *out, char *err);
 

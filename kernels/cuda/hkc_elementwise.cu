@@ -223,3 +223,39 @@ extern "C" int hkc_row_broadcast_f32(HkcCtx *c, const float *b, int64_t rows, in
     k_row_bcast<<<hkc_blocks(rows * n), HKC_THREADS, 0, c->stream>>>(b, rows, n, y);
     return hkc_launched("row broadcast", err);
 }
+
+/* ------------------------------------------------------------ optimizer */
+/* hk_adamw_fused_f32's arithmetic; _rn intrinsics keep nvcc from fusing
+ * multiply-adds, which would round differently from the host. */
+__global__ static void k_adamw(const float *p, const float *m, const float *v, const float *g,
+                               const float *lrp, const int64_t *stepp, const float *csp,
+                               int64_t n, float b1, float omb1, float b2, float omb2, float eps,
+                               float wd, float *po, float *mo, float *vo) {
+    float lr = *lrp, t = (float)*stepp, cs = csp ? *csp : 1.f;
+    float bc1 = __fsub_rn(1.f, (float)pow((double)b1, (double)t));
+    float bc2 = __fsub_rn(1.f, (float)pow((double)b2, (double)t));
+    float step_size = __fdiv_rn(lr, bc1), bc2_sqrt = __fsqrt_rn(bc2);
+    float decay = wd != 0.f ? __fsub_rn(1.f, __fmul_rn(lr, wd)) : 1.f;
+    HKC_LOOP(i, n) {
+        float gi = __fmul_rn(g[i], cs);
+        float mi = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(gi, omb1));
+        float vi = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(gi, gi), omb2));
+        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+        float pi = __fmul_rn(p[i], decay);
+        mo[i] = mi;
+        vo[i] = vi;
+        po[i] = __fsub_rn(pi, __fmul_rn(__fdiv_rn(mi, den), step_size));
+    }
+}
+
+extern "C" int hkc_adamw_f32(HkcCtx *c, const float *p, const float *m, const float *v,
+                             const float *g, const float *lr, const int64_t *step,
+                             const float *clip_scale, int64_t n, double beta1, double beta2,
+                             double eps, double weight_decay, float *p_out, float *m_out,
+                             float *v_out, char *err) {
+    if (n == 0) return 0;
+    k_adamw<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(
+        p, m, v, g, lr, step, clip_scale, n, (float)beta1, (float)(1.0 - beta1), (float)beta2,
+        (float)(1.0 - beta2), (float)eps, (float)weight_decay, p_out, m_out, v_out);
+    return hkc_launched("adamw", err);
+}

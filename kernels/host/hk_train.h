@@ -221,6 +221,24 @@ int hk_vocab_ce_bwd_f32(const float *logits, HkDType tdt, const void *targets,
 int hk_adamw_step_f32(float *p, const float *g, float *m, float *v, int64_t n, int64_t step,
                       double lr, double beta1, double beta2, double eps, double weight_decay,
                       char *err);
+/* The IR's fused AdamW op (ir/ops.def): one torch.optim.AdamW step on n
+ * elements in fp32, in ONE pass over p, m, v, g, with the float operations
+ * (and their order) of the elementwise op chain passes/optimizer.c emitted
+ * before the op existed, so trajectories are unchanged bit for bit:
+ *   t = (float)step;  bc1 = 1 - (float)pow(b1, t);  bc2 = 1 - (float)pow(b2, t)
+ *   step_size = lr / bc1;  bc2_sqrt = sqrtf(bc2);  decay = 1 - lr * wd
+ *   g' = g * clip_scale                        (clip_scale NULL: g' = g)
+ *   m' = m * b1 + g' * (1 - b1);  v' = v * b2 + (g' * g') * (1 - b2)
+ *   p' = p * decay - (m' / (sqrtf(v') / bc2_sqrt + eps)) * step_size
+ * (wd == 0: p' = p - ...).  b1, b2, eps, wd, 1 - b1 and 1 - b2 are rounded
+ * to f32 from the doubles given, as the chain's constants were.
+ * In place: p_out / m_out / v_out may be p / m / v (element i of an input is
+ * read before element i of its output is written); the outputs need not be
+ * zeroed.  -1 on step < 1 (a zero bias correction). */
+int hk_adamw_fused_f32(const float *p, const float *m, const float *v, const float *g,
+                       int64_t n, float lr, int64_t step, const float *clip_scale,
+                       double beta1, double beta2, double eps, double weight_decay,
+                       float *p_out, float *m_out, float *v_out, char *err);
 /* One torch.optim.SGD step (maximize=False) on n elements:
  *   d = g + wd p
  *   if momentum: buf = d on the first step, else buf = momentum buf + (1 - dampening) d;

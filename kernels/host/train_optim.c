@@ -3,6 +3,7 @@
  * torch's fp32 formulas to within an ulp or two. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "hk_train.h"
 
@@ -33,6 +34,97 @@ int hk_adamw_step_f32(float *p, const float *g, float *m, float *v, int64_t n, i
         v[i] = (float)vi;
         p[i] = (float)(pi - step_size * mi / (sqrt(vi) / bc2_sqrt + eps));
     }
+    return 0;
+}
+
+/* The fused op's per-element pass: fp32 only, no libm call but sqrtf
+ * (this file is compiled with -fno-math-errno -O3 so it becomes a vector
+ * sqrt and the loop is vectorized) and no FMA contraction
+ * (-ffp-contract=off: a fused multiply-add would round differently from the
+ * op chain), so the result is the same on every ISA the clones target.
+ * Two bodies, both with restrict pointers so GCC needs no alias checks: in
+ * place (P m v updated where they are) and out of place (seven disjoint
+ * buffers). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define HK_ADAMW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HK_ADAMW_CLONES
+#endif
+
+typedef struct AdamwK {
+    float b1, omb1, b2, omb2, eps, decay, step_size, bc2_sqrt, cs;
+} AdamwK;
+
+#define ADAMW_BODY(P, M, V, G, PO, MO, VO)                                                \
+    const float b1 = k->b1, omb1 = k->omb1, b2 = k->b2, omb2 = k->omb2, eps = k->eps;    \
+    const float decay = k->decay, step_size = k->step_size, bc2_sqrt = k->bc2_sqrt;      \
+    const float cs = k->cs;                                                              \
+    for (int64_t i = lo; i < hi; i++) {                                                  \
+        float gi = G[i] * cs;                                                            \
+        float mi = M[i] * b1 + gi * omb1;                                                \
+        float vi = V[i] * b2 + (gi * gi) * omb2;                                         \
+        float den = sqrtf(vi) / bc2_sqrt + eps;                                          \
+        float pi = P[i] * decay;                                                         \
+        MO[i] = mi;                                                                      \
+        VO[i] = vi;                                                                      \
+        PO[i] = pi - (mi / den) * step_size;                                             \
+    }
+
+HK_ADAMW_CLONES
+static void adamw_span_inplace(const AdamwK *k, float *restrict p, float *restrict m,
+                               float *restrict v, const float *restrict g, int64_t lo,
+                               int64_t hi) {
+    ADAMW_BODY(p, m, v, g, p, m, v)
+}
+
+HK_ADAMW_CLONES
+static void adamw_span(const AdamwK *k, const float *restrict p, const float *restrict m,
+                       const float *restrict v, const float *restrict g, int64_t lo, int64_t hi,
+                       float *restrict po, float *restrict mo, float *restrict vo) {
+    ADAMW_BODY(p, m, v, g, po, mo, vo)
+}
+
+int hk_adamw_fused_f32(const float *p, const float *m, const float *v, const float *g,
+                       int64_t n, float lr, int64_t step, const float *clip_scale,
+                       double beta1, double beta2, double eps, double weight_decay,
+                       float *p_out, float *m_out, float *v_out, char *err)
+{
+    if (step < 1) {
+        if (err)
+            snprintf(err, HK_ERRLEN, "AdamW: step must be >= 1 (got %lld)", (long long)step);
+        return -1;
+    }
+    /* the chain's per-step scalars, each op rounded to f32 as its node did:
+     * Cast(step), Pow (evaluated in double by the host kernel), Sub, Div,
+     * Sqrt, and 1 - lr * wd.  Multiplying by 1 (no decay, no clip) is exact,
+     * so one loop serves every case with the chain's results. */
+    float t = (float)step;
+    float bc1 = 1.0f - (float)pow((double)(float)beta1, (double)t);
+    float bc2 = 1.0f - (float)pow((double)(float)beta2, (double)t);
+    AdamwK k = {
+        .b1 = (float)beta1, .omb1 = (float)(1.0 - beta1),
+        .b2 = (float)beta2, .omb2 = (float)(1.0 - beta2),
+        .eps = (float)eps,
+        .decay = weight_decay != 0 ? 1.0f - lr * (float)weight_decay : 1.0f,
+        .step_size = lr / bc1,
+        .bc2_sqrt = (float)sqrt((double)bc2),
+        .cs = clip_scale ? *clip_scale : 1.0f,
+    };
+    int inplace = p_out == p && m_out == m && v_out == v;
+    if (!inplace && (p_out == p || m_out == m || v_out == v)) {
+        /* some outputs alias their inputs, some not: carry the others over
+         * and update all three in place (buffers either coincide or are
+         * disjoint; the executors never hand out partial overlaps) */
+        if (p_out != p) memcpy(p_out, p, (size_t)n * sizeof *p);
+        if (m_out != m) memcpy(m_out, m, (size_t)n * sizeof *m);
+        if (v_out != v) memcpy(v_out, v, (size_t)n * sizeof *v);
+        inplace = 1;
+    }
+    /* one span today; splitting [0, n) into per-thread spans goes here once
+     * kernels/host has its thread pool (hk_parallel): spans are independent */
+    if (inplace) adamw_span_inplace(&k, p_out, m_out, v_out, g, 0, n);
+    else adamw_span(&k, p, m, v, g, 0, n, p_out, m_out, v_out);
     return 0;
 }
 

@@ -524,6 +524,26 @@ static int run_sum_to_shape(Cx *c, int k) {
     return kf(c, hkc_reduce_f32(&c->x->k, 0, c->in[0], os, ost, rs, rst, c->out[0], c->e));
 }
 
+/* ------------------------------------------------------------ optimizer */
+/* P m v G lr step [clip_scale] -> P' m' v' (outputs may be the inputs'
+ * buffers: the stage memory plan writes AdamW in place) */
+static int run_adamw(Cx *c, int k) {
+    IrNode *n = c->n;
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] && (i == 5 ? n->in[i]->dtype != IR_I64 : n->in[i]->dtype != IR_F32))
+            return HOST;
+    for (int i = 0; i < 3; i++)
+        if (OUT_V(n, i)->dtype != IR_F32 || numel(OUT_V(n, i)) != numel(IN_V(n, 0))) return HOST;
+    const float *cs = n->nin > 6 && n->in[6] ? c->in[6] : NULL;
+    if (n->nin > 6 && n->in[6] && !cs) return HOST;
+    return kf(c, hkc_adamw_f32(&c->x->k, c->in[0], c->in[1], c->in[2], c->in[3], c->in[4],
+                               c->in[5], cs, numel(IN_V(n, 0)),
+                               ir_attr_float(n, "beta1", 0.9), ir_attr_float(n, "beta2", 0.999),
+                               ir_attr_float(n, "eps", 1e-8),
+                               ir_attr_float(n, "weight_decay", 0.0), c->out[0], c->out[1],
+                               c->out[2], c->e));
+}
+
 static const CxEntry table[IR_OP_COUNT] = {
     [IR_OP_ADD] = {run_binary, HKC_ADD}, [IR_OP_SUB] = {run_binary, HKC_SUB},
     [IR_OP_MUL] = {run_binary, HKC_MUL}, [IR_OP_DIV] = {run_binary, HKC_DIV},
@@ -556,6 +576,7 @@ static const CxEntry table[IR_OP_COUNT] = {
     [IR_OP_EMBEDDING] = {run_embedding, 0}, [IR_OP_EMBEDDING_GRAD] = {run_embedding_grad, 0},
     [IR_OP_CROSS_ENTROPY] = {run_ce, 0}, [IR_OP_CROSS_ENTROPY_GRAD] = {run_ce, 1},
     [IR_OP_SUM_TO_SHAPE] = {run_sum_to_shape, 0},
+    [IR_OP_ADAMW] = {run_adamw, 0},
 };
 
 int cudaexec_op_native(IrOp op) { return (unsigned)op < IR_OP_COUNT && table[op].fn; }

@@ -68,6 +68,15 @@ static void *resolve(StageRt *rt, IrValue *v, int64_t ref, void *arena, void *sl
     }
 }
 
+/* Output buffer o is one of the node's input buffers: the memory plan put
+ * an in-place output there (memplan.h MpParam.inplace, the fused AdamW);
+ * zeroing it would destroy the input the kernel is about to read. */
+static int aliases_input(const IrNode *n, const void *const *in, const void *o) {
+    for (int j = 0; j < n->nin; j++)
+        if (n->in[j] && in[j] == o) return 1;
+    return 0;
+}
+
 int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const int64_t *bufs) {
     StageRt *rt = need_rt("hetrt_node");
     if (!rt) return 1;
@@ -113,7 +122,7 @@ int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const i
             continue;
         }
         if (!(out[i] = resolve(rt, n->out[i], ref, arena, slot, 1, &err))) rc = 1;
-        else if (stage_be_zero(rt, out[i], nb))
+        else if (!aliases_input(n, in, out[i]) && stage_be_zero(rt, out[i], nb))
             rc = ir_errorf(&err, "cannot zero output '%s'", n->out[i]->name) != 0;
     }
     if (!rc) rc = stage_be_node(rt, n, in, out, &err) != 0;

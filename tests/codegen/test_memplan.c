@@ -79,6 +79,7 @@ static int read_tag(const MemPlan *mp, int graph, const IrValue *v) {
     }
     return (graph ? T_UPD : T_TRAIN) + v->id;
 }
+static int write_tag(const MemPlan *mp, const PartStage *st, int graph, const IrValue *v);
 
 typedef struct Rec {
     int64_t lo, hi;
@@ -148,6 +149,29 @@ static IrValue *upd_out(const PartStage *st, const char *pn, int sub) {
     return NULL;
 }
 
+/* k if v is update output k of parameter *pi placed at the buffer it
+ * carries into (P's zp_off, m_off, v_off: written in place, no copy), else -1 */
+static int inplace_sub(const MemPlan *mp, const PartStage *st, const IrValue *v, int *pi) {
+    for (int i = 0; i < mp->nparams; i++)
+        for (int k = 0; k < 3; k++) {
+            if (upd_out(st, mp->params[i].name, k) != v) continue;
+            const MpLoc *l = memplan_loc(mp, st, 1, v);
+            const MpParam *p = &mp->params[i];
+            int64_t dst = k == 0 ? p->zp_off : k == 1 ? p->m_off : p->v_off;
+            *pi = i;
+            return l && l->region == HETC_BUF_ARENA && l->off == dst ? k : -1;
+        }
+    return -1;
+}
+static int new_tag(int k, int i) { return (k == 0 ? T_PNEW : k == 1 ? T_MNEW : T_VNEW) + i; }
+/* what a node's write of v leaves: an in-place update output is the new
+ * parameter / state itself (a later read of P must find it, and any reader
+ * of the old P after it fails) */
+static int write_tag(const MemPlan *mp, const PartStage *st, int graph, const IrValue *v) {
+    int i, k = graph ? inplace_sub(mp, st, v, &i) : -1;
+    return k >= 0 ? new_tag(k, i) : (graph ? T_UPD : T_TRAIN) + v->id;
+}
+
 /* Reads (r) and writes (w) of one call, as this test understands them. */
 typedef struct Acc {
     const IrValue *v;
@@ -200,7 +224,9 @@ static void run_fn(Shadow *s, const MemPlan *mp, const PartStage *st, int fn, in
                     const MpLoc *l = memplan_loc(mp, st, fn == MP_FN_UPDATE, v);
                     if (l && l->region != HETC_BUF_CONST)
                         sh_read(s, addr(mp, st, fn == MP_FN_UPDATE, v, slot), l->bytes,
-                                read_tag(mp, fn == MP_FN_UPDATE, v), v->name);
+                                v->producer ? write_tag(mp, st, fn == MP_FN_UPDATE, v)
+                                            : read_tag(mp, fn == MP_FN_UPDATE, v),
+                                v->name);
                 }
             for (int k = 0; k < nd->nout; k++)
                 if (nd->out[k]) {
@@ -210,7 +236,7 @@ static void run_fn(Shadow *s, const MemPlan *mp, const PartStage *st, int fn, in
                           "output '%s' unplaced", v->name);
                     if (l)
                         sh_write(s, addr(mp, st, fn == MP_FN_UPDATE, v, slot), l->bytes,
-                                 (fn == MP_FN_UPDATE ? T_UPD : T_TRAIN) + v->id);
+                                 write_tag(mp, st, fn == MP_FN_UPDATE, v));
                 }
             continue;
         }
@@ -222,7 +248,10 @@ static void run_fn(Shadow *s, const MemPlan *mp, const PartStage *st, int fn, in
             if (acc[k].write)
                 sh_write(s, ad, l->bytes, (acc[k].graph ? T_UPD : T_TRAIN) + acc[k].v->id);
             else
-                sh_read(s, ad, l->bytes, read_tag(mp, acc[k].graph, acc[k].v), acc[k].v->name);
+                sh_read(s, ad, l->bytes,
+                        acc[k].v->producer ? write_tag(mp, st, acc[k].graph, acc[k].v)
+                                           : read_tag(mp, acc[k].graph, acc[k].v),
+                        acc[k].v->name);
         }
         const MpParam *p = a->kind >= MP_ACCUM ? &mp->params[a->index] : NULL;
         if (a->kind == MP_ACCUM) {
@@ -380,12 +409,21 @@ static void counts(const MemPlan *mp, const PartStage *st) {
             got[f] += k == MP_NODE;
             accum += k == MP_ACCUM, zero += k == MP_ZERO, copy += k == MP_COPY;
         }
+    int ninplace = 0, adamw = 0;
+    for (int i = 0; i < st->update->nnodes; i++) adamw |= st->update->nodes[i]->op == IR_OP_ADAMW;
     for (int i = 0; i < mp->nparams; i++)
-        for (int k = 0; k < 3; k++) ncopy += upd_out(st, mp->params[i].name, k) != NULL;
+        for (int k = 0; k < 3; k++) {
+            const IrValue *v = upd_out(st, mp->params[i].name, k);
+            int pi, in = v && inplace_sub(mp, st, v, &pi) == k;
+            ncopy += v && !in, ninplace += in;
+            /* the fused AdamW writes P, m and v in place; nothing else does */
+            CHECK(!v || in == adamw, "update output '%s' %s in place", v ? v->name : "",
+                  in ? "written" : "not written");
+        }
     for (int f = 0; f < 3; f++) CHECK(got[f] == want[f], "fn %d: %d node calls, %d nodes", f, got[f], want[f]);
     CHECK(accum == mp->nparams && zero == mp->nparams && copy == ncopy,
-          "accum %d zero %d copy %d for %d params / %d update outputs", accum, zero, copy,
-          mp->nparams, ncopy);
+          "accum %d zero %d copy %d for %d params / %d update outputs not in place (%d in "
+          "place)", accum, zero, copy, mp->nparams, ncopy, ninplace);
 }
 
 static void check_stage(const PartStage *st, const char *what) {
@@ -520,13 +558,14 @@ static void zero_slices(void) {
                   p->name);
             CHECK(ml && ml->off == p->m_off && ml->bytes == p->zlen * 4, "'%s' m", p->name);
         }
-        /* weight decay (a Mul by 1 - lr wd) on w's slice, not on b's */
+        /* weight decay (the AdamW node's weight_decay) on w's [1, zlen] slice,
+         * whose rank keeps the decay rule, not on b's */
         int decayed[2] = {0, 0};
         for (int i = 0; i < u->nnodes; i++) {
             IrNode *n = u->nodes[i];
-            for (int k = 0; n->op == IR_OP_MUL && k < n->nin; k++)
-                for (int q = 0; q < 2; q++)
-                    if (n->in[k] && !strcmp(n->in[k]->name, q ? "b" : "w")) decayed[q] = 1;
+            for (int q = 0; q < 2; q++)
+                if (n->op == IR_OP_ADAMW && !strcmp(n->in[0]->name, q ? "b" : "w"))
+                    decayed[q] = ir_attr_float(n, "weight_decay", 0) != 0;
         }
         CHECK(decayed[0] && !decayed[1], "weight decay: w %d b %d", decayed[0], decayed[1]);
         CHECK(mp.opt_bytes < opt0, "optimizer state %lld not below zero 0's %lld",

@@ -77,6 +77,10 @@ static const Case cases[] = {
     {"RMSNormGrad", "input %x : f32[6,40]\n input %s : f32[40]\n input %dy : f32[6,40]\n %dx, %ds = RMSNormGrad(%x, %s, %dy) {axis=-1, epsilon=1e-06} : f32[6,40], f32[40]\n output %dx\n output %ds", 1e-4, 1e-5, 0, 0},
     {"Softmax", "input %x : f32[6,300]\n %y = Softmax(%x) {axis=-1} : f32[6,300]\n output %y", EW, 0, 0},
     {"LogSoftmax", "input %x : f32[6,300]\n %y = LogSoftmax(%x) {axis=-1} : f32[6,300]\n output %y", EW, 0, 0},
+    /* the fused optimizer step (positive inputs: v >= 0); the device repeats
+     * the host's fp32 operations without FMA, so only pow may differ */
+    {"AdamW clip", "input %p : f32[1000]\n input %m : f32[1000]\n input %v : f32[1000]\n input %g : f32[1000]\n const %lr : f32[] = dense[0.001]\n const %t : i64[] = dense[3]\n input %c : f32[]\n %q, %mm, %vv = AdamW(%p, %m, %v, %g, %lr, %t, %c) {beta1=0.9, beta2=0.95, eps=1e-08, weight_decay=0.1} : f32[1000], f32[1000], f32[1000]\n output %q\n output %mm\n output %vv", EW, 1, 0},
+    {"AdamW", "input %p : f32[7,33]\n input %m : f32[7,33]\n input %v : f32[7,33]\n input %g : f32[7,33]\n const %lr : f32[] = dense[0.03]\n const %t : i64[] = dense[1]\n %q, %mm, %vv = AdamW(%p, %m, %v, %g, %lr, %t) {beta1=0.8, beta2=0.999, eps=1e-06, weight_decay=0.0} : f32[7,33], f32[7,33], f32[7,33]\n output %q\n output %mm\n output %vv", EW, 1, 0},
     {"SoftmaxGrad", "input %y : f32[6,30]\n input %dy : f32[6,30]\n %d = SoftmaxGrad(%y, %dy) {axis=-1, log=0} : f32[6,30]\n output %d", EW, 0, 0},
     {"SoftmaxGrad log", "input %y : f32[6,30]\n input %dy : f32[6,30]\n %d = SoftmaxGrad(%y, %dy) {axis=-1, log=1} : f32[6,30]\n output %d", EW, 0, 0},
     {"Attention causal", "input %q : f32[2,4,64,32]\n input %k : f32[2,4,64,32]\n input %v : f32[2,4,64,32]\n %y = Attention(%q, %k, %v) {causal=1, scale=0.1767766922712326} : f32[2,4,64,32]\n output %y", MM, 0, 0},

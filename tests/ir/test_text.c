@@ -348,6 +348,33 @@ static void test_round_trips(void) {
     ir_graph_add_output(f, c);
     check_round_trip(f, -1, "forward reference");
     ir_graph_free(f);
+
+    /* the fused optimizer step: three outputs, optional 7th input, double
+     * attrs that must read back to the bit (the kernel rounds 1 - beta1) */
+    IrGraph *o = ir_graph_new("adamw");
+    IrShape ps = shp(2, 3, 4, 0), s0 = {0};
+    IrValue *P = ir_value_new(o, "w", IR_F32, &ps, IR_VK_PARAM);
+    IrValue *om = ir_value_new(o, "opt/m/w", IR_F32, &ps, IR_VK_OPTSTATE);
+    IrValue *ov = ir_value_new(o, "opt/v/w", IR_F32, &ps, IR_VK_OPTSTATE);
+    IrValue *G = ir_value_new(o, "grad/w", IR_F32, &ps, IR_VK_INPUT);
+    IrValue *lr = ir_value_new(o, "lr", IR_F32, &s0, IR_VK_INPUT);
+    IrValue *st = ir_value_new(o, "step", IR_I64, &s0, IR_VK_INPUT);
+    IrValue *cs = ir_value_new(o, "clip_scale", IR_F32, &s0, IR_VK_INPUT);
+    ir_graph_add_input(o, G), ir_graph_add_input(o, lr), ir_graph_add_input(o, st);
+    ir_graph_add_input(o, cs);
+    IrValue *outs[3] = {ir_value_new(o, "upd/w", IR_F32, &ps, IR_VK_ACT),
+                        ir_value_new(o, "upd/m/w", IR_F32, &ps, IR_VK_OPTSTATE),
+                        ir_value_new(o, "upd/v/w", IR_F32, &ps, IR_VK_OPTSTATE)};
+    IrNode *an = ir_node_new(o, IR_OP_ADAMW, "", 7, (IrValue *[]){P, om, ov, G, lr, st, cs}, 3,
+                             outs);
+    an->phase = IR_PHASE_UPD;
+    ir_node_set_float(an, "beta1", 0.9);
+    ir_node_set_float(an, "beta2", 0.95);
+    ir_node_set_float(an, "eps", 1e-8);
+    ir_node_set_float(an, "weight_decay", 0.1);
+    for (int i = 0; i < 3; i++) ir_graph_add_output(o, outs[i]);
+    check_round_trip(o, -1, "adamw");
+    ir_graph_free(o);
 }
 
 /* Every float32 bit pattern class reads back bit-exactly from its text. */

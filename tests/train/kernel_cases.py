@@ -204,3 +204,28 @@ dy = rnd(idx0.shape)
 for (i, j), v in np.ndenumerate(idx0):
     dx[v % 3, j] += dy[i, j]
 case("GatherElementsGrad", [I(dy), C(i64(x.shape)), C(idx0)], [dx.astype(np.float32)], {"axis": 0})
+
+# AdamW (the fused optimizer step, ir/ops.def): torch.optim.AdamW's formula
+# in float64 from a non-zero state, the gradient scaled by clip_scale first
+def adamw_ref(p, m, v, g, lr, step, cs, b1, b2, eps, wd):
+    p, m, v = (a.astype(f64) for a in (p, m, v))
+    g = g.astype(f64) * (1.0 if cs is None else f64(np.float32(cs)))
+    p = p * (1 - f64(np.float32(lr)) * wd)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    p = p - f64(np.float32(lr)) / (1 - b1 ** step) * m / (np.sqrt(v) / sqrt(1 - b2 ** step) + eps)
+    return [a.astype(np.float32) for a in (p, m, v)]
+
+
+for shape, lr, step, cs, wd in (((3, 5), 1e-3, 1, None, 0.1), ((17,), 3e-2, 4, 0.25, 0.0),
+                                ((2, 3, 4), 6e-4, 7, 1.0, 0.1)):
+    p, m, v, g = rnd(shape), rnd(shape, lo=-0.1, hi=0.1), rnd(shape, lo=0, hi=0.01), rnd(shape)
+    ins = [I(p), I(m), I(v), I(g), I(np.array(lr, np.float32)), I(np.array(step, np.int64))]
+    if cs is not None:
+        ins.append(I(np.array(cs, np.float32)))
+    case("AdamW", ins, adamw_ref(p, m, v, g, lr, step, cs, 0.9, 0.95, 1e-8, wd),
+         {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": wd})
+p = rnd((4,))
+case("AdamW", [I(p), I(p), I(np.abs(p)), I(p), I(np.array(1e-3, np.float32)),
+               I(np.array(0, np.int64))], [p, p, p],
+     {"beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0}, error="step must be >= 1")

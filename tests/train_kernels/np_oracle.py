@@ -22,6 +22,32 @@ def adamw_np(p, grads, lr, b1, b2, eps, wd):
     return p, m, v
 
 
+def adamw_chain_f32(p, m, v, grads, lr, b1, b2, eps, wd, clip_scale=None, step0=1):
+    """The fp32 operations of the elementwise op chain passes/optimizer.c
+    emitted for AdamW before the fused op (one numpy float32 op per IR node,
+    each correctly rounded; Pow evaluated in float64 as the host kernel
+    does).  The fused kernel must equal it bit for bit."""
+    f = np.float32
+    p, m, v = (np.asarray(x, np.float32).copy() for x in (p, m, v))
+    lr = f(lr)
+    for i, g in enumerate(grads):
+        g = np.asarray(g, np.float32)
+        if clip_scale is not None:
+            g = g * f(clip_scale)
+        t = f(step0 + i)
+        bc1 = f(1) - f(np.power(np.float64(f(b1)), np.float64(t)))
+        bc2 = f(1) - f(np.power(np.float64(f(b2)), np.float64(t)))
+        step_size = lr / bc1
+        bc2_sqrt = np.sqrt(bc2)
+        m = m * f(b1) + g * f(1 - b1)
+        v = v * f(b2) + (g * g) * f(1 - b2)
+        den = np.sqrt(v) / bc2_sqrt + f(eps)
+        upd = (m / den) * step_size
+        p0 = p * (f(1) - lr * f(wd)) if wd != 0 else p
+        p = p0 - upd
+    return p, m, v
+
+
 def sgd_np(p, grads, lr, momentum, dampening, wd, nesterov):
     """torch.optim.SGD steps, in float64."""
     p = p.astype(np.float64).copy()

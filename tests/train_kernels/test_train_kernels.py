@@ -471,6 +471,44 @@ def test_optim():
             # moments: relative to p's change, they must be exact to fp32 rounding
             check(name + " m", out["m"], wm, rtol=1e-5)
             check(name + " v", out["v"], wv, rtol=1e-5)
+    # the fused AdamW op's kernel: bit-equal to the fp32 op chain it replaced,
+    # and within fp32 rounding of torch.optim.AdamW (float64 transcription,
+    # gradient scaled by the clip factor first); several steps from non-zero
+    # state, odd lengths (vector tails), in place / out of place / mixed
+    for n in (1, 7, 50, 1000, 4099):
+        for (lr, b1, b2, eps, wd, clip, mode) in ((1e-3, 0.9, 0.95, 1e-8, 0.1, -1.0, 0),
+                                                  (3e-2, 0.8, 0.999, 1e-6, 0.0, 0.37, 1),
+                                                  (6e-4, 0.9, 0.95, 1e-8, 0.1, 0.5, 2),
+                                                  (1e-3, 0.9, 0.95, 1e-8, 0.0, -1.0, 1)):
+            steps, step0 = 5, 3
+            p, g = f32(n), f32(steps, n, lo=-0.1, hi=0.1)
+            m0, v0 = f32(n, lo=-0.01, hi=0.01), f32(n, lo=0.0, hi=1e-4)
+            out = run("adamw_fused", {"p": p, "g": g, "m": m0, "v": v0},
+                      [lr, b1, b2, eps, wd, mode, clip, step0])
+            if not out:
+                continue
+            name = f"adamw_fused n={n} wd={wd} clip={clip} mode={mode}"
+            cs = None if clip < 0 else clip
+            cp, cm, cv = np_oracle.adamw_chain_f32(p, m0, v0, list(g), lr, b1, b2, eps, wd, cs,
+                                                   step0)
+            for k, want in (("p", cp), ("m", cm), ("v", cv)):
+                check(name + " " + k + " == op chain", out[k], want, rtol=0, atol=0)
+            # float64 torch transcription from the same state at step step0
+            wp = p.astype(np.float64).copy()
+            wm, wv = m0.astype(np.float64), v0.astype(np.float64)
+            for i, gi in enumerate(g):
+                gi = gi.astype(np.float64) * (1.0 if cs is None else np.float64(np.float32(cs)))
+                t = step0 + i
+                wp *= 1 - lr * wd
+                wm = b1 * wm + (1 - b1) * gi
+                wv = b2 * wv + (1 - b2) * gi * gi
+                wp -= lr / (1 - b1 ** t) * wm / (np.sqrt(wv) / math.sqrt(1 - b2 ** t) + eps)
+            check(name + " p vs torch formula", out["p"], wp, rtol=1e-5)
+            check(name + " m vs torch formula", out["m"], wm, rtol=1e-5)
+            check(name + " v vs torch formula", out["v"], wv, rtol=1e-5)
+    rc, err, _ = run("adamw_fused", {"p": f32(3), "g": f32(1, 3), "m": f32(3), "v": f32(3)},
+                     [1e-3, 0.9, 0.95, 1e-8, 0, 1, -1, 0], fail=True)
+    expect("adamw_fused step 0 rejected", rc == 3 and "step" in err, err)
     for (lr, mom, damp, wd, nest) in ((0.1, 0.0, 0.0, 0.0, 0), (0.05, 0.9, 0.0, 0.01, 0),
                                       (0.05, 0.9, 0.1, 0.0, 0), (0.05, 0.9, 0.0, 0.1, 1)):
         p, g = f32(n), f32(steps, n)

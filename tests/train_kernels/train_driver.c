@@ -252,6 +252,37 @@ static void run_case(Ctx *c, const char *kase, const char *arg)
         save_f(c, "m", n, m);
         save_f(c, "v", n, v);
         free(m), free(v);
+    } else if (!strcmp(kase, "adamw_fused")) {
+        /* params: lr b1 b2 eps wd mode clip_scale(<0: none) first_step;
+         * mode 0: separate output buffers, 1: all in place, 2: P in place
+         * and m, v not.  Output buffers start as garbage (the kernel must not
+         * rely on zeroed outputs). */
+        Npy *p = load(c, "p", NPY_F4), *g = load(c, "g", NPY_F4);
+        Npy *m0 = load(c, "m", NPY_F4), *v0 = load(c, "v", NPY_F4);
+        int64_t n = p->numel, steps = g->dims[0];
+        if (steps * n != g->numel || m0->numel != n || v0->numel != n)
+            die("g must be [steps, n], m and v [n]");
+        int mode = (int)P(c, 5);
+        float cs = (float)P(c, 6), *csp = P(c, 6) < 0 ? NULL : &cs;
+        float *cur[3] = {p->data, m0->data, v0->data}, *nxt[3];
+        for (int k = 0; k < 3; k++) {
+            nxt[k] = zalloc(n);
+            for (int64_t i = 0; i < n; i++) nxt[k][i] = (float)(i % 7) - 1e30f; /* garbage */
+        }
+        for (int64_t s = 0; s < steps; s++) {
+            float *o[3];
+            for (int k = 0; k < 3; k++)
+                o[k] = mode == 1 || (mode == 2 && k == 0) ? cur[k] : nxt[k];
+            if (hk_adamw_fused_f32(cur[0], cur[1], cur[2], (float *)g->data + s * n, n,
+                                   (float)P(c, 0), (int64_t)P(c, 7) + s, csp, P(c, 1), P(c, 2),
+                                   P(c, 3), P(c, 4), o[0], o[1], o[2], err))
+                kfail(err);
+            for (int k = 0; k < 3; k++)
+                if (o[k] != cur[k]) nxt[k] = cur[k], cur[k] = o[k];
+        }
+        save_f(c, "p", n, cur[0]);
+        save_f(c, "m", n, cur[1]);
+        save_f(c, "v", n, cur[2]);
     } else if (!strcmp(kase, "clip")) {
         int nb = (int)P(c, 0);
         if (nb < 1 || nb > 8)
