@@ -48,6 +48,7 @@ const LeExtern lower_node_externs[] = {
     {"hk_entry_slice_grad_f32", LE_VOID, 7, {P, I, P, P, P, P, P}},
     {"hk_entry_ce_bwd_f32", I, 10, {P, I, P, L, L, I, L, P, P, P}},
     {"hk_entry_memset", LE_VOID, 3, {P, I, L}},
+    {"hk_entry_adamw_f32", I, 16, {P, P, P, P, L, P, P, P, D, D, D, D, P, P, P, P}},
     {"hk_cross_entropy_fwd_f32", I, 11, {P, I, P, L, L, I, L, P, P, P, P}},
     {"hk_linear_backward_f32", I, 11, {P, P, P, L, L, L, P, P, P, I, P}},
     {"hk_layernorm_backward_f32", I, 13, {P, P, P, P, P, L, L, D, P, P, P, I, P}},

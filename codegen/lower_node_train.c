@@ -361,12 +361,42 @@ static int lw_gather_elements_grad(LnCtx *c, int unused) {
     return 1;
 }
 
+/* The fused optimizer step (passes/optimizer.c): in place when the memory
+ * plan gives output i input i's buffer (memplan.c); lr and step are read
+ * from the arena's scalars at run time. */
+static int lw_adamw(LnCtx *c, int unused) {
+    int64_t n = ln_numel(IN(0));
+    for (int i = 1; i < 4; i++)
+        if (ln_numel(IN(i)) != n) return ln_fail(c, "input %d's size", i);
+    for (int i = 0; i < 3; i++)
+        if (!ln_has_out(c, i) || ln_numel(OUT(i)) != n) return ln_fail(c, "output %d", i);
+    if (IN(4)->dtype != IR_F32 || ln_numel(IN(4)) != 1 || IN(5)->dtype != IR_I64 ||
+        ln_numel(IN(5)) != 1)
+        return ln_fail(c, "lr / step scalars");
+    const IrValue *cs = ln_has_in(c, 6) ? IN(6) : NULL;
+    if (cs && (cs->dtype != IR_F32 || ln_numel(cs) != 1)) return ln_fail(c, "clip_scale");
+    LeCall *k = ln_push(c, "hk_entry_adamw_f32");
+    for (int i = 0; i < 4; i++) ln_ptr(c, k, IN(i));
+    ln_i64(k, n);
+    ln_ptr(c, k, IN(4));
+    ln_ptr(c, k, IN(5));
+    ln_ptr(c, k, cs);
+    ln_f64(k, ir_attr_float(c->n, "beta1", 0.9));
+    ln_f64(k, ir_attr_float(c->n, "beta2", 0.999));
+    ln_f64(k, ir_attr_float(c->n, "eps", 1e-8));
+    ln_f64(k, ir_attr_float(c->n, "weight_decay", 0.0));
+    for (int i = 0; i < 3; i++) ln_ptr(c, k, OUT(i));
+    ln_null(k);
+    return 1;
+}
+
 LnFn lower_node_train_fn(IrOp op, int *k) {
     *k = 0;
     switch (op) {
     case IR_OP_CROSS_ENTROPY: return lw_cross_entropy;
     case IR_OP_CROSS_ENTROPY_GRAD: return lw_cross_entropy_grad;
     case IR_OP_LINEAR_GRAD: return lw_linear_grad;
+    case IR_OP_ADAMW: return lw_adamw;
     case IR_OP_LAYER_NORM_GRAD:
     case IR_OP_RMS_NORM_GRAD: return lw_norm_grad;
     case IR_OP_ATTENTION_GRAD: return lw_attention_grad;

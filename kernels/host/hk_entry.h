@@ -25,6 +25,12 @@ void hk_entry_slice_grad_f32(const float *dy, int rank, const int64_t *xdims,
 int hk_entry_ce_bwd_f32(const float *logits, int tdt, const void *targets, int64_t N, int64_t V,
                         int use_ignore, int64_t ignore_index, const float *dloss,
                         float *dlogits, char *err);
+/* hk_adamw_fused_f32 with lr and step read from memory (the arena's
+ * scalars, written by the runtime each step); clip_scale may be NULL. */
+int hk_entry_adamw_f32(const float *p, const float *m, const float *v, const float *g, int64_t n,
+                       const float *lr, const int64_t *step, const float *clip_scale,
+                       double beta1, double beta2, double eps, double weight_decay,
+                       float *p_out, float *m_out, float *v_out, char *err);
 /* n bytes of y set to the byte value v (a bool mask of ones, ...). */
 void hk_entry_memset(void *y, int v, int64_t n);
 

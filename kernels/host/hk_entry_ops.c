@@ -54,6 +54,14 @@ int hk_entry_ce_bwd_f32(const float *logits, int tdt, const void *targets, int64
                                     ignore_index, *dloss, dlogits, err);
 }
 
+int hk_entry_adamw_f32(const float *p, const float *m, const float *v, const float *g, int64_t n,
+                       const float *lr, const int64_t *step, const float *clip_scale,
+                       double beta1, double beta2, double eps, double weight_decay,
+                       float *p_out, float *m_out, float *v_out, char *err) {
+    return hk_adamw_fused_f32(p, m, v, g, n, *lr, *step, clip_scale, beta1, beta2, eps,
+                              weight_decay, p_out, m_out, v_out, err);
+}
+
 void hk_entry_memset(void *y, int v, int64_t n) {
     if (n > 0) memset(y, v, (size_t)n);
 }

@@ -65,7 +65,7 @@ static const Fn fns[] = {
     F(hk_gemm_f32), F(hk_linear_f32), F(hk_attention_f32), F(hk_transpose), F(hk_slice),
     F(hk_expand), F(hk_gather), F(hk_trilu), F(hk_tile), F(hk_embedding_shard_f32),
     F(hk_entry_reduce), F(hk_entry_concat_part), F(hk_entry_slice_grad_f32),
-    F(hk_entry_ce_bwd_f32), F(hk_entry_memset), F(hk_cross_entropy_fwd_f32),
+    F(hk_entry_ce_bwd_f32), F(hk_entry_memset), F(hk_entry_adamw_f32), F(hk_cross_entropy_fwd_f32),
     F(hk_linear_backward_f32), F(hk_layernorm_backward_f32), F(hk_rmsnorm_backward_f32),
     F(hk_attention_backward_f32), F(hk_unary_backward_f32), F(hk_softmax_backward_f32),
     F(hk_embedding_backward_shard_f32), F(hk_reduce_sum_to_shape_f32),
@@ -138,6 +138,7 @@ static const char *const cases[] = {
     "input %%x : f32[%1$d,%2$d,%3$d]\n input %%i : i64[%1$d,1]\n const %%sh : i64[3] = dense[%1$d, %2$d, %3$d]\n input %%dy : f32[%1$d,%3$d]\n %%y = GatherND(%%x, %%i) {batch_dims=1} : f32[%1$d,%3$d]\n %%g = GatherNDGrad(%%dy, %%sh, %%i) {batch_dims=1} : f32[%1$d,%2$d,%3$d]",
     "input %%x : f32[%1$d,%2$d]\n input %%i : i64[%1$d,%3$d]\n const %%sh : i64[2] = dense[%1$d, %2$d]\n input %%dy : f32[%1$d,%3$d]\n %%y = GatherElements(%%x, %%i) {axis=1} : f32[%1$d,%3$d]\n %%g = GatherElementsGrad(%%dy, %%sh, %%i) {axis=1} : f32[%1$d,%2$d]",
     "input %%x : f32[%1$d,%2$d]\n input %%i : i64[%3$d,1]\n input %%u : f32[%3$d,%2$d]\n %%y = ScatterND(%%x, %%i, %%u) {reduction=\"add\"} : f32[%1$d,%2$d]",
+    "input %%p : f32[%1$d,%2$d]\n input %%m : f32[%1$d,%2$d]\n input %%r : f32[%1$d,%2$d]\n input %%g : f32[%1$d,%2$d]\n %%v = Mul(%%r, %%r) : f32[%1$d,%2$d]\n const %%lr : f32[] = dense[0.001]\n const %%st : i64[] = dense[3]\n const %%cs : f32[] = dense[0.5]\n %%p2, %%m2, %%v2 = AdamW(%%p, %%m, %%v, %%g, %%lr, %%st, %%cs) {beta1=0.9, beta2=0.95, eps=1e-08, weight_decay=0.1} : f32[%1$d,%2$d], f32[%1$d,%2$d], f32[%1$d,%2$d]\n %%p3, %%m3, %%v3 = AdamW(%%p, %%m, %%v, %%g, %%lr, %%st) {beta1=0.8, beta2=0.99, eps=1e-06, weight_decay=0} : f32[%1$d,%2$d], f32[%1$d,%2$d], f32[%1$d,%2$d]",
     /* vocab-parallel ops (cases with vocab_start run as a TP stage) */
     "input %%l : f32[%1$d,%3$d]\n input %%t : i64[%1$d]\n input %%m : f32[%1$d]\n input %%d : f32[]\n %%s = VocabCeStats(%%l, %%t, %%m) {vocab_start=1, vocab_size=%5$d} : f32[%1$d,2]\n %%y = VocabCrossEntropy(%%l, %%t, %%m, %%s) {vocab_start=1, vocab_size=%5$d} : f32[]\n %%g = VocabCrossEntropyGrad(%%l, %%t, %%m, %%s, %%d) {vocab_start=1, vocab_size=%5$d} : f32[%1$d,%3$d]",
     "input %%t : f32[%2$d,%3$d]\n input %%i : i64[%1$d]\n input %%dy : f32[%1$d,%3$d]\n %%y = Embedding(%%t, %%i) {vocab_start=1, vocab_size=%4$d} : f32[%1$d,%3$d]\n %%g = EmbeddingGrad(%%t, %%i, %%dy) {vocab_start=1, vocab_size=%4$d} : f32[%2$d,%3$d]",
