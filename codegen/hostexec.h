@@ -1,6 +1,7 @@
 /* Host executor: runs an IrGraph with the fp32 (and integer) reference
  * kernels of kernels/host, one table entry per IrOp (codegen/hostexec_ops.c).
- * It is the host backend `hetc run` uses, and const-fold evaluates nodes
+ * It is the host backend `hetc run` and `hetc train` use (a persistent
+ * HxRun per graph, below), and const-fold evaluates nodes
  * through it, so there is one way to compute an op on the host.
  *
  * Preconditions: the graph is verified and every value's shape is static
