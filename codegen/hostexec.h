@@ -1,6 +1,7 @@
 /* Host executor: runs an IrGraph with the fp32 (and integer) reference
  * kernels of kernels/host, one table entry per IrOp (codegen/hostexec_ops.c).
- * It is the host backend `hetc run` uses, and const-fold evaluates nodes
+ * It is the host backend `hetc run` and `hetc train` use (a persistent
+ * HxRun per graph, below), and const-fold evaluates nodes
  * through it, so there is one way to compute an op on the host.
  *
  * Preconditions: the graph is verified and every value's shape is static
@@ -34,10 +35,52 @@ int hexec_eval_node(IrGraph *g, IrNode *n, IrError *err);
  * errors name the node and its op. */
 int hexec_call_node_into(IrNode *n, const void **in, void **out, IrError *err);
 
-/* Run the whole graph.  inputs are matched to graph inputs by name (every
- * graph input must be given; dtype and shape must match exactly).  On
- * success *outputs is a malloc'd array of *noutputs tensors in graph-output
- * order, each named after its value. */
+/* A persistent run of one graph: a static memory plan (hostexec_run.c)
+ * made once, then any number of steps that allocate nothing after the
+ * first (which allocates the arena).  Node outputs live in one arena at
+ * first-fit offsets over their live ranges; each output is zeroed before
+ * its node runs, except where the op entry marks it in place
+ * (HxOpEntry.inplace) and it takes a dead input's buffer.  hetc train
+ * keeps one run for the training graph and one for its update graph. */
+typedef struct HxRunOpts {
+    /* values no node produces (PARAM, OPTSTATE, INPUT), by name, whose
+     * storage the caller lets the run overwrite: an in-place output may
+     * take such an input's buffer at its last read, so the step updates
+     * the caller's data (hetc train's P, m, v).  The run never writes a
+     * value that is not donated. */
+    const char *const *donate;
+    int ndonate;
+} HxRunOpts;
+
+typedef struct HxRunStats {
+    int64_t steps;        /* completed steps */
+    int64_t allocs;       /* allocations the steps made (the arena, on the first) */
+    int64_t alloc_bytes;
+    int64_t arena_bytes;  /* the node outputs' arena */
+    int64_t value_bytes;  /* what one buffer per node output would take */
+    int inplace;          /* outputs that take an input's buffer */
+    int donated;          /* ... of those, outputs written over a donated value */
+} HxRunStats;
+
+typedef struct HxRun HxRun;
+/* Plan g (verified, static shapes, compacted ids); o may be NULL.  Errors
+ * name the node / value at fault (unsupported op, dtype, non-static shape). */
+HxRun *hexec_run_new(IrGraph *g, const HxRunOpts *o, IrError *err);
+/* One step: inputs matched to graph inputs by name (every graph input must
+ * be given each step; dtype and shape must match exactly; their data is
+ * read in place, never copied). */
+int hexec_run_step(HxRun *r, IrTensor *const *inputs, int ninputs, IrError *err);
+int hexec_run_noutputs(const HxRun *r);
+/* Output i's data after the last step, BORROWED: valid until the next step
+ * or hexec_run_free (a donated value's storage when the output was written
+ * over it, a fed input's buffer when the output is a graph input). */
+const void *hexec_run_output(const HxRun *r, int i, size_t *nbytes);
+void hexec_run_stats(const HxRun *r, HxRunStats *s);
+void hexec_run_free(HxRun *r);
+
+/* One step of a fresh run (hexec_run_new + step + free).  On success
+ * *outputs is a malloc'd array of *noutputs tensors in graph-output order,
+ * each a copy named after its value. */
 int hexec_run(IrGraph *g, IrTensor *const *inputs, int ninputs, IrTensor ***outputs,
               int *noutputs, IrError *err);
 

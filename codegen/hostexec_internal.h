@@ -26,10 +26,10 @@ typedef struct HxOpEntry {
     int k;
     int shape_only;   /* reads only its inputs' shapes (Shape): no data needed */
     unsigned same;    /* bit i: input i must have output 0's dtype (HX_ALL: every input) */
-    /* bit i: output i may be given input i's buffer (an executor or memory
-     * plan may alias them when both have the same shape and dtype).  The
-     * adapter then reads element j of input i only before it writes element
-     * j of output i, and does not assume output i was zeroed. */
+    /* bit i: output i may take input i's buffer (same dtype and byte size):
+     * the kernel reads element j of input i before it writes element j of
+     * output i, and does not rely on a zeroed output.  The executor
+     * (hostexec_run.c) uses it when input i is dead after the node. */
     unsigned inplace;
 } HxOpEntry;
 #define HX_ALL (~0u)

@@ -691,8 +691,8 @@ static int chk_is_nan(const IrNode *n, int k, char *w, size_t wl) {
 }
 
 /* ---------------------------------------------------------------- the table */
-#define BIN(K) {run_binary, chk_binary, K, 0, 0}
-#define UN(K) {run_unary, chk_unary, K, 0, 1}
+#define BIN(K) {run_binary, chk_binary, K, 0, 0, 1} /* in place: out[j] after a[j], b[j] */
+#define UN(K) {run_unary, chk_unary, K, 0, 1, 1}
 static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_ADD] = BIN(HK_ADD), [IR_OP_SUB] = BIN(HK_SUB), [IR_OP_MUL] = BIN(HK_MUL),
     [IR_OP_DIV] = BIN(HK_DIV), [IR_OP_POW] = BIN(HK_POW), [IR_OP_MOD] = BIN(HK_MOD),

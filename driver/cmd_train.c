@@ -54,6 +54,8 @@ static void usage(FILE *f) {
             "  --export FILE.onnx     write the trained weights into a copy of MODEL.onnx\n"
             "  --dump-grads DIR       write loss.npy and grad_<param>.npy of the first step\n"
             "                         (before clipping) for checks against a reference\n"
+            "  --exec-stats           print the executor's memory plan and the allocations it\n"
+            "                         made in step 1 and in the later steps (expected: none)\n"
             "  --quiet                only the final line\n");
     compile_opts_help(f);
 }
@@ -62,7 +64,7 @@ typedef struct TrainOpts {
     const char *data, *data_format, *loss, *optimizer, *schedule, *ckpt_dir, *export_path, *dump_grads;
     int64_t steps, accum, warmup, ckpt_every;
     double lr, beta1, beta2, eps, wd, momentum, clip;
-    int quiet, no_ckpt;
+    int quiet, no_ckpt, exec_stats;
 } TrainOpts;
 
 static int parse_d(const char *opt, const char *s, double *out) {
@@ -118,6 +120,10 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
             t->quiet = 1;
             continue;
         }
+        if (!strcmp(argv[i], "--exec-stats")) {
+            t->exec_stats = 1;
+            continue;
+        }
         if (!strcmp(argv[i], "--no-checkpoint")) {
             t->no_ckpt = 1;
             continue;
@@ -169,10 +175,24 @@ static int dump_first(const char *dir, TrainState *st, double loss, IrError *err
         safe_name(nm, sizeof nm, p->value->name);
         snprintf(path, sizeof path, "%s/grad_%s.npy", dir, nm);
         IrTensor tt = {.name = p->value->name, .dtype = IR_F32, .shape = p->value->shape,
-                       .data = p->grad, .nbytes = (size_t)p->n * sizeof(float)};
+                       .data = (void *)train_state_grad(st, i), .nbytes = (size_t)p->n * sizeof(float)};
         rc = hetc_write_npy(path, &tt, err);
     }
     return rc;
+}
+
+/* The executor runs' memory plans and allocations (--exec-stats): after
+ * step 1 the step loop must allocate nothing (tests/train checks it). */
+static void print_exec_stats(const TrainState *st, int64_t allocs1) {
+    HxRunStats a, b;
+    hexec_run_stats(st->run, &a);
+    hexec_run_stats(st->urun, &b);
+    printf("exec: train arena %lld B (outputs %lld B), %d in place | update arena %lld B "
+           "(outputs %lld B), %d in place, %d over donated P/m/v/grad\n",
+           (long long)a.arena_bytes, (long long)a.value_bytes, a.inplace,
+           (long long)b.arena_bytes, (long long)b.value_bytes, b.inplace, b.donated);
+    printf("exec: allocations: %lld in step 1, %lld in steps 2..%lld\n", (long long)allocs1,
+           (long long)(a.allocs + b.allocs - allocs1), (long long)st->step);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -268,6 +288,7 @@ int cmd_train(int argc, char **argv) {
                co.model, st.nparams, (long long)st.total, (long long)tok_per_step, t.optimizer,
                t.data, rt_token_format_name(dl.format), (long long)dl.nbatches);
     double loss = 0;
+    int64_t allocs1 = 0; /* the executor's allocations by the end of step 1 */
     rc = 0;
     for (int64_t step = 0; step < t.steps && !rc; step++) {
         double ts = now_s();
@@ -300,6 +321,7 @@ int cmd_train(int argc, char **argv) {
             rc = 1;
             break;
         }
+        if (step == 0) allocs1 = train_state_allocs(&st);
         double te = now_s(), el = te - t0, dt = te - ts;
         double eta = el / (double)(step + 1) * (double)(t.steps - step - 1);
         if (!t.quiet || step + 1 == t.steps)
@@ -315,6 +337,7 @@ int cmd_train(int argc, char **argv) {
             rc = 1;
         }
     }
+    if (!rc && t.exec_stats) print_exec_stats(&st, allocs1);
     if (!rc && t.export_path && train_state_export_onnx(&st, co.model, t.export_path, &err)) {
         fprintf(stderr, "hetc train: --export: %s\n", err.msg);
         rc = 1;

@@ -59,10 +59,51 @@ static int build_update(TrainState *s, const OptimOpts *o, IrError *err) {
     return s->norm_out < 0 ? ir_errorf(err, "update graph has no grad_norm output") : 0;
 }
 
+/* The executor runs, made once: the training graph's, and the update's
+ * with its inputs' tensors (pointers set per step) and P, m, v donated --
+ * and the gradients, which nothing reads after the step (the clipped
+ * gradient may overwrite them instead of taking arena memory). */
+static int make_runs(TrainState *s, IrError *err) {
+    if (!(s->run = hexec_run_new(s->g, NULL, err))) return ir_error_prefix(err, "training graph");
+    IrGraph *u = s->upd;
+    int nin = s->nparams + 2;
+    const char **don = ir_xcalloc((size_t)s->nparams * 4 + 1, sizeof *don);
+    int nd = 0, shared = 0; /* two parameters' gradients one output: not to be overwritten */
+    for (int i = 0; i < s->nparams; i++)
+        for (int j = 0; j < i; j++) shared |= s->params[i].out_index == s->params[j].out_index;
+    for (int i = 0; i < s->nparams; i++) {
+        don[nd++] = s->params[i].value->name;
+        if (!shared) don[nd++] = u->inputs[i]->name; /* grad/P: dead after the step */
+        for (int k = 0; k < 2; k++)
+            if (s->params[i].state[k]) don[nd++] = s->params[i].state[k]->name;
+    }
+    HxRunOpts o = {.donate = don, .ndonate = nd};
+    s->urun = hexec_run_new(u, &o, err);
+    free(don);
+    if (!s->urun) return ir_error_prefix(err, "update graph");
+    s->uin = ir_xcalloc((size_t)nin, sizeof *s->uin);
+    s->uinp = ir_xcalloc((size_t)nin, sizeof *s->uinp);
+    s->lr_buf = ir_xcalloc(1, sizeof *s->lr_buf);
+    s->step_buf = ir_xcalloc(1, sizeof *s->step_buf);
+    for (int i = 0; i < s->nparams; i++) {
+        IrValue *gi = u->inputs[i];
+        s->uin[i] = (IrTensor){.name = gi->name, .dtype = IR_F32, .shape = gi->shape,
+                               .nbytes = (size_t)s->params[i].n * sizeof(float)};
+    }
+    IrShape s0 = {0};
+    s->uin[nin - 2] = (IrTensor){.name = "lr", .dtype = IR_F32, .shape = s0, .data = s->lr_buf,
+                                 .nbytes = sizeof *s->lr_buf};
+    s->uin[nin - 1] = (IrTensor){.name = "step", .dtype = IR_I64, .shape = s0,
+                                 .data = s->step_buf, .nbytes = sizeof *s->step_buf};
+    for (int i = 0; i < nin; i++) s->uinp[i] = &s->uin[i];
+    return 0;
+}
+
 int train_state_init(TrainState *s, IrGraph *g, const OptimOpts *o, IrError *err) {
     memset(s, 0, sizeof *s);
     s->g = g;
     s->loss_index = -1;
+    s->grads_zero = 1;
     for (int i = 0; i < g->noutputs; i++)
         if (!strcmp(g->outputs[i]->name, "loss")) s->loss_index = i;
     if (s->loss_index < 0) return ir_errorf(err, "training graph has no 'loss' output");
@@ -84,74 +125,108 @@ int train_state_init(TrainState *s, IrGraph *g, const OptimOpts *o, IrError *err
         tp->data = ir_xmalloc(nb ? nb : 1);
         memcpy(tp->data, d, nb);
         ir_value_set_data(p, tp->data, nb); /* the executor now reads the trained copy */
-        tp->grad = ir_xcalloc((size_t)tp->n + 1, sizeof(float));
         s->total += tp->n;
     }
     if (!s->nparams) return ir_errorf(err, "no parameter receives a gradient");
-    return build_update(s, o, err);
+    if (build_update(s, o, err)) return -1;
+    return make_runs(s, err);
 }
 
 void train_state_free(TrainState *s) {
     for (int i = 0; i < s->nparams; i++) free(s->params[i].grad);
     free(s->params);
+    hexec_run_free(s->run);
+    hexec_run_free(s->urun);
+    free(s->uin);
+    free(s->uinp);
+    free(s->lr_buf);
+    free(s->step_buf);
     if (s->upd) ir_graph_free(s->upd);
     memset(s, 0, sizeof *s);
 }
 
 void train_state_zero_grads(TrainState *s) {
-    for (int i = 0; i < s->nparams; i++)
-        memset(s->params[i].grad, 0, (size_t)s->params[i].n * sizeof(float));
+    s->grads_zero = 1; /* the accumulators are cleared when next written */
+    s->borrowed = 0;
+}
+
+/* Zeroed accumulators, set as this step's gradient. */
+static void clear_accumulators(TrainState *s) {
+    for (int i = 0; i < s->nparams; i++) {
+        TrainParam *tp = &s->params[i];
+        if (!tp->grad) tp->grad = ir_xmalloc((size_t)(tp->n ? tp->n : 1) * sizeof(float));
+        memset(tp->grad, 0, (size_t)tp->n * sizeof(float));
+        tp->gcur = tp->grad;
+    }
+    s->grads_zero = 0;
+}
+
+/* Bring borrowed gradients into the accumulators (before the next run
+ * overwrites the outputs they point into): 0 + 1 * g, as an accumulation
+ * from zero would have computed. */
+static void own_gradients(TrainState *s) {
+    if (!s->borrowed) return;
+    for (int i = 0; i < s->nparams; i++) {
+        TrainParam *tp = &s->params[i];
+        const float *b = tp->gcur;
+        if (!tp->grad) tp->grad = ir_xmalloc((size_t)(tp->n ? tp->n : 1) * sizeof(float));
+        memset(tp->grad, 0, (size_t)tp->n * sizeof(float));
+        hk_axpy_f32(tp->n, 1.0f, b, tp->grad);
+        tp->gcur = tp->grad;
+    }
+    s->borrowed = 0;
 }
 
 int train_state_forward_backward(TrainState *s, IrTensor *const *in, int nin, float scale,
                                  double *loss, IrError *err) {
-    IrTensor **outs = NULL;
-    int nout = 0;
-    if (hexec_run(s->g, in, nin, &outs, &nout, err)) return -1;
-    *loss = *(const float *)outs[s->loss_index]->data;
+    own_gradients(s);
+    if (hexec_run_step(s->run, in, nin, err)) return -1;
+    *loss = *(const float *)hexec_run_output(s->run, s->loss_index, NULL);
+    if (s->grads_zero && scale == 1.0f) { /* grad = 0 + 1 * g: read g where it is */
+        for (int i = 0; i < s->nparams; i++)
+            s->params[i].gcur = hexec_run_output(s->run, s->params[i].out_index, NULL);
+        s->grads_zero = 0;
+        s->borrowed = 1;
+        return 0;
+    }
+    if (s->grads_zero) clear_accumulators(s);
     for (int i = 0; i < s->nparams; i++)
-        hk_axpy_f32(s->params[i].n, scale, outs[s->params[i].out_index]->data,
+        hk_axpy_f32(s->params[i].n, scale, hexec_run_output(s->run, s->params[i].out_index, NULL),
                     s->params[i].grad);
-    for (int i = 0; i < nout; i++) ir_tensor_free(outs[i]);
-    free(outs);
     return 0;
 }
 
+const float *train_state_grad(TrainState *s, int i) {
+    if (s->grads_zero) clear_accumulators(s);
+    return s->params[i].gcur;
+}
+
+int64_t train_state_allocs(const TrainState *s) {
+    HxRunStats a = {0}, b = {0};
+    if (s->run) hexec_run_stats(s->run, &a);
+    if (s->urun) hexec_run_stats(s->urun, &b);
+    return a.allocs + b.allocs;
+}
+
 int train_state_step(TrainState *s, double lr, double *norm, IrError *err) {
-    IrGraph *u = s->upd;
+    if (s->grads_zero) clear_accumulators(s);
     int nin = s->nparams + 2;
-    IrTensor *ts = ir_xcalloc((size_t)nin, sizeof *ts);
-    IrTensor **in = ir_xcalloc((size_t)nin, sizeof *in);
-    float lrf = (float)lr;
+    for (int i = 0; i < s->nparams; i++) s->uin[i].data = (void *)s->params[i].gcur;
+    *s->lr_buf = (float)lr;
     int64_t step = s->step + 1;
-    for (int i = 0; i < s->nparams; i++) { /* borrowed buffers: never freed here */
-        TrainParam *tp = &s->params[i];
-        IrValue *gi = u->inputs[i];
-        ts[i] = (IrTensor){.name = gi->name, .dtype = IR_F32, .shape = gi->shape,
-                           .data = tp->grad, .nbytes = (size_t)tp->n * sizeof(float)};
-    }
-    IrShape s0 = {0};
-    ts[nin - 2] = (IrTensor){.name = "lr", .dtype = IR_F32, .shape = s0, .data = &lrf,
-                             .nbytes = sizeof lrf};
-    ts[nin - 1] = (IrTensor){.name = "step", .dtype = IR_I64, .shape = s0, .data = &step,
-                             .nbytes = sizeof step};
-    for (int i = 0; i < nin; i++) in[i] = &ts[i];
-    IrTensor **outs = NULL;
-    int nout = 0, rc = hexec_run(u, in, nin, &outs, &nout, err);
-    free(in);
-    free(ts);
-    if (rc) return -1;
-    *norm = *(const float *)outs[s->norm_out]->data;
-    /* state carry: outputs back into the buffers they update */
+    *s->step_buf = step;
+    if (hexec_run_step(s->urun, s->uinp, nin, err)) return -1;
+    *norm = *(const float *)hexec_run_output(s->urun, s->norm_out, NULL);
+    /* state carry: outputs not updated in place go back into their buffers */
     for (int i = 0; i < s->nparams; i++) {
         TrainParam *tp = &s->params[i];
         float *dst[3] = {tp->data, tp->m, tp->v};
-        for (int k = 0; k < 3; k++)
-            if (tp->upd_out[k] >= 0 && dst[k])
-                memcpy(dst[k], outs[tp->upd_out[k]]->data, (size_t)tp->n * sizeof(float));
+        for (int k = 0; k < 3; k++) {
+            if (tp->upd_out[k] < 0 || !dst[k]) continue;
+            const void *o = hexec_run_output(s->urun, tp->upd_out[k], NULL);
+            if (o != dst[k]) memcpy(dst[k], o, (size_t)tp->n * sizeof(float));
+        }
     }
-    for (int i = 0; i < nout; i++) ir_tensor_free(outs[i]);
-    free(outs);
     s->step = step;
     return 0;
 }

@@ -12,7 +12,9 @@ typedef struct TrainParam {
     int out_index;    /* its gradient's position in the graph outputs */
     int64_t n;
     float *data;      /* == value->data (owned by the value) */
-    float *grad;      /* accumulated over microbatches */
+    float *grad;      /* accumulated over microbatches (allocated when a step has two) */
+    const float *gcur; /* this step's gradient: grad, or the training run's
+                          grad/<param> output itself (one microbatch, scale 1) */
     float *m, *v;     /* AdamW moments / SGD momentum buffer (m; v NULL): the
                          update graph's optimizer-state values' data */
     int upd_out[3];   /* update-graph outputs carried back into data, m, v */
@@ -28,6 +30,16 @@ typedef struct TrainState {
     int64_t step;     /* optimizer steps taken */
     IrGraph *upd;     /* the update graph (optimizer pass over grad/<param> inputs) */
     int norm_out;     /* "grad_norm" in its outputs */
+    /* the executor runs, planned once: no allocation per step after the
+     * first (codegen/hostexec.h HxRun); the update's P, m, v are donated,
+     * so in-place ops update the trainer's buffers directly */
+    struct HxRun *run, *urun;
+    IrTensor *uin;    /* the update's inputs: grad/<param>..., lr, step */
+    IrTensor **uinp;
+    float *lr_buf;
+    int64_t *step_buf;
+    int grads_zero;   /* zero_grads since the last forward_backward */
+    int borrowed;     /* gcur points into the training run's outputs */
 } TrainState;
 
 struct OptimOpts;
@@ -37,9 +49,15 @@ struct OptimOpts;
 int train_state_init(TrainState *s, IrGraph *g, const struct OptimOpts *o, IrError *err);
 void train_state_free(TrainState *s);
 void train_state_zero_grads(TrainState *s);
-/* run the graph on inputs; grad += scale * gradient; *loss = the loss */
+/* run the graph on inputs; grad += scale * gradient; *loss = the loss.
+ * The first microbatch after zero_grads with scale 1 is not copied: the
+ * step reads the run's gradient outputs in place (until the next run). */
 int train_state_forward_backward(TrainState *s, IrTensor *const *in, int nin, float scale,
                                  double *loss, IrError *err);
+/* parameter i's gradient accumulated since zero_grads (before clipping) */
+const float *train_state_grad(TrainState *s, int i);
+/* allocations the executor runs made (hostexec.h HxRunStats.allocs) */
+int64_t train_state_allocs(const TrainState *s);
 /* one optimizer step at learning rate lr through the update graph (global
  * norm clipping inside); *norm = the gradient norm before clipping */
 int train_state_step(TrainState *s, double lr, double *norm, IrError *err);
