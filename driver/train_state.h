@@ -54,7 +54,8 @@ void train_state_zero_grads(TrainState *s);
  * step reads the run's gradient outputs in place (until the next run). */
 int train_state_forward_backward(TrainState *s, IrTensor *const *in, int nin, float scale,
                                  double *loss, IrError *err);
-/* parameter i's gradient accumulated since zero_grads (before clipping) */
+/* parameter i's gradient accumulated since zero_grads (before clipping; the step
+ * clips it in place, so read it before train_state_step) */
 const float *train_state_grad(TrainState *s, int i);
 /* allocations the executor runs made (hostexec.h HxRunStats.allocs) */
 int64_t train_state_allocs(const TrainState *s);
