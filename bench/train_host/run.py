@@ -223,8 +223,10 @@ def build_launch(hetc, onnx_path, B, T, work, name):
 
 
 def run_launch(launch, data, B, T, steps, env):
+    # the run's checkpoints go to the work dir (the default is ./checkpoints)
+    ckpt = os.path.join(os.path.dirname(launch), "checkpoints")
     cmd = [launch, "--data", data, "--steps", str(steps), "--overwrite-checkpoints",
-           "--checkpoint-every", "0"]
+           "--checkpoint-every", "0", "--checkpoint-dir", ckpt]
     rc, out, err, wall, rss = peak_rss_mb_of(cmd, env=env)
     if rc != 0:
         sys.exit(f"launch.sh failed ({rc}): {' '.join(cmd)}\n{out}\n{err}")
