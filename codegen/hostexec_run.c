@@ -17,6 +17,7 @@
  * output that is not in place is zeroed before its node runs (the kernels'
  * contract), which touches memory already mapped instead of faulting in
  * fresh pages as a calloc per output did. */
+#include "firstfit.h"
 #include "hostexec_internal.h"
 
 #include <stdint.h>
@@ -108,55 +109,20 @@ static int can_take(const HxRun *r, const IrNode *n, const HxOpEntry *e, int j, 
     return s->kind == ST_ARENA || s->donated;
 }
 
-typedef struct Live {
-    int id, first, last;
-    int64_t size;
-} Live;
-
-static int cmp_live(const void *a, const void *b) {
-    const Live *x = a, *y = b;
-    if (x->first != y->first) return x->first < y->first ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-typedef struct Placed {
-    int64_t off, size;
-    int last;
-} Placed;
-
-static int cmp_off(const void *a, const void *b) {
-    const Placed *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
 /* First-fit offsets for the arena storages (live ranges that share a node
  * position never share a byte); returns the arena size. */
 static int64_t place_arena(HxRun *r) {
-    Live *lv = ir_xcalloc((size_t)r->nstor + 1, sizeof *lv);
-    Placed *act = ir_xcalloc((size_t)r->nstor + 1, sizeof *act); /* still live, by offset */
-    int n = 0, na = 0;
+    FfBuf *bufs = ir_xcalloc((size_t)r->nstor + 1, sizeof *bufs);
+    int *ids = ir_xcalloc((size_t)r->nstor + 1, sizeof *ids), n = 0;
     for (int i = 0; i < r->nstor; i++)
-        if (r->stor[i].kind == ST_ARENA)
-            lv[n++] = (Live){i, r->stor[i].first, r->stor[i].last, r->stor[i].size};
-    qsort(lv, (size_t)n, sizeof *lv, cmp_live);
-    int64_t top = 0;
-    for (int i = 0; i < n; i++) {
-        int keep = 0;
-        for (int k = 0; k < na; k++)
-            if (act[k].last >= lv[i].first) act[keep++] = act[k];
-        na = keep;
-        int64_t off = 0;
-        for (int k = 0; k < na; k++) {
-            if (act[k].off - off >= lv[i].size) break;
-            if (act[k].off + act[k].size > off) off = act[k].off + act[k].size;
+        if (r->stor[i].kind == ST_ARENA) {
+            ids[n] = i;
+            bufs[n++] = (FfBuf){r->stor[i].first, r->stor[i].last, r->stor[i].size, 0};
         }
-        r->stor[lv[i].id].off = off;
-        if (off + lv[i].size > top) top = off + lv[i].size;
-        act[na++] = (Placed){off, lv[i].size, lv[i].last};
-        qsort(act, (size_t)na, sizeof *act, cmp_off);
-    }
-    free(act);
-    free(lv);
+    int64_t top = firstfit_place(bufs, n);
+    for (int k = 0; k < n; k++) r->stor[ids[k]].off = bufs[k].off;
+    free(ids);
+    free(bufs);
     return top;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "firstfit.h"
 #include "hostexec_internal.h" /* HxOpEntry.inplace */
 #include "stage_abi.h"
 
@@ -630,27 +631,6 @@ static void act_values(const PartStage *st, const MemPlan *mp, int fn, const MpA
     }
 }
 
-typedef struct Live {
-    int id, first, last;
-    int64_t size;
-} Live;
-
-static int cmp_live(const void *a, const void *b) {
-    const Live *x = a, *y = b;
-    if (x->first != y->first) return x->first < y->first ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-typedef struct Placed {
-    int64_t off, size;
-    int last;
-} Placed;
-
-static int cmp_placed(const void *a, const void *b) {
-    const Placed *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
 /* Live ranges of fn's scratch values (region ARENA with off -1 on input
  * here) and first-fit offsets relative to the scratch base; returns the
  * scratch bytes used. */
@@ -677,33 +657,18 @@ static int plan_scratch(const PartStage *st, MemPlan *mp, int fn, MpLoc *loc, in
             l->last = pos;
         }
     }
-    Live *lv = ir_xcalloc((size_t)nloc + 1, sizeof *lv);
-    int n = 0;
+    FfBuf *bufs = ir_xcalloc((size_t)nloc + 1, sizeof *bufs);
+    int *ids = ir_xcalloc((size_t)nloc + 1, sizeof *ids), n = 0;
     for (int i = 0; i < nloc; i++)
-        if (loc[i].off == -1 && loc[i].first >= 0)
-            lv[n++] = (Live){i, loc[i].first, loc[i].last, align_up(loc[i].bytes ? loc[i].bytes : 1)};
-    qsort(lv, (size_t)n, sizeof *lv, cmp_live);
-    /* first fit: `act` holds the placed buffers still live, sorted by offset */
-    Placed *act = ir_xcalloc((size_t)n + 1, sizeof *act);
-    int na = 0;
-    int64_t top = 0;
-    for (int i = 0; i < n; i++) {
-        int keep = 0;
-        for (int k = 0; k < na; k++)
-            if (act[k].last >= lv[i].first) act[keep++] = act[k];
-        na = keep;
-        int64_t off = 0;
-        for (int k = 0; k < na; k++) {
-            if (act[k].off - off >= lv[i].size) break;
-            if (act[k].off + act[k].size > off) off = act[k].off + act[k].size;
+        if (loc[i].off == -1 && loc[i].first >= 0) {
+            ids[n] = i;
+            bufs[n++] = (FfBuf){loc[i].first, loc[i].last,
+                                align_up(loc[i].bytes ? loc[i].bytes : 1), 0};
         }
-        loc[lv[i].id].off = off;
-        if (off + lv[i].size > top) top = off + lv[i].size;
-        act[na++] = (Placed){off, lv[i].size, lv[i].last};
-        qsort(act, (size_t)na, sizeof *act, cmp_placed);
-    }
-    free(act);
-    free(lv);
+    int64_t top = firstfit_place(bufs, n);
+    for (int k = 0; k < n; k++) loc[ids[k]].off = bufs[k].off;
+    free(ids);
+    free(bufs);
     *used = top;
     return 0;
 }
