@@ -443,6 +443,27 @@ static void case_reduce(int rank, const int64_t *dims, const int *red) {
     free(x), free(y), free(w), free(acc);
 }
 
+/* LinearGrad's bias gradient: column sums of dy in row order, in double
+ * (the column-at-a-time loop it replaced), fresh and accumulated */
+static void case_linear_dbias(int64_t M, int64_t N) {
+    float *dy = fvec(M * N, -1, 1), *db = fzero(N), *w = fzero(N), *acc = fvec(N, -1, 1),
+          *wacc = fzero(N);
+    char err[256] = "";
+    for (int64_t j = 0; j < N; j++) {
+        double sum = 0;
+        for (int64_t i = 0; i < M; i++) sum += dy[i * N + j];
+        w[j] = (float)sum;
+        wacc[j] = (float)(acc[j] + sum);
+    }
+    ok(hk_linear_backward_f32(NULL, NULL, dy, M, 1, N, NULL, NULL, db, 0, err),
+       "linear_backward dbias", err);
+    check("linear_backward dbias", db, w, N, 0);
+    ok(hk_linear_backward_f32(NULL, NULL, dy, M, 1, N, NULL, NULL, acc, 1, err),
+       "linear_backward dbias accum", err);
+    check("linear_backward dbias accum", acc, wacc, N, 0);
+    free(dy), free(db), free(w), free(acc), free(wacc);
+}
+
 /* ------------------------------------------------------------ movement */
 static void case_transpose(int rank, const int64_t *dims, const int64_t *perm) {
     int64_t n = hk_numel(rank, dims), xs[HK_MAX_RANK], yd[HK_MAX_RANK], idx[HK_MAX_RANK] = {0};
@@ -498,6 +519,9 @@ int main(int argc, char **argv) {
     { int64_t d[] = {64, 129, 77}; int r[] = {1, 1, 0}; case_reduce(3, d, r); } /* bias grad */
     { int64_t d[] = {37, 53, 9}; int r[] = {1, 0, 1}; case_reduce(3, d, r); }  /* general walk */
     { int64_t d[] = {0, 53, 9}; int r[] = {0, 1, 0}; case_reduce(3, d, r); }
+    case_linear_dbias(1024, 3000 + 7); /* column blocks split across the pool, a partial one */
+    case_linear_dbias(5, 3);
+    case_linear_dbias(0, 65);
     { int64_t d[] = {67, 301, 3}, p[] = {2, 0, 1}; case_transpose(3, d, p); }
     { int64_t d[] = {257, 1031}, p[] = {1, 0}; case_transpose(2, d, p); }
     { int64_t d[] = {4, 0, 3}, p[] = {2, 0, 1}; case_transpose(3, d, p); }
