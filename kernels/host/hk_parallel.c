@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,12 +56,16 @@ static int env_threads(void) {
         long v = strtol(s, &end, 10);
         if (*end == '\0' && v >= 1) return v > HK_MAX_THREADS ? HK_MAX_THREADS : (int)v;
     }
+    int c = 1;
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
-        int c = CPU_COUNT(&set);
-        if (c >= 1) return c > HK_MAX_THREADS ? HK_MAX_THREADS : c;
-    }
-    return 1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1)
+        c = CPU_COUNT(&set) > HK_MAX_THREADS ? HK_MAX_THREADS : CPU_COUNT(&set);
+    /* a typo must not pass silently (the run would still be correct: the
+     * thread count never changes results, only speed) */
+    if (s && *s)
+        fprintf(stderr, "hetc: HETC_THREADS='%s' is not a whole number >= 1; using %d "
+                "(the CPUs this process may run on)\n", s, c);
+    return c;
 }
 
 static void pool_init(void) {

@@ -1,7 +1,7 @@
 """Threaded host kernels: test_hk_threads checks each kernel against its
 scalar reference; run it with HETC_THREADS=1, 2 and 3 and require the
 dumped outputs to be byte-identical (the chunking never depends on the
-thread count).
+thread count); a malformed HETC_THREADS is reported on stderr.
 
     python3 test_hk_threads.py BUILD/test_hk_threads
 """
@@ -33,7 +33,20 @@ def main():
                 if len(outs[t]) == size else -1
             print(f"FAIL: HETC_THREADS={t} output differs from 1 thread (byte {diff} of {size})")
             return 1
-    print(f"OK: {size} bytes of kernel output identical for HETC_THREADS=1,2,3")
+    # a malformed HETC_THREADS is named on stderr (and the run is still correct)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bad.bin")
+        r = subprocess.run([exe, path], env=dict(os.environ, HETC_THREADS="two"),
+                           capture_output=True, text=True)
+        if r.returncode or "HETC_THREADS='two' is not a whole number" not in r.stderr:
+            print(f"FAIL: HETC_THREADS=two: exit {r.returncode}, stderr {r.stderr!r}")
+            return 1
+        with open(path, "rb") as f:
+            if f.read() != outs[1]:
+                print("FAIL: HETC_THREADS=two changed the kernels' output")
+                return 1
+    print(f"OK: {size} bytes of kernel output identical for HETC_THREADS=1,2,3 (and 'two', "
+          "which is reported)")
     return 0
 
 
