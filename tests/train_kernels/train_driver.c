@@ -264,9 +264,9 @@ static void run_case(Ctx *c, const char *kase, const char *arg)
             die("g must be [steps, n], m and v [n]");
         int mode = (int)P(c, 5);
         float cs = (float)P(c, 6), *csp = P(c, 6) < 0 ? NULL : &cs;
-        float *cur[3] = {p->data, m0->data, v0->data}, *nxt[3];
+        float *cur[3] = {p->data, m0->data, v0->data}, *nxt[3], *own[3];
         for (int k = 0; k < 3; k++) {
-            nxt[k] = zalloc(n);
+            own[k] = nxt[k] = zalloc(n); /* swapped with cur below: freed through own */
             for (int64_t i = 0; i < n; i++) nxt[k][i] = (float)(i % 7) - 1e30f; /* garbage */
         }
         for (int64_t s = 0; s < steps; s++) {
@@ -283,6 +283,7 @@ static void run_case(Ctx *c, const char *kase, const char *arg)
         save_f(c, "p", n, cur[0]);
         save_f(c, "m", n, cur[1]);
         save_f(c, "v", n, cur[2]);
+        for (int k = 0; k < 3; k++) free(own[k]);
     } else if (!strcmp(kase, "clip")) {
         int nb = (int)P(c, 0);
         if (nb < 1 || nb > 8)
