@@ -525,11 +525,8 @@ static int run_expand(HxCall *c) {
 static int run_shape(HxCall *c) {
     const IrValue *x = IN_V(c, 0);
     int r = x->shape.rank;
-    int64_t s = ir_attr_int(c->n, "start", 0), e = ir_attr_int(c->n, "end", r);
-    if (s < 0) s += r;
-    if (e < 0) e += r;
-    s = s < 0 ? 0 : s > r ? r : s;
-    e = e < 0 ? 0 : e > r ? r : e;
+    int s, e;
+    ir_shape_op_range(c->n, r, &s, &e);
     int64_t len = e > s ? e - s : 0;
     if (numel(OUT_V(c, 0)) != len || OUT_V(c, 0)->dtype != IR_I64)
         return fail(c, "output must be int64[%s]", "end - start");

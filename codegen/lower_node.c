@@ -190,12 +190,8 @@ int ln_norm_axis(int64_t a, int rank, int *out) {
 
 /* ------------------------------------------------------------ elementwise */
 
-static int lw_binary(LnCtx *c, int op) {
-    const IrValue *a = IN(0), *b = IN(1), *y = OUT(0);
-    IrDType want = op >= HK_EQ ? IR_BOOL : a->dtype;
-    if (y->dtype != want) return ln_fail(c, "output dtype");
-    if (op == HK_MOD && (ir_attr_int(c->n, "fmod", 0) || ir_dtype_is_float(a->dtype)))
-        op = HK_FMOD;
+/* y = a op b, numpy broadcasting (hk_binary) */
+static void push_binary(LnCtx *c, int op, const IrValue *a, const IrValue *b, const IrValue *y) {
     LeCall *k = ln_push(c, "hk_binary");
     ln_i32(k, op);
     ln_i32(k, a->dtype);
@@ -207,6 +203,15 @@ static int lw_binary(LnCtx *c, int op) {
     ln_ptr(c, k, y);
     ln_shape(k, y);
     ln_null(k);
+}
+
+static int lw_binary(LnCtx *c, int op) {
+    const IrValue *a = IN(0), *b = IN(1), *y = OUT(0);
+    IrDType want = op >= HK_EQ ? IR_BOOL : a->dtype;
+    if (y->dtype != want) return ln_fail(c, "output dtype");
+    if (op == HK_MOD && (ir_attr_int(c->n, "fmod", 0) || ir_dtype_is_float(a->dtype)))
+        op = HK_FMOD;
+    push_binary(c, op, a, b, y);
     return 1;
 }
 
@@ -223,17 +228,7 @@ static int lw_variadic(LnCtx *c, int op) {
     for (int i = 1; i < c->n->nin; i++) {
         const IrValue *b = IN(i);
         if (!b) continue;
-        k = ln_push(c, "hk_binary");
-        ln_i32(k, op);
-        ln_i32(k, y->dtype);
-        ln_ptr(c, k, y);
-        ln_shape(k, y);
-        ln_i32(k, b->dtype);
-        ln_ptr(c, k, b);
-        ln_shape(k, b);
-        ln_ptr(c, k, y);
-        ln_shape(k, y);
-        ln_null(k);
+        push_binary(c, op, y, b, y);
     }
     return 1;
 }
@@ -695,11 +690,8 @@ static int lw_expand(LnCtx *c, int unused) {
 static int lw_shape(LnCtx *c, int unused) {
     const IrValue *x = IN(0);
     int r = x->shape.rank;
-    int64_t s = ir_attr_int(c->n, "start", 0), e = ir_attr_int(c->n, "end", r);
-    if (s < 0) s += r;
-    if (e < 0) e += r;
-    s = s < 0 ? 0 : s > r ? r : s;
-    e = e < 0 ? 0 : e > r ? r : e;
+    int s, e;
+    ir_shape_op_range(c->n, r, &s, &e);
     int64_t len = e > s ? e - s : 0;
     if (ln_numel(OUT(0)) != len || OUT(0)->dtype != IR_I64) return ln_fail(c, "output");
     if (!len) return 1;

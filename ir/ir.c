@@ -508,6 +508,14 @@ const IrAttr *ir_node_attr(const IrNode *n, const char *name) {
         if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
     return NULL;
 }
+void ir_shape_op_range(const IrNode *n, int rank, int *start, int *end) {
+    int64_t s = ir_attr_int(n, "start", 0), e = ir_attr_int(n, "end", rank);
+    if (s < 0) s += rank;
+    if (e < 0) e += rank;
+    *start = (int)(s < 0 ? 0 : s > rank ? rank : s);
+    *end = (int)(e < 0 ? 0 : e > rank ? rank : e);
+}
+
 int64_t ir_attr_int(const IrNode *n, const char *name, int64_t dflt) {
     const IrAttr *a = ir_node_attr(n, name);
     if (!a) return dflt;

@@ -259,6 +259,9 @@ void ir_node_set_floats(IrNode *n, const char *name, int cnt, const double *v);
 const IrAttr *ir_node_attr(const IrNode *n, const char *name);
 int64_t ir_attr_int(const IrNode *n, const char *name, int64_t dflt);
 double ir_attr_float(const IrNode *n, const char *name, double dflt);
+/* [start, end) of a Shape node's attrs for an input of rank `rank`, clamped
+ * as ONNX 15 says (shape rule, const-fold, host executor, stage lowering) */
+void ir_shape_op_range(const IrNode *n, int rank, int *start, int *end);
 const char *ir_attr_string(const IrNode *n, const char *name, const char *dflt);
 /* returns count (0 if absent) and sets *v */
 int ir_attr_ints(const IrNode *n, const char *name, const int64_t **v);

@@ -62,7 +62,7 @@ int fold_shape_node(IrGraph *g, IrNode *n, IrError *err) {
     IrValue *x = n->in[0], *o = n->out[0];
     if (!x || !o || !x->shape_known || !ir_shape_is_static(&x->shape)) return 0;
     int st, en;
-    shape_op_range(n, x->shape.rank, &st, &en);
+    ir_shape_op_range(n, x->shape.rank, &st, &en);
     int64_t len = en > st ? en - st : 0;
     int64_t *d = ir_xmalloc((size_t)(len ? len : 1) * sizeof *d);
     for (int64_t i = 0; i < len; i++) d[i] = x->shape.dims[st + i];

@@ -572,19 +572,10 @@ static int rule_flatten(IrNode *n, IrError *err) {
     return set_out(n, 0, n->in[0]->dtype, &s, err);
 }
 
-/* [start, end) of Shape's attrs, clamped as ONNX 15 says. */
-void shape_op_range(const IrNode *n, int rank, int *start, int *end) {
-    int64_t s = ir_attr_int(n, "start", 0), e = ir_attr_int(n, "end", rank);
-    if (s < 0) s += rank;
-    if (e < 0) e += rank;
-    *start = (int)clamp64(s, 0, rank);
-    *end = (int)clamp64(e, 0, rank);
-}
-
 static int rule_shape(IrNode *n, IrError *err) {
     if (need_in(n, 0, err)) return -1;
     int st, en;
-    shape_op_range(n, n->in[0]->shape.rank, &st, &en);
+    ir_shape_op_range(n, n->in[0]->shape.rank, &st, &en);
     int64_t len = en > st ? en - st : 0;
     IrShape s = ir_shape_make(1, &len);
     return set_out(n, 0, IR_I64, &s, err);

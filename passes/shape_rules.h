@@ -14,8 +14,6 @@ int shape_rule_exists(IrOp op);
 /* Run n's rule; errors name the node, op and offending shapes. */
 int shape_infer_node(IrNode *n, IrError *err);
 
-/* [start, end) of a Shape node's start/end attrs, clamped to [0, rank]. */
-void shape_op_range(const IrNode *n, int rank, int *start, int *end);
 
 /* Helpers shared with canonicalize / const-fold. */
 /* Error "node 'NAME' (Op): ..." */
