@@ -198,6 +198,23 @@ static char *graph_text(const IrGraph *g, int stage, const char *which, IrError 
 
 /* ------------------------------------------------------------ config */
 
+/* ABI 3: the parameter's shape as the stage's graphs declare it (the train
+ * graph's, else the update graph's: under ZeRO the update graph holds the
+ * slice), " shape D0xD1..." ("-" for a scalar), so that the runtime writes
+ * checkpoint tensors with their shapes without the graphs.  No field when
+ * neither graph has it with numel elements (the runtime then writes 1-D). */
+static void config_shape(Sb *b, const PartStage *st, const MpParam *p) {
+    const IrGraph *gs[2] = {st->train, st->update};
+    for (int g = 0; g < 2; g++) {
+        const IrValue *v = ir_graph_find_value(gs[g], p->name);
+        if (!v || ir_shape_numel(&v->shape) != p->numel || v->shape.rank > 8) continue;
+        sb_printf(b, " shape %s", v->shape.rank ? "" : "-");
+        for (int d = 0; d < v->shape.rank; d++)
+            sb_printf(b, "%s%lld", d ? "x" : "", (long long)v->shape.dims[d]);
+        return;
+    }
+}
+
 /* 1 if one of stages[0..n) holds parameter `name` */
 static int holds_param(const PartStage *stages, int n, const char *name) {
     for (int s = 0; s < n; s++)
@@ -226,10 +243,12 @@ static char *config_text(const PartStage *st, const LowerOpts *o, const MemPlan 
     for (int i = 0; i < mp->nparams; i++) {
         const MpParam *p = &mp->params[i];
         char *nm = lower_config_name(p->name);
-        sb_printf(&b, "param %s layer %d shared %d numel %lld param %lld acc %lld m %lld v %lld\n",
+        sb_printf(&b, "param %s layer %d shared %d numel %lld param %lld acc %lld m %lld v %lld",
                   nm, st->params[i].layer, st->params[i].shared ? 1 : 0, (long long)p->numel,
                   (long long)p->param_off, (long long)p->acc_off, (long long)p->m_off,
                   (long long)p->v_off);
+        config_shape(&b, st, p);
+        sb_printf(&b, "\n");
         free(nm);
     }
     /* ZeRO: a record only when in effect (configs without it are unchanged);
@@ -445,6 +464,14 @@ void lower_stage_free(LeProgram *prog) {
     memset(prog, 0, sizeof *prog);
 }
 
+int lower_stage_interprets(const LeProgram *prog) {
+    for (int f = 0; f < prog->nfuncs; f++)
+        for (int i = 0; i < prog->funcs[f].ncalls; i++)
+            if (prog->funcs[f].calls[i].fn && !strcmp(prog->funcs[f].calls[i].fn, "hetrt_node"))
+                return 1;
+    return 0;
+}
+
 int lower_stage(const PartStage *st, const LowerOpts *o, LeProgram *prog, char **config,
                 MemPlan *mp, IrError *err) {
     return lower_stage_stats(st, o, prog, config, mp, NULL, err);
@@ -492,6 +519,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
     funcs[0].name = fnames[0];
     int rc = 0;
     int hist[IR_OP_COUNT] = {0};
+    int interp_graph[2] = {0, 0}; /* some hetrt_node call runs a node of graph g */
     char why[200] = "";
     if (stats) memset(stats, 0, sizeof *stats);
     for (int f = 0; f < MP_NFN && !rc; f++) {
@@ -521,6 +549,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
             }
             LeCall *k = ln_push(&(LnCtx){.out = &out}, NULL);
             rc = action_call(mp, st, f, a, tok, k, err);
+            if (!rc && k->fn && !strcmp(k->fn, "hetrt_node")) interp_graph[graph] = 1;
         }
         funcs[f + 1].calls = out.calls; /* freed by lower_stage_free even when failing */
         funcs[f + 1].ncalls = out.n;
@@ -554,8 +583,12 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
             prog->externs = ex;
             prog->nexterns += lower_node_nexterns;
         }
-        if (!(prog->ir_train = graph_text(st->train, st->stage, "train", err)) ||
-            !(prog->ir_update = graph_text(st->update, st->stage, "update", err)))
+        /* the IR texts only for graphs some hetrt_node call runs a node of:
+         * a program of direct calls carries none (docs/STAGE_ABI.md, ABI 3) */
+        if ((interp_graph[HETC_GRAPH_TRAIN] &&
+             !(prog->ir_train = graph_text(st->train, st->stage, "train", err))) ||
+            (interp_graph[HETC_GRAPH_UPDATE] &&
+             !(prog->ir_update = graph_text(st->update, st->stage, "update", err))))
             rc = -1;
     }
     if (rc) {

@@ -63,7 +63,8 @@ typedef struct LowerStats {
 
 /* Lower stage st.  On success fills *prog (arena layout from *mp, externs,
  * functions init / forward / backward / update, schedule, ir_train,
- * ir_update, config = *config), *config (malloc'd "hetc-stage 1" text) and
+ * ir_update (only where a hetrt_node call needs them, else NULL), config =
+ * *config), *config (malloc'd "hetc-stage 1" text) and
  * *mp (the memory plan the offsets come from).  Free with
  * lower_stage_free(prog), free(*config), memplan_free(mp).
  * Errors name the stage and the option / value / node at fault; nothing
@@ -75,6 +76,10 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
                       MemPlan *mp, LowerStats *stats, IrError *err);
 void lower_stats_free(LowerStats *s);
 void lower_stage_free(LeProgram *prog);
+/* 1 if some function of prog calls hetrt_node: its binary must link the
+ * node interpreter (interp/, hetrt_interp), and carries the IR text of each
+ * graph such a call runs nodes of (ir_train / ir_update; NULL otherwise). */
+int lower_stage_interprets(const LeProgram *prog);
 
 /* Escape a name for the config text: '%', space and control bytes as %XX
  * (docs/STAGE_ABI.md).  Returns a malloc'd string. */

@@ -187,9 +187,12 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         eo.exe_path = tmp;
         eo.cc = HETC_STAGE_CC;
         /* the backend is only the runtime library linked: the stage object
-         * and its hetrt_* calls are the same (docs/CUDA.md) */
-        const char *const *link = a->backend_cuda ? hetc_stage_link_args_cuda
-                                                  : hetc_stage_link_args;
+         * and its hetrt_* calls are the same (docs/CUDA.md); the node
+         * interpreter and the IR parser only for a program that still calls
+         * hetrt_node (docs/STAGE_ABI.md "Nodes") */
+        const char *const *link = a->backend_cuda           ? hetc_stage_link_args_cuda
+                                  : lower_stage_interprets(&prog) ? hetc_stage_link_args_interp
+                                                                  : hetc_stage_link_args;
         int nl = 0;
         while (link[nl])
             nl++;

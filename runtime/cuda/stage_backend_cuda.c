@@ -1,5 +1,6 @@
 /* The CUDA backend of the stage runtime (library hetrt_stage_cuda): the
- * arena is one cudaMalloc, nodes run on the device executor (cudaexec),
+ * arena is one cudaMalloc, nodes run on the device executor of the node
+ * interpreter (interp/cuda, on this backend's stream: stage_be_kernel_ctx),
  * gradients are summed with NCCL where every rank of the group has its own
  * GPU, otherwise through host memory and MPI (the CPU-mediated transport:
  * NCCL does not allow two ranks of one communicator on one GPU).  Boundary
@@ -21,7 +22,7 @@
 #include "stage_cuda_internal.h"
 
 static CudaBe *be_of(StageRt *rt) { return (CudaBe *)rt->be; }
-static cudaStream_t stream(StageRt *rt) { return be_of(rt)->x.k.stream; }
+static cudaStream_t stream(StageRt *rt) { return be_of(rt)->k.stream; }
 
 int cuda_err(const char *what, cudaError_t e) {
     rt_log_error("%s: %s", what, cudaGetErrorString(e));
@@ -65,13 +66,12 @@ int stage_be_setup(StageRt *rt) {
     if ((e = cudaSetDevice(b->device)) != cudaSuccess) return cuda_err("cudaSetDevice", e);
     const char *tr = getenv("HETRT_TRANSPORT");
     b->force_cpu = tr && !strcmp(tr, "cpu");
-    IrError err = {{0}};
-    if (cudaexec_init(&b->x, &err)) {
-        rt_log_error("stage %d: device executor on GPU %d: %s", rt->cfg.stage, b->device,
-                     err.msg);
+    char kerr[HKC_ERRLEN];
+    if (hkc_ctx_init(&b->k, kerr)) {
+        rt_log_error("stage %d: kernel context on GPU %d: %s", rt->cfg.stage, b->device, kerr);
         return 1;
     }
-    b->x_up = 1;
+    b->k_up = 1;
     if ((e = cudaMalloc((void **)&b->dsum, sizeof(double))) != cudaSuccess)
         return cuda_err("cudaMalloc", e);
     b->groups = calloc((size_t)rt->cfg.nshared + 1, sizeof *b->groups);
@@ -87,11 +87,8 @@ void stage_be_teardown(StageRt *rt) {
         if (b->groups[i].nccl && b->groups[i].comm) ncclCommDestroy(b->groups[i].comm);
     free(b->groups);
     if (b->tp_group.nccl && b->tp_group.comm) ncclCommDestroy(b->tp_group.comm);
-    if (b->x.fallbacks && rt->ctx.world_rank == 0 && getenv("HETRT_VERBOSE"))
-        fprintf(stderr, "[hetrt] %lld nodes ran on the host executor (no device kernel)\n",
-                (long long)b->x.fallbacks);
     if (b->dsum) cudaFree(b->dsum);
-    if (b->x_up) cudaexec_free(&b->x);
+    if (b->k_up) hkc_ctx_free(&b->k);
     free(b);
     rt->be = NULL;
 }
@@ -149,7 +146,7 @@ int stage_be_copy(StageRt *rt, void *dst, const void *src, size_t n) {
 
 int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha) {
     char e[HKC_ERRLEN];
-    if (hkc_axpy_f32(&be_of(rt)->x.k, n, alpha, x, y, e)) {
+    if (hkc_axpy_f32(&be_of(rt)->k, n, alpha, x, y, e)) {
         rt_log_error("gradient accumulation: %s", e);
         return 1;
     }
@@ -159,7 +156,7 @@ int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha)
 int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {
     char e[HKC_ERRLEN];
     CudaBe *b = be_of(rt);
-    if (hkc_sumsq_f32(&b->x.k, x, n, b->dsum, e)) {
+    if (hkc_sumsq_f32(&b->k, x, n, b->dsum, e)) {
         rt_log_error("gradient norm: %s", e);
         return 1;
     }
@@ -266,25 +263,4 @@ int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const cha
     return stage_be_put(rt, buf, h, nb);
 }
 
-const void *stage_be_const(StageRt *rt, IrValue *v, IrError *err) {
-    return cudaexec_const(&be_of(rt)->x, v, err);
-}
-
-void *stage_be_alloc(StageRt *rt, size_t n) {
-    void *p = NULL;
-    if (cudaMalloc(&p, n ? n : 16) != cudaSuccess) return NULL;
-    if (cudaMemsetAsync(p, 0, n ? n : 16, stream(rt)) != cudaSuccess) {
-        cudaFree(p);
-        return NULL;
-    }
-    return p;
-}
-
-void stage_be_free(StageRt *rt, void *p) {
-    cudaStreamSynchronize(stream(rt)); /* the node's kernels may still write it */
-    cudaFree(p);
-}
-
-int stage_be_node(StageRt *rt, IrNode *n, const void **in, void **out, IrError *err) {
-    return cudaexec_call_node(&be_of(rt)->x, n, in, out, err);
-}
+void *stage_be_kernel_ctx(StageRt *rt) { return &be_of(rt)->k; }

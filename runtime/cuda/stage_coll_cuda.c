@@ -33,7 +33,7 @@
 #include "stage_cuda_internal.h"
 
 static CudaBe *be_of(StageRt *rt) { return (CudaBe *)rt->be; }
-static cudaStream_t stream(StageRt *rt) { return be_of(rt)->x.k.stream; }
+static cudaStream_t stream(StageRt *rt) { return be_of(rt)->k.stream; }
 
 /* The NCCL reduction of each StageRedOp (the MPI one is stage_red_mpi):
  * a new reduction is one row here. */

@@ -1,5 +1,5 @@
 /* What the CUDA stage backend's files share (stage_backend_cuda.c: arena,
- * nodes, gradient all-reduce; stage_p2p_cuda.c: NCCL point-to-point stage
+ * kernel context, gradient all-reduce; stage_p2p_cuda.c: NCCL point-to-point stage
  * links).  Not an interface beyond runtime/cuda. */
 #ifndef HETRT_STAGE_CUDA_INTERNAL_H
 #define HETRT_STAGE_CUDA_INTERNAL_H
@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "cudaexec.h"
+#include "hkc.h"
 #include "stage_internal.h"
 
 /* A reduction group: the DP group (index 0) or shared parameter s (1 + s),
@@ -38,8 +38,9 @@ typedef struct CudaLink {
 typedef struct CudaBe {
     int device, ndev, local_rank, local_size;
     int force_cpu;      /* HETRT_TRANSPORT=cpu */
-    CudaExec x;
-    int x_up;
+    HkcCtx k;           /* stream and cuBLASLt of every kernel and collective (and of the
+                         * node interpreter, which borrows it: stage_be_kernel_ctx) */
+    int k_up;
     CudaGroup *groups;  /* [1 + nshared]; groups[0] (DP) also carries ZeRO's collectives */
     CudaGroup tp_group; /* the stage's TP group (stage_coll_cuda.c) */
     double *dsum;       /* device double for sums of squares */

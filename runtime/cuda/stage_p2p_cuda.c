@@ -63,10 +63,10 @@ static int warm_up(StageRt *rt, CudaLink *l, int d, char *dbuf, const char *what
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; r == ncclSuccess && i < (me == src ? ndst : nsrc); i++) {
         if (me == src)
-            r = ncclSend(dbuf, 1, ncclInt8, link_rank(rt, l, dst, i), l->dir[d].comm, b->x.k.stream);
+            r = ncclSend(dbuf, 1, ncclInt8, link_rank(rt, l, dst, i), l->dir[d].comm, b->k.stream);
         else
             r = ncclRecv(dbuf + i, 1, ncclInt8, link_rank(rt, l, src, i), l->dir[d].comm,
-                         b->x.k.stream);
+                         b->k.stream);
     }
     ncclResult_t r2 = ncclGroupEnd();
     if (r == ncclSuccess) r = r2;
@@ -74,7 +74,7 @@ static int warm_up(StageRt *rt, CudaLink *l, int d, char *dbuf, const char *what
         rt_log_error("%s: connecting: %s", what, ncclGetErrorString(r));
         return 1;
     }
-    return cuda_wait_stream(rt, b->x.k.stream, l->dir[d].comm, what);
+    return cuda_wait_stream(rt, b->k.stream, l->dir[d].comm, what);
 }
 
 static int make_link(StageRt *rt, int peer, char *dbuf, int *used) {
@@ -284,9 +284,9 @@ int32_t hetrt_send(int32_t xfer, const void *src) {
         return 1;
     }
     cudaError_t e;
-    if ((nb && (e = cudaMemcpyAsync(s->buf, src, nb, cudaMemcpyDeviceToDevice, b->x.k.stream)) !=
+    if ((nb && (e = cudaMemcpyAsync(s->buf, src, nb, cudaMemcpyDeviceToDevice, b->k.stream)) !=
                    cudaSuccess) ||
-        (e = cudaEventRecord(b->compute_mark, b->x.k.stream)) != cudaSuccess ||
+        (e = cudaEventRecord(b->compute_mark, b->k.stream)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(b->send_stream, b->compute_mark, 0)) != cudaSuccess)
         return cuda_err(what, e);
     if (p2p(rt, l, x, 1, s->buf, b->send_stream, what)) return 1;
@@ -304,7 +304,7 @@ int32_t hetrt_recv(int32_t xfer, void *dst) {
     char what[160];
     describe(rt, x, 0, what, sizeof what);
     cudaError_t e;
-    if ((e = cudaEventRecord(b->compute_mark, b->x.k.stream)) != cudaSuccess ||
+    if ((e = cudaEventRecord(b->compute_mark, b->k.stream)) != cudaSuccess ||
         (e = cudaStreamWaitEvent(b->recv_stream, b->compute_mark, 0)) != cudaSuccess)
         return cuda_err(what, e);
     if (p2p(rt, l, x, 0, dst, b->recv_stream, what)) return 1;

@@ -1,11 +1,10 @@
 /* The host backend of the stage runtime (library hetrt_stage): the arena is
- * host memory, nodes run on codegen/hostexec, collectives are MPI.  The
+ * host memory, collectives are MPI (interpreted nodes: interp/interp_host.c).  The
  * CUDA backend (runtime/cuda/stage_backend_cuda.c) implements the same
  * calls for hetrt_stage_cuda (stage_internal.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "hostexec.h"
 #include "stage_internal.h"
 
 const char *stage_be_name(void) { return "host"; }
@@ -61,11 +60,4 @@ int stage_be_allgather(StageRt *rt, const float *slice, float *full, int64_t n,
                        const char *what) {
     return rt_dp_allgather_f32(&rt->ctx, slice, full, (size_t)n, what);
 }
-const void *stage_be_const(StageRt *rt, IrValue *v, IrError *err) {
-    return ir_value_data(v, err);
-}
-void *stage_be_alloc(StageRt *rt, size_t n) { return calloc(n ? n : 1, 1); }
-void stage_be_free(StageRt *rt, void *p) { free(p); }
-int stage_be_node(StageRt *rt, IrNode *n, const void **in, void **out, IrError *err) {
-    return hexec_call_node_into(n, in, out, err);
-}
+void *stage_be_kernel_ctx(StageRt *rt) { return NULL; }

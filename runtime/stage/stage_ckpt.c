@@ -14,15 +14,13 @@
 
 #include "stage_internal.h"
 
-/* The parameter's shape as the stage's graphs declare it (1-D numel if
- * neither graph has it). */
+/* The parameter's shape as its config record gives it (`shape`; an older
+ * compiler's record without one: 1-D numel, as before when the graphs
+ * lacked it). */
 static int param_shape(const StageRt *rt, const StageParam *p, int64_t *shape) {
-    for (int g = 0; g < 2; g++) {
-        IrValue *v = rt->graphs[g] ? ir_graph_find_value(rt->graphs[g], p->name) : NULL;
-        if (v && ir_shape_numel(&v->shape) == p->numel && v->shape.rank <= RT_CKPT_MAX_DIMS) {
-            for (int d = 0; d < v->shape.rank; d++) shape[d] = v->shape.dims[d];
-            return v->shape.rank;
-        }
+    if (p->rank >= 0) {
+        for (int d = 0; d < p->rank; d++) shape[d] = p->shape[d];
+        return p->rank;
     }
     shape[0] = p->numel;
     return 1;

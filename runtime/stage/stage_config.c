@@ -72,6 +72,37 @@ static const char *kv(char **f, int nf, int from, const char *key) {
     return NULL;
 }
 
+/* A param record's `shape` (ABI 3): dims joined by 'x' ("768x2304"), "-"
+ * for a scalar; their product must be the record's numel. */
+static int parse_shape(StageParam *p, const char *s, const char *name, int ln, char *err,
+                       size_t errlen) {
+    p->rank = 0;
+    int64_t prod = 1;
+    if (strcmp(s, "-")) {
+        for (const char *q = s;;) {
+            char dim[32];
+            size_t n = strcspn(q, "x");
+            int64_t d;
+            if (n == 0 || n >= sizeof dim || p->rank >= RT_CKPT_MAX_DIMS)
+                return fail(err, errlen, ln, "param '%s': bad shape '%s' (dims joined by 'x', "
+                            "at most %d)", name, s, RT_CKPT_MAX_DIMS);
+            memcpy(dim, q, n);
+            dim[n] = 0;
+            if (get_i64(dim, &d) || d < 0)
+                return fail(err, errlen, ln, "param '%s': bad dim '%s' in shape '%s'", name, dim,
+                            s);
+            p->shape[p->rank++] = d;
+            prod *= d;
+            if (!q[n]) break;
+            q += n + 1;
+        }
+    }
+    if (prod != p->numel)
+        return fail(err, errlen, ln, "param '%s': shape %s has %lld elements, numel is %lld",
+                    name, s, (long long)prod, (long long)p->numel);
+    return 0;
+}
+
 static int parse_param(StageConfig *c, char **f, int nf, int ln, char *err, size_t errlen) {
     StageParam p = {0};
     const char *keys[] = {"layer", "shared", "numel", "param", "acc", "m", "v"};
@@ -88,6 +119,9 @@ static int parse_param(StageConfig *c, char **f, int nf, int ln, char *err, size
     p.off_param = vals[3], p.off_acc = vals[4], p.off_m = vals[5], p.off_v = vals[6];
     p.shared_index = -1;
     p.zlen = -1, p.off_zp = -1; /* a zslice record, or numel / off_param (check) */
+    p.rank = -1;                /* no `shape` field: an ABI 2 compiler's record */
+    const char *shape = kv(f, nf, 2, "shape");
+    if (shape && parse_shape(&p, shape, f[1], ln, err, errlen)) return -1;
     if (p.numel < 0 || p.off_param < 0 || p.off_acc < 0 || p.off_m < -1 || p.off_v < -1 ||
         p.layer < 0)
         return fail(err, errlen, ln, "param '%s': negative size, offset or layer", f[1]);

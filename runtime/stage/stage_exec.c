@@ -1,7 +1,8 @@
-/* The hetrt_* entries generated stage functions call (codegen/stage_abi.h).
+/* The hetrt_* entries generated stage functions call (runtime/abi/stage_abi.h).
  * They take only constants from the generated code; everything dynamic
- * (graphs, arena, data, current microbatch) comes from the process's one
- * stage runtime state. */
+ * (arena, data, current microbatch) comes from the process's one stage
+ * runtime state.  hetrt_node is not here: the node interpreter library
+ * (interp/) defines it, for the binaries that still call it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,112 +27,6 @@ static StageRt *need_rt(const char *entry) {
         return NULL;
     }
     return hetrt_stage_rt;
-}
-
-/* Resolve one buffer reference of a hetrt_node call. */
-static void *resolve(StageRt *rt, IrValue *v, int64_t ref, void *arena, void *slot, int is_out,
-                     IrError *err) {
-    int region = (int)((uint64_t)ref >> 56);
-    int64_t off = ref & ((INT64_C(1) << 56) - 1);
-    size_t nb = ir_value_bytes(v);
-    switch (region) {
-    case HETC_BUF_NONE:
-        return NULL;
-    case HETC_BUF_ARENA:
-        if ((size_t)off + nb > rt->arena.size || (unsigned char *)arena != rt->arena.base) {
-            ir_errorf(err, "value '%s': arena range [%lld, +%zu) outside the %zu-byte arena",
-                      v->name, (long long)off, nb, rt->arena.size);
-            return NULL;
-        }
-        return (unsigned char *)arena + off;
-    case HETC_BUF_SLOT:
-        if (!slot) {
-            ir_errorf(err, "value '%s' is in the activation slot, but no microbatch is running",
-                      v->name);
-            return NULL;
-        }
-        if (off + (int64_t)nb > rt->desc->slot_bytes) {
-            ir_errorf(err, "value '%s': slot range [%lld, +%zu) outside the %lld-byte slot",
-                      v->name, (long long)off, nb, (long long)rt->desc->slot_bytes);
-            return NULL;
-        }
-        return (unsigned char *)slot + off;
-    case HETC_BUF_CONST:
-        if (is_out) {
-            ir_errorf(err, "output '%s' is given a constant buffer", v->name);
-            return NULL;
-        }
-        return (void *)stage_be_const(rt, v, err);
-    default:
-        ir_errorf(err, "value '%s': unknown buffer region %d", v->name, region);
-        return NULL;
-    }
-}
-
-/* Output buffer o is one of the node's input buffers: the memory plan put
- * an in-place output there (memplan.h MpParam.inplace, the fused AdamW);
- * zeroing it would destroy the input the kernel is about to read. */
-static int aliases_input(const IrNode *n, const void *const *in, const void *o) {
-    for (int j = 0; j < n->nin; j++)
-        if (n->in[j] && in[j] == o) return 1;
-    return 0;
-}
-
-int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const int64_t *bufs) {
-    StageRt *rt = need_rt("hetrt_node");
-    if (!rt) return 1;
-    if (graph < 0 || graph > 1 || !rt->graphs[graph]) {
-        rt_log_error("hetrt_node: no graph %d", graph);
-        return 1;
-    }
-    IrGraph *g = rt->graphs[graph];
-    const char *gname = graph == HETC_GRAPH_TRAIN ? "train" : "update";
-    if (node < 0 || node >= g->nnodes) {
-        rt_log_error("hetrt_node: node %d is outside the %s graph's %d nodes", node, gname,
-                     g->nnodes);
-        return 1;
-    }
-    IrNode *n = g->nodes[node];
-    IrError err = {{0}};
-    const void *in[64];
-    void *out[64];
-    void *scratch[64] = {0};
-    int rc = 0;
-    if (n->nin > 64 || n->nout > 64) {
-        rt_log_error("hetrt_node: %s node %d '%s' (%s) has too many operands", gname, node,
-                     n->name, ir_op_name(n->op));
-        return 1;
-    }
-    for (int i = 0; i < n->nin && !rc; i++) {
-        in[i] = NULL;
-        if (!n->in[i]) continue;
-        if (!(in[i] = resolve(rt, n->in[i], bufs[i], arena, slot, 0, &err)) &&
-            (bufs[i] >> 56) != HETC_BUF_NONE)
-            rc = 1;
-        else if (!in[i] && ir_value_bytes(n->in[i]))
-            rc = ir_errorf(&err, "input %d ('%s') has no buffer", i, n->in[i]->name) != 0;
-    }
-    for (int i = 0; i < n->nout && !rc; i++) {
-        out[i] = NULL;
-        if (!n->out[i]) continue;
-        int64_t ref = bufs[n->nin + i];
-        size_t nb = ir_value_bytes(n->out[i]);
-        if ((ref >> 56) == HETC_BUF_NONE) { /* unused output: the kernel still writes it */
-            if (!(out[i] = scratch[i] = stage_be_alloc(rt, nb)))
-                rc = ir_errorf(&err, "no memory for unused output '%s'", n->out[i]->name) != 0;
-            continue;
-        }
-        if (!(out[i] = resolve(rt, n->out[i], ref, arena, slot, 1, &err))) rc = 1;
-        else if (!aliases_input(n, in, out[i]) && stage_be_zero(rt, out[i], nb))
-            rc = ir_errorf(&err, "cannot zero output '%s'", n->out[i]->name) != 0;
-    }
-    if (!rc) rc = stage_be_node(rt, n, in, out, &err) != 0;
-    for (int i = 0; i < n->nout; i++)
-        if (scratch[i]) stage_be_free(rt, scratch[i]);
-    if (rc)
-        rt_log_error("stage %d, %s graph node %d '%s' (%s): %s", rt->cfg.stage, gname, node,
-                     n->name, ir_op_name(n->op), err.msg);
-    return rc;
 }
 
 static int xfer_of(StageRt *rt, int32_t xfer, int send, const char *entry) {

@@ -1,14 +1,14 @@
 /* runtime/stage: what the stage main (stage_main.c), the hetrt_* entries
  * generated code calls (stage_exec.c), gradient sync (stage_sync.c) and
  * checkpoints (stage_ckpt.c) share.  Not a public interface: generated code
- * sees only codegen/stage_abi.h. */
+ * sees only runtime/abi/stage_abi.h.  No IR here: the runtime learns
+ * everything from the config text (docs/STAGE_ABI.md). */
 #ifndef HETRT_STAGE_INTERNAL_H
 #define HETRT_STAGE_INTERNAL_H
 
 #include <stdint.h>
 
 #include "data_loader.h"
-#include "ir.h"
 #include "lr_schedule.h"
 #include "rt.h"
 #include "stage_abi.h"
@@ -27,6 +27,11 @@ typedef struct StageParam {
      * parameter slice lives at off_zp and m / v hold zlen elements.
      * Without ZeRO zlen = numel and off_zp = off_param. */
     int64_t zlen, off_zp;
+    /* The arena tensor's shape (the param record's `shape` field: TP rank
+     * 0's slice for a TP-sharded parameter); rank -1 without one (an older
+     * compiler's record: checkpoints then treat it as 1-D [numel]). */
+    int rank;
+    int64_t shape[RT_CKPT_MAX_DIMS];
 } StageParam;
 
 /* A `tpshard` record (docs/STAGE_ABI.md): the param's arena tensor is TP
@@ -92,9 +97,6 @@ int stage_tp_check(StageConfig *c, char *err, size_t errlen); /* after the last 
 void stage_tp_config_free(StageConfig *c);
 /* This stage's TP degree (1 without a `tp` record). */
 int stage_tp_degree(const StageConfig *c);
-/* graph g (the binary's: TP rank 0's) made TP rank tp_rank's: its
- * vocab_start attributes shifted (stage_tp.c); -1 with err on a bad one */
-int stage_tp_rank_graph(IrGraph *g, int tp_rank, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ runtime state */
 typedef struct StageRt {
@@ -103,7 +105,7 @@ typedef struct StageRt {
     RtContext ctx;
     int ctx_up;
     RtArena arena;
-    IrGraph *graphs[2];      /* HETC_GRAPH_TRAIN, HETC_GRAPH_UPDATE */
+    int interp_up;           /* hetrt_interp_open ran (a binary with hetrt_node calls) */
     RtDataLoader dl;
     int dl_open;
     int64_t *tok_in, *tok_tg; /* this rank's rows of the current microbatch */
@@ -137,9 +139,11 @@ extern StageRt *hetrt_stage_rt;
 #define STAGE_DIE(...) rt_die(__FILE__, __LINE__, __VA_ARGS__)
 
 /* ------------------------------------------------------------ backend
- * Where the arena lives and how a node runs: stage_backend_host.c (host
- * memory, codegen/hostexec) in hetrt_stage, runtime/cuda/stage_backend_cuda.c
- * (cudaMalloc'd arena, device executor, NCCL) in hetrt_stage_cuda.  The
+ * Where the arena lives and how collectives run: stage_backend_host.c (host
+ * memory, MPI) in hetrt_stage, runtime/cuda/stage_backend_cuda.c
+ * (cudaMalloc'd arena, NCCL) in hetrt_stage_cuda.  Nodes a program still
+ * interprets run in the interpreter library (interp/), on the backend's
+ * kernel context (stage_be_kernel_ctx).  The
  * shared files never dereference an arena pointer themselves: they go
  * through these calls.  Each returns 0 or nonzero after rt_log_error. */
 const char *stage_be_name(void);
@@ -178,13 +182,9 @@ int stage_be_tp_allreduce(StageRt *rt, float *buf, int64_t n, StageRedOp op, con
 int stage_be_reduce_scatter(StageRt *rt, float *buf, int64_t n, const char *what);
 int stage_be_allgather(StageRt *rt, const float *slice, float *full, int64_t n,
                        const char *what);
-/* Where a CONST input's data is for stage_be_node (host or device copy). */
-const void *stage_be_const(StageRt *rt, IrValue *v, IrError *err);
-/* Zeroed temporary for an output nobody reads; stage_be_free after the node. */
-void *stage_be_alloc(StageRt *rt, size_t n);
-void stage_be_free(StageRt *rt, void *p);
-/* Run node n on resolved buffers (outputs zeroed). */
-int stage_be_node(StageRt *rt, IrNode *n, const void **in, void **out, IrError *err);
+/* The backend's kernel context for the node interpreter (HetrtInterpEnv
+ * kernel_ctx): NULL on the host, the HkcCtx on the CUDA backend. */
+void *stage_be_kernel_ctx(StageRt *rt);
 /* A host buffer of at least n bytes for staging (rt->stage_buf, grown). */
 void *stage_host_buf(StageRt *rt, size_t n);
 

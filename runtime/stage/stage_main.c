@@ -1,7 +1,7 @@
 /* hetrt_stage_main: the main of every generated stage binary.
  *
  * The generated object holds the compute (stage functions of straight-line
- * hetrt_* calls, the schedule table, the two graphs and the config text);
+ * kernel and hetrt_* calls, the schedule table and the config text);
  * this file holds everything dynamic: command line, MPI bootstrap, arena,
  * parameters, the step loop (schedule, gradient sync, learning rate,
  * update), logging and checkpoints.  The step loop mirrors `hetc train`
@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stage_interp.h"
 #include "stage_internal.h"
 
 typedef struct StageOpts {
@@ -179,12 +180,24 @@ static void run_fn(StageRt *rt, const HetcStageFn *f, void *slot, const char *wh
               when, why[0] ? ": " : "", HETC_KERNEL_ERRLEN, why);
 }
 
-static IrGraph *parse_graph(const char *text, const char *what, int stage) {
-    IrError err = {{0}};
-    if (!text) return NULL;
-    IrGraph *g = ir_parse(text, what, &err);
-    if (!g) STAGE_DIE("stage %d: cannot parse its %s graph: %s", stage, what, err.msg);
-    return g;
+/* The node interpreter (interp/, runtime/abi/stage_interp.h) is linked
+ * only into binaries whose program calls hetrt_node; weak, so a binary of
+ * direct kernel calls links without it (and without the IR parser). */
+#pragma weak hetrt_interp_open
+#pragma weak hetrt_interp_close
+
+static void open_interp(StageRt *rt) {
+    if (!hetrt_interp_open) return;
+    HetrtInterpEnv env = {.desc = rt->desc,
+                          .stage = rt->cfg.stage,
+                          .tp_rank = rt->ctx.tp_rank,
+                          .arena = rt->arena.base,
+                          .arena_bytes = rt->arena.size,
+                          .kernel_ctx = stage_be_kernel_ctx(rt)};
+    char err[RT_ERRLEN];
+    if (hetrt_interp_open(&env, err, sizeof err))
+        STAGE_DIE("stage %d: node interpreter: %s", rt->cfg.stage, err);
+    rt->interp_up = 1;
 }
 
 static void write_scalars(StageRt *rt, double lr, int64_t step, double norm) {
@@ -481,11 +494,6 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
                   (long long)c->local_rows, rt.ctx.dp_size, (long long)c->rows);
     check_same_build(&rt, argv[0]);
     hetrt_stage_rt = &rt;
-    rt.graphs[HETC_GRAPH_TRAIN] = parse_graph(desc->ir_train, "train", c->stage);
-    rt.graphs[HETC_GRAPH_UPDATE] = parse_graph(desc->ir_update, "update", c->stage);
-    char terr[RT_ERRLEN];
-    if (stage_tp_rank_graph(rt.graphs[HETC_GRAPH_TRAIN], rt.ctx.tp_rank, terr, sizeof terr))
-        STAGE_DIE("stage %d: %s", c->stage, terr);
 
     char derr[RT_ERRLEN];
     if (rt_data_open_format(&rt.dl, o.data, o.data_format, c->rows, c->seq, rt.ctx.dp_rank,
@@ -517,6 +525,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         (void)STAGE_AT(&rt.arena, (size_t)p->off_zp, (size_t)p->zlen * 4);
     }
     if (stage_sync_setup(&rt)) STAGE_DIE("stage %d: shared-parameter groups failed", c->stage);
+    open_interp(&rt);
     const HetcStageFn *init = find_fn(desc, "init");
     if (init) run_fn(&rt, init, NULL, "during init");
 
@@ -545,8 +554,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     rt_send_queue_free(&rt.sendq);
     stage_sync_teardown(&rt);
     hetrt_stage_rt = NULL;
-    for (int g = 0; g < 2; g++)
-        if (rt.graphs[g]) ir_graph_free(rt.graphs[g]);
+    if (rt.interp_up) hetrt_interp_close();
     free(rt.tok_in);
     free(rt.tok_tg);
     rt_data_close(&rt.dl);

@@ -56,31 +56,3 @@ int32_t hetrt_tp_allreduce(void *dst, const void *src, int64_t n) {
 int32_t hetrt_tp_allreduce_max(void *dst, const void *src, int64_t n) {
     return tp_allreduce(dst, src, n, STAGE_RED_MAX, "hetrt_tp_allreduce_max");
 }
-
-/* ------------------------------------------------------------ rank's graph */
-
-/* The embedded graphs are TP rank 0's; the only rank-dependent node
- * attribute is vocab_start (the vocab-parallel Embedding / EmbeddingGrad /
- * loss ops, passes/tp_shard_vocab.c): rank r's vocabulary slice is rank
- * 0's shifted by r x the local extent, as the `tpshard` ranges are. */
-int stage_tp_rank_graph(IrGraph *g, int tp_rank, char *err, size_t errlen) {
-    for (int i = 0; i < g->nnodes; i++) {
-        IrNode *n = g->nodes[i];
-        const IrAttr *a = ir_node_attr(n, "vocab_start");
-        if (!a || !tp_rank) continue;
-        const IrValue *x = n->nin > 0 ? n->in[0] : NULL;
-        int table = n->op == IR_OP_EMBEDDING || n->op == IR_OP_EMBEDDING_GRAD;
-        int64_t local = !x || x->shape.rank < 1 ? 0
-                        : table ? x->shape.dims[0] : x->shape.dims[x->shape.rank - 1];
-        int64_t start = a->i + (int64_t)tp_rank * local;
-        int64_t size = ir_attr_int(n, "vocab_size", -1);
-        if (local <= 0 || size < 0 || start + local > size) {
-            snprintf(err, errlen, "node '%s' (%s): TP rank %d's vocabulary slice [%lld, +%lld) "
-                     "passes vocab_size %lld", n->name, ir_op_name(n->op), tp_rank,
-                     (long long)start, (long long)local, (long long)size);
-            return -1;
-        }
-        ir_node_set_int(n, "vocab_start", start);
-    }
-    return 0;
-}

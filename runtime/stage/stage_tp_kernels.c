@@ -2,15 +2,15 @@
  * (codegen/lower_node.c): one binary serves every TP rank of its stage and
  * is compiled from TP rank 0's graphs, so the rows / columns a rank owns
  * start at the compiled vocab_start (rank 0's) + tp_rank x the local extent
- * -- the shift stage_tp_rank_graph applies to the interpreted graph.  These
- * entries add it and call the host kernel (hk_train.h).  Host backend only:
+ * -- the shift the node interpreter (interp/interp_stage.c) applies to its
+ * parsed graph.  These entries add it and call the host kernel (hk_train.h).  Host backend only:
  * the CUDA backend keeps hetrt_node for every node. */
 #include "hk.h"
 #include "hk_train.h"
 #include "stage_internal.h"
 
 /* rank's first vocabulary row: start0 + tp_rank x local, checked like
- * stage_tp_rank_graph; -1 when it does not fit vocab_size */
+ * the interpreter; -1 when it does not fit vocab_size */
 static int64_t rank_start(const char *fn, int64_t start0, int64_t local, int64_t vfull) {
     StageRt *rt = hetrt_stage_rt;
     if (!rt) {

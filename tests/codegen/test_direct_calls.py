@@ -3,7 +3,10 @@ against the same binaries with every node interpreted (hetc compile
 --interpret-nodes, the runtime's hetrt_node): the counts hetc compile reports
 per stage agree with the generated code, gpt_tiny has no interpreted node
 left, and both builds train bit-identically (the same kernels on the same
-bytes: the losses' printed digits are equal).
+bytes: the losses' printed digits are equal).  And what each binary holds
+(nm / strings): a direct build's stage binaries carry no IR text and define
+no IR parser, host executor or node interpreter (they link hetrt and the
+kernels alone, DESIGN section 2); the --interpret-nodes build's carry both.
 
     test_direct_calls.py HETC WORKDIR
 
@@ -14,6 +17,7 @@ the direct build is what they run.
 """
 import os
 import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -41,6 +45,36 @@ def ll_calls(out, stage, callee):
     """How many calls of callee stage_K.ll makes."""
     ll = open(os.path.join(out, "stage_%d.ll" % stage)).read()
     return len(re.findall(r"call i32 @%s\(" % callee, ll))
+
+
+# what the node interpreter brings (interp/, the IR parser, codegen/hostexec)
+INTERP_SYMS = ["hetrt_node", "hetrt_interp_open", "ir_parse", "ir_graph_free",
+               "hexec_call_node_into"]
+# the embedded IR text: a graph header, value declarations (ir/print.c)
+IR_TEXT_RE = re.compile(r"^graph \S+ opset=\d+ \{$|^  (const|param|input) %\S+ : ", re.M)
+
+
+def binary_holds(exe):
+    """(interpreter symbols exe defines, lines of IR text in its strings)."""
+    nm = subprocess.run(["nm", "--defined-only", exe], capture_output=True, text=True,
+                        check=True).stdout
+    defined = {ln.split()[-1] for ln in nm.splitlines() if len(ln.split()) >= 3}
+    strings = subprocess.run(["strings", "-n", "6", exe], capture_output=True, text=True,
+                             check=True).stdout
+    return sorted(set(INTERP_SYMS) & defined), len(IR_TEXT_RE.findall(strings))
+
+
+def check_holds(t, name, d, i, stages):
+    for s in stages:
+        dsyms, dtext = binary_holds(os.path.join(d, "stage_%d" % s))
+        isyms, itext = binary_holds(os.path.join(i, "stage_%d" % s))
+        print("%s stage %d: direct defines %s, %d IR text lines; interpreted defines %s, %d"
+              % (name, s, dsyms, dtext, isyms, itext), flush=True)
+        t.check(not dsyms and not dtext, "%s stage %d: the direct binary defines %s and holds %d "
+                "lines of IR text" % (name, s, dsyms, dtext))
+        t.check(isyms == sorted(INTERP_SYMS) and itext > 0, "%s stage %d: the --interpret-nodes "
+                "binary defines %s of %s and holds %d lines of IR text" % (
+                    name, s, isyms, INTERP_SYMS, itext))
 
 
 def main():
@@ -73,6 +107,8 @@ def main():
                 name, s, direct, interp, total))
             if want_none:
                 t.check(interp == 0, "%s stage %d: %d nodes interpreted" % (name, s, interp))
+        if want_none:
+            check_holds(t, name, d, i, sorted(kd))
         rd, ri = t.launch(d, steps), t.launch(i, steps)
         if t.check(rd.returncode == 0 and ri.returncode == 0, name + ": launch"):
             ld, li = stagetest.losses(rd.stdout, True), stagetest.losses(ri.stdout, True)

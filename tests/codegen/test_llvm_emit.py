@@ -5,10 +5,13 @@ arena must equal the same schedule computed by numpy.
 usage: test_llvm_emit.py EMIT_DEMO WORKDIR LLVM_AS|- CC [LINK_ARGS...]
 """
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def emit(tool, mode, outdir, cc, link):
@@ -71,9 +74,12 @@ def main():
     r = subprocess.run([os.path.join(good, "stage"), inp, out], capture_output=True, text=True)
     assert r.returncode == 0, f"stage binary failed ({r.returncode}):\n{r.stdout}{r.stderr}"
     assert r.stdout.split() == lay["schedule"], (r.stdout, lay["schedule"])
-    # ABI 2: the descriptor's texts arrive intact (NULL ir_train as "").
-    want_abi = "abi 2 ir_train 0 ir_update %d config %d" % (lay["ir_update_len"],
-                                                           lay["config_len"])
+    # ABI 2 (and 3): the descriptor's texts arrive intact (NULL ir_train
+    # as ""), the version is the header's.
+    abi = re.search(r"#define HETC_STAGE_ABI_VERSION (\d+)",
+                    open(os.path.join(SRC, "runtime", "abi", "stage_abi.h")).read()).group(1)
+    want_abi = "abi %s ir_train 0 ir_update %d config %d" % (abi, lay["ir_update_len"],
+                                                            lay["config_len"])
     assert want_abi in r.stderr, (want_abi, r.stderr)
     got = np.fromfile(out, dtype=np.float32)
     assert got.size == arena.size

@@ -8,8 +8,8 @@
  * order - F m runs "forward", B m runs "backward", both on microbatch
  * m's activation slot (m % nslots) - and writes the arena to OUT_ARENA.
  * It prints the schedule it ran ("F0 F1 B0 B1") so the test can compare
- * it with the table it asked the codegen for, and on stderr the ABI 2
- * texts' lengths ("abi 2 ir_train N ir_update N config N": the emitter
+ * it with the table it asked the codegen for, and on stderr the ABI
+ * texts' lengths ("abi V ir_train N ir_update N config N": the emitter
  * stores NULL as "", so every pointer must be non-NULL). */
 #include <stdio.h>
 #include <stdlib.h>

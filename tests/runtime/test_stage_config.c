@@ -21,7 +21,7 @@ static const char *GOOD =
     "stage 1\nstages 3\ndp 2 1 4\nrows 8\nlocal_rows 8\nseq 16\naccum 4\nlayers 12\n"
     "token_dtype i32\noptimizer sgd\nlr 3e-4\nlr_schedule cosine\nwarmup 5\nsteps 100\n"
     "arena_off lr 0\narena_off step 8\narena_off grad_norm 16\narena_off future 24\n"
-    "param h.0.w%20x%25 layer 3 shared 0 numel 64 param 64 acc 320 m 576 v -1\n"
+    "param h.0.w%20x%25 layer 3 shared 0 numel 64 param 64 acc 320 m 576 v -1 shape 4x2x8\n"
     "param wte layer 1 shared 1 numel 32 param 832 acc 960 m 1088 v -1\n"
     "xfer 4 recv act peer 0 rows 8 row_bytes 256   # comment\n"
     "xfer 5 send grad peer 0 rows 8 row_bytes 256\n"
@@ -58,6 +58,10 @@ int main(void) {
     CHECK(c.off_lr == 0 && c.off_step == 8 && c.off_grad_norm == 16);
     CHECK(c.nparams == 2 && !strcmp(c.params[0].name, "h.0.w x%"));
     CHECK(c.params[0].layer == 3 && c.params[0].numel == 64 && c.params[0].off_acc == 320);
+    /* ABI 3's shape field; a record without one (an older compiler's): rank -1 */
+    CHECK(c.params[0].rank == 3 && c.params[0].shape[0] == 4 && c.params[0].shape[1] == 2 &&
+          c.params[0].shape[2] == 8);
+    CHECK(c.params[1].rank == -1);
     CHECK(c.params[0].off_v == -1 && c.params[0].shared_index == -1);
     CHECK(c.params[1].shared && c.params[1].shared_index == 0);
     CHECK(c.nxfers == 2 && c.xfers[0].id == 4 && !c.xfers[0].send && !c.xfers[0].grad);
@@ -113,6 +117,24 @@ int main(void) {
                     "param w layer 1 shared 0 numel 2 param 0 acc 64 m 128 v 192\n"
                     "tp 2\ntpshard w axis 0 full 3 ranges 0 2\n", "full extent"));
 
+    CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "param w layer 1 shared 0 numel 6 param 0 acc 64 m 128 v 192 shape 2x4\n",
+                    "shape 2x4 has 8 elements, numel is 6"));
+    CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "param w layer 1 shared 0 numel 6 param 0 acc 64 m 128 v 192 shape 2xq\n",
+                    "bad dim 'q'"));
+    CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
+                    "param w layer 1 shared 0 numel 6 param 0 acc 64 m 128 v 192 shape 2x\n",
+                    "bad shape '2x'"));
+    {
+        StageConfig s1;
+        CHECK(stage_config_parse("hetc-stage 1\nstage 0\nstages 1\ndp 1\nrows 4\n"
+                                 "local_rows 4\nseq 2\naccum 1\nparam w layer 1 shared 0 numel 1 "
+                                 "param 0 acc 64 m 128 v 192 shape -\nend\n",
+                                 &s1, err, sizeof err) == 0);
+        CHECK(s1.nparams == 1 && s1.params[0].rank == 0);
+        stage_config_free(&s1);
+    }
     CHECK(parse_err("", "hetc-stage 1"));
     CHECK(parse_err("hetc-stage 2\n", "line 1"));
     CHECK(parse_err("hetc-stage 1\nstages 2\ndp 1\n", "line 3"));

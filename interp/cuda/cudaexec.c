@@ -17,10 +17,8 @@ static int cuda_fail(IrError *err, const char *what, cudaError_t e) {
     return ir_errorf(err, "%s: %s", what, cudaGetErrorString(e));
 }
 
-int cudaexec_init(CudaExec *x, IrError *err) {
-    memset(x, 0, sizeof *x);
-    char e[HKC_ERRLEN];
-    if (hkc_ctx_init(&x->k, e)) return ir_errorf(err, "%s", e);
+/* The executor's own state on x->k (set): the out-of-range flag. */
+static int init_flag(CudaExec *x, IrError *err) {
     cudaError_t ce = cudaMalloc((void **)&x->bad, sizeof(int));
     if (ce != cudaSuccess) {
         x->bad = NULL;
@@ -38,13 +36,27 @@ int cudaexec_init(CudaExec *x, IrError *err) {
     return 0;
 }
 
+int cudaexec_init(CudaExec *x, IrError *err) {
+    memset(x, 0, sizeof *x);
+    char e[HKC_ERRLEN];
+    if (hkc_ctx_init(&x->k, e)) return ir_errorf(err, "%s", e);
+    return init_flag(x, err);
+}
+
+int cudaexec_init_on(CudaExec *x, const HkcCtx *k, IrError *err) {
+    memset(x, 0, sizeof *x);
+    x->k = *k;
+    x->k_borrowed = 1;
+    return init_flag(x, err);
+}
+
 void cudaexec_free(CudaExec *x) {
     for (int i = 0; i < x->nconst; i++) cudaFree(x->cvals[i]);
     free(x->ckeys);
     free(x->cvals);
     if (x->scratch) cudaFree(x->scratch);
     if (x->bad) cudaFree(x->bad);
-    hkc_ctx_free(&x->k);
+    if (!x->k_borrowed) hkc_ctx_free(&x->k);
     memset(x, 0, sizeof *x);
 }
 

@@ -21,9 +21,13 @@ typedef struct CudaExec {
     void **cvals;
     int nconst, capconst;
     int64_t fallbacks;    /* nodes run on the host executor */
+    int k_borrowed;       /* k is the caller's (cudaexec_init_on): not freed here */
 } CudaExec;
 
 int cudaexec_init(CudaExec *x, IrError *err);
+/* The same on the caller's kernel context (its stream and cuBLASLt handle,
+ * e.g. the CUDA stage runtime's), which must outlive x. */
+int cudaexec_init_on(CudaExec *x, const HkcCtx *k, IrError *err);
 void cudaexec_free(CudaExec *x);
 /* 1 if op has a device kernel (for some dtypes/layouts; others fall back). */
 int cudaexec_op_native(IrOp op);

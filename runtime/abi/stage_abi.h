@@ -8,10 +8,11 @@
  *     }
  *
  * The layout is plain C (no pointers into the compiler, no IR), so the
- * runtime only includes this header.  Any change here must be mirrored in
- * the struct types llvm_emit.c declares (le_abi_types) - both sides are
- * checked by tests/codegen, which links generated code against a C
- * runtime compiled from this header.
+ * runtime only includes this header (it lives in runtime/abi/: the compiler's
+ * codegen/ includes it from there, never the other way round).  Any change
+ * here must be mirrored in the struct types llvm_emit.c declares
+ * (le_abi_types) - both sides are checked by tests/codegen, which links
+ * generated code against a C runtime compiled from this header.
  */
 #ifndef HETC_STAGE_ABI_H
 #define HETC_STAGE_ABI_H
@@ -50,15 +51,20 @@ typedef struct HetcStageDesc {
     const HetcStageFn *funcs;
     int32_t nsched;
     const HetcSchedEntry *sched;
-    /* ABI 2: what the runtime needs besides the calls (NUL-terminated). */
+    /* ABI 2: what the runtime needs besides the calls (NUL-terminated).
+     * ABI 3: the IR texts are "" unless a hetrt_node call runs a node of
+     * that graph; the runtime never reads them (the node interpreter,
+     * interp/, does: runtime/abi/stage_interp.h). */
     const char *ir_train;  /* the stage's train graph, canonical IR text (all const data inline) */
     const char *ir_update; /* the stage's update graph, canonical IR text */
     const char *config;    /* the stage config, "hetc-stage 1" text (docs/STAGE_ABI.md) */
 } HetcStageDesc;
 
-#define HETC_STAGE_ABI_VERSION 2
+/* 3: IR texts only for interpreted graphs, hetrt_node defined by the
+ * interpreter library, `shape` in param records (docs/STAGE_ABI.md). */
+#define HETC_STAGE_ABI_VERSION 3
 
-/* ---- the hetrt entries generated stage functions call (runtime/stage_exec.c).
+/* ---- the hetrt entries generated stage functions call (runtime/stage/stage_exec.c).
  * Every one returns 0 or nonzero (status: the generated function stops and
  * returns the call's 1-based index; the runtime names the call).
  *
@@ -75,7 +81,8 @@ enum { HETC_BUF_NONE = 0, HETC_BUF_ARENA = 1, HETC_BUF_SLOT = 2, HETC_BUF_CONST 
 enum { HETC_GRAPH_TRAIN = 0, HETC_GRAPH_UPDATE = 1 };
 
 /* Run node `node` (index in the graph's node list, as printed) of graph
- * `graph` (HETC_GRAPH_*) on the host kernels; outputs are zeroed first. */
+ * `graph` (HETC_GRAPH_*) on the backend's executor; outputs are zeroed
+ * first.  Defined by the node interpreter library (interp/), not hetrt. */
 int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const int64_t *bufs);
 /* Boundary transfer `xfer` (index into the config's xfer lines) of the
  * microbatch being run: rows are redistributed between the two stages' DP
