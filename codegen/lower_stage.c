@@ -207,6 +207,7 @@ static void config_shape(Sb *b, const PartStage *st, const MpParam *p) {
     const IrGraph *gs[2] = {st->train, st->update};
     for (int g = 0; g < 2; g++) {
         const IrValue *v = ir_graph_find_value(gs[g], p->name);
+        /* 8: the runtime's RT_CKPT_MAX_DIMS (its parser refuses more) */
         if (!v || ir_shape_numel(&v->shape) != p->numel || v->shape.rank > 8) continue;
         sb_printf(b, " shape %s", v->shape.rank ? "" : "-");
         for (int d = 0; d < v->shape.rank; d++)

@@ -234,7 +234,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
     fclose(kern);
     kern = NULL;
     fprintf(rep, "\nstage kernels (nodes lowered to direct kernel calls; the rest run by the "
-                 "runtime's node interpreter)\n%s", kbuf);
+                 "node interpreter, linked into those binaries only)\n%s", kbuf);
     fflush(rep);
     fclose(rep);
     rep = NULL;

@@ -116,6 +116,14 @@ check(len(ref_l) == STEPS + 1, f"hetc train printed {len(ref_l)} steps")
 
 ck = t.path("ckpt")
 t.expect_run(out_one, STEPS, ref_l, "one stage TP 2", "--checkpoint-dir", ck)
+# the same plan with every node interpreted (hetc compile --interpret-nodes):
+# the node interpreter (interp/) shifts the parsed graph's vocab_start to
+# TP rank 1's, as the direct calls' hetrt_tp_* entries do
+out_interp = t.path("build_one_tp2_interp")
+p = t.compile(out_interp, "--plan", t.path("plan_one_tp2.json"), "--interpret-nodes")
+if check(p.returncode == 0, f"hetc compile --interpret-nodes (one stage, TP 2) exit "
+         f"{p.returncode}"):
+    t.expect_run(out_interp, 4, ref_l, "one stage TP 2, interpreted", tol=1e-5)
 
 for name, out in (("two stages TP 1", out1), ("two stages TP 2", out_two),
                   ("one stage TP 2", out_one)):
