@@ -186,7 +186,8 @@ static IrGraph *build_update(const int *params, int n, int global_norm, float **
 }
 
 /* ------------------------------------------------------------ gen */
-/* bad: the initial checkpoint (DIR/init_bad) stores w1 with a wrong shape. */
+/* bad: the initial checkpoint (DIR/init_bad) stores w1 with a wrong shape
+ * ([D/2, 2D] for [D, D]). */
 static int gen(const char *dir, int bad) {
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/data.bin", dir);
@@ -212,7 +213,10 @@ static int gen(const char *dir, int bad) {
                               .ndim = 2, .shape = {PARAMS[p].rows, PARAMS[p].cols},
                               .data = x[p]};
     }
-    if (bad) t[1].shape[1] = D / 2;
+    if (bad) { /* the same element count, another shape: only the config's `shape` tells */
+        t[1].shape[0] = D / 2;
+        t[1].shape[1] = 2 * D;
+    }
     for (int L = 0; L <= LAYERS; L++)
         if (rt_ckpt_write_layer(path, 0, L, t, 3, err, sizeof err)) return fprintf(stderr, "%s\n", err), 1;
     if (rt_ckpt_write_manifest(path, 0, LAYERS + 1, err, sizeof err))
@@ -542,10 +546,12 @@ static int run_stage(int stage, int d0, int d1, int argc, char **argv) {
                      (long long)off_lr, (long long)off_step, (long long)off_gn);
     for (int i = 0; i < 2; i++)
         o += snprintf(cfg + o, sizeof cfg - (size_t)o,
-                      "param %s layer %d shared %d numel %lld param %lld acc %lld m %lld v %lld\n",
+                      "param %s layer %d shared %d numel %lld param %lld acc %lld m %lld v %lld "
+                      "shape %dx%d\n",
                       PARAMS[sp[i].p].name, PARAMS[sp[i].p].layer, sp[i].p == 0,
                       (long long)sp[i].n, (long long)sp[i].off_param, (long long)sp[i].off_acc,
-                      (long long)sp[i].off_m, (long long)sp[i].off_v);
+                      (long long)sp[i].off_m, (long long)sp[i].off_v, PARAMS[sp[i].p].rows,
+                      PARAMS[sp[i].p].cols);
     const char *dir0[2] = {"send", "recv"}, *dir1[2] = {"recv", "send"};
     for (int x = 0; x < 2; x++)
         o += snprintf(cfg + o, sizeof cfg - (size_t)o,
