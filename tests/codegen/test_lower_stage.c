@@ -172,6 +172,14 @@ static void check_config(const char *cfg, const PartStage *st, const MemPlan *mp
             CHECK(n == 8 && params < mp->nparams && po == p->param_off && ao == p->acc_off &&
                       mo == p->m_off && vo == p->v_off && numel == p->numel,
                   "config: param line '%s' vs plan", l);
+            /* ABI 3: the shape the train graph declares, dims joined by 'x' */
+            const IrValue *gv = ir_graph_find_value(st->train, p->name);
+            char want[256] = " shape ";
+            for (int d = 0; gv && d < gv->shape.rank; d++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "x" : "",
+                         (long long)gv->shape.dims[d]);
+            const char *sh = strstr(l, " shape ");
+            CHECK(gv && sh && !strcmp(sh, want), "config: param line '%s': want '%s'", l, want);
             params++;
         } else if (!strcmp(key, "xfer")) {
             int id, peer;
@@ -281,8 +289,28 @@ static void lower_check(const PartStage *st, const LowerOpts *o, const char *dir
         return;
     }
     CHECK(p.arena_bytes == mp.arena_bytes && p.nslots == o->nslots && p.config == cfg &&
-              p.nsched == o->nsched && p.ir_train && p.ir_update,
+              p.nsched == o->nsched && p.ir_train && p.ir_update && lower_stage_interprets(&p),
           "%s: program fields", tag);
+    {   /* the same stage as direct kernel calls: no hetrt_node, so no IR text
+         * (the binary links no interpreter: docs/STAGE_ABI.md, ABI 3) */
+        LowerOpts od = *o;
+        od.direct = 1;
+        LeProgram pd;
+        char *cd;
+        MemPlan md;
+        if (lower_stage(st, &od, &pd, &cd, &md, &err)) {
+            CHECK(0, "%s: lower_stage (direct): %s", tag, err.msg);
+        } else {
+            CHECK(!pd.ir_train && !pd.ir_update && !lower_stage_interprets(&pd) &&
+                      !strcmp(cd, cfg),
+                  "%s: direct program: IR texts %p %p, calls hetrt_node %d, same config %d", tag,
+                  (const void *)pd.ir_train, (const void *)pd.ir_update,
+                  lower_stage_interprets(&pd), !strcmp(cd, cfg));
+            lower_stage_free(&pd);
+            free(cd);
+            memplan_free(&md);
+        }
+    }
     check_calls(&p, st, &mp);
     check_config(cfg, st, &mp, o);
     emit(&p, st, dir, tag, llvm_as);
