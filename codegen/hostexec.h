@@ -15,7 +15,7 @@
 /* 1 if the executor has a kernel for op (for table-completeness tests). */
 /* The deterministic contents `hetc profile` gives a layer's inputs,
  * parameters and states (nb bytes of v's tensor at h), on the host dry run
- * and the device alike (driver/cmd_profile.c, runtime/cuda/cudaprof.c):
+ * and the device alike (driver/cmd_profile.c, interp/cuda/cudaprof.c):
  * ids and integer inputs 0 (always in range), floats small and varied (no
  * overflow in exp/softmax, no denormals). */
 void hexec_fill_pattern(const IrValue *v, void *h, size_t nb);

@@ -7,7 +7,7 @@
  * partition_stage into one stage per layer, so the graph is exactly what a
  * stage binary holding only that layer runs -- and times its forward and
  * backward nodes on the local GPU through the device executor (cudaEvents
- * around cudaexec_call_node: runtime/cuda/cudaprof.c).  Memory comes from
+ * around cudaexec_call_node: interp/cuda/cudaprof.c).  Memory comes from
  * the same graph: the layer's parameters at the CUDA backend's fp32
  * storage with AdamW (weight, gradient, m, v: 16 B per trained parameter,
  * 4 B per read-only one), and the bytes of the forward values (and received

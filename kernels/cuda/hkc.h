@@ -1,6 +1,6 @@
 /* CUDA kernels (hkc_*): the device twins of kernels/host (hk.h, hk_train.h),
  * fp32 storage and fp32 accumulation, on raw device pointers and dims.  Like
- * kernels/host nothing here knows the IR: runtime/cuda/cudaexec*.c adapts IR
+ * kernels/host nothing here knows the IR: interp/cuda/cudaexec*.c adapts IR
  * nodes to these calls.  Every launch goes on the context's stream; every
  * function returns 0 or -1 with a one-line reason in `err` (HKC_ERRLEN
  * bytes, may be NULL): launch errors and cuBLASLt statuses are reported,

@@ -120,7 +120,7 @@ int32_t hetrt_zero(void *dst, int64_t bytes);
  * hk_embedding_shard_f32, hk_embedding_backward_shard_f32 (overwriting),
  * hk_vocab_ce_stats_f32, hk_vocab_ce_bwd_f32 (dloss read from memory) with
  * the compiled vocab_start (TP rank 0's) shifted by tp_rank x the local
- * extent (V or Vl), as stage_tp_rank_graph shifts the interpreted graph. */
+ * extent (V or Vl), as the node interpreter (interp/) shifts its parsed graph. */
 int32_t hetrt_tp_embedding(int32_t idt, const void *ids, int64_t n, const float *table,
                            int64_t start0, int64_t V, int64_t vfull, int64_t D, float *y);
 int32_t hetrt_tp_embedding_grad(int32_t idt, const void *ids, int64_t n, const float *dy,
