@@ -75,6 +75,7 @@ class LocalSlurm:
 
     # ------------------------------------------------------------ start
     def start(self, timeout=60):
+        self.stepd_before = set(running("slurmstepd"))
         atexit.register(self.stop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
@@ -223,7 +224,14 @@ class LocalSlurm:
                     os.kill(self.procs[k], signal.SIGKILL)
                 except OSError:
                     pass
-        self.stopped = {k: not alive(pid) for k, pid in self.procs.items()}
+        # the job steps' slurmstepd outlive slurmd for a moment; ones that hang are killed
+        while time.time() - t0 < grace and set(running("slurmstepd")) - self.stepd_before:
+            time.sleep(0.1)
+        for pid in set(running("slurmstepd")) - self.stepd_before:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         self.procs = {}
         if self.keep_logs:
             os.makedirs(self.keep_logs, exist_ok=True)
