@@ -27,7 +27,7 @@ import sys
 import time
 
 import slurmlocal
-from stagetest import DATA, StageTest
+from stagetest import DATA, StageTest, losses, worst_rel
 
 STEPS = 10
 NODES = ["n1", "n2", "n3"]
@@ -79,11 +79,9 @@ try:
     if not check(r.returncode == 0, f"sbatch job.sbatch: exit {r.returncode} {r.stderr[-500:]}\n"
                  f"{text[-3000:]}"):
         print(sl.logs())
-    got = {int(m.group(1)): float(m.group(2))
-           for m in re.finditer(r"^step\s+(\d+)/\d+ \| loss (\S+)", text, re.M)}
+    got = losses(text)
     check(len(got) == STEPS, f"{len(got)} loss lines of {STEPS}")
-    w = max((abs(v - ref.get(k, float("nan"))) / abs(ref[k]) if k in ref else 1.0
-             for k, v in got.items()), default=1.0)
+    w = worst_rel(got, ref)
     check(w <= 1e-5, f"sbatch run vs hetc train: max relative difference {w:.3g} > 1e-5")
     print(f"sbatch: {len(got)} steps == hetc train to {w:.2g} relative", flush=True)
 
