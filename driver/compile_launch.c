@@ -214,7 +214,7 @@ static const char LAUNCH_BODY[] =
     "  agent=${OMPI_MCA_plm_rsh_agent:-ssh}\n"
     "  read -r -a agent <<< \"${agent%%:*}\"\n"
     "  [ \"$(basename \"${agent[0]}\")\" = ssh ] && agent+=(-o BatchMode=yes -o ConnectTimeout=\"$tmo\")\n"
-    "  me=$(hostname) names=() pids=()\n"
+    "  me=\"$(hostname) $(hostname -s 2>/dev/null) $(hostname -f 2>/dev/null)\" names=() pids=()  # mpirun runs these itself\n"
     "  for h in \"${hosts[@]}\"; do\n"
     "    case \" localhost 127.0.0.1 $me ${names[*]} \" in *\" $h \"*) continue ;; esac\n"
     "    timeout -k 2 \"$tmo\" \"${agent[@]}\" \"$h\" true < /dev/null > \"$tmp/reach.${#names[@]}\" 2>&1 &\n"
