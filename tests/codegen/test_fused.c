@@ -16,7 +16,11 @@
  * (fk_ptx) and, when ptxas is installed, assembled for sm_80 and sm_90
  * (argv[2]: the ptxas path; "" skips with a message).
  *
- * usage: test_fused SEEDS [PTXAS] */
+ * Models given after PTXAS (ONNX files) are built as one training stage
+ * (stage_fixture.c, as hetc train builds it), their train and update graphs
+ * fused, and every kernel lowered to PTX and assembled the same way.
+ *
+ * usage: test_fused SEEDS [PTXAS [MODEL.onnx ...]] */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +39,8 @@
 #include "hk_parallel.h"
 #include "hostexec.h"
 #include "llvm_emit.h"
+#include "memplan.h"
+#include "stage_fixture.h"
 
 static int fails;
 #define CHECK(c, ...)                                                                     \
@@ -388,6 +394,29 @@ int main(int argc, char **argv) {
         free(fus);
         fuse_free(&fg);
         ir_graph_free(g);
+    }
+    for (int mi = 3; mi < argc; mi++) { /* real graphs: all their kernels through ptxas */
+        PartStage st;
+        IrError err;
+        if (fixture_one_stage(&st, argv[mi], 2, 16, 0, &err)) {
+            CHECK(0, "%s: %s", argv[mi], err.msg);
+            continue;
+        }
+        int *ord = memplan_update_order(st.update), *pos = calloc((size_t)st.update->nnodes + 1, sizeof *pos);
+        for (int i = 0; i < st.update->nnodes; i++) pos[ord[i]] = i;
+        FuseGraph fg[2];
+        CHECK(fuse_graph(st.train, NULL, "m_t", &fg[0], &err) == 0, "%s: fuse", argv[mi]);
+        CHECK(fuse_graph(st.update, pos, "m_u", &fg[1], &err) == 0, "%s: fuse", argv[mi]);
+        int before = nptx_checked;
+        for (int k = 0; k < 2; k++) check_ptx(&fg[k], ptxas, 1000 * mi + k);
+        printf("%s: %d + %d nodes fused into %d + %d kernels (train + update), %d lowered to PTX\n",
+               argv[mi], fg[0].nfused, fg[1].nfused, fg[0].ngroups, fg[1].ngroups,
+               nptx_checked - before);
+        CHECK(fg[1].ngroups > 0, "%s: no fused kernel in the update graph", argv[mi]);
+        fuse_free(&fg[0]);
+        fuse_free(&fg[1]);
+        free(ord), free(pos);
+        fixture_free(&st);
     }
     printf("%d seeds: %d nodes fused into %d kernels, %d values kept in registers; "
            "%d kernels lowered to PTX in %d modules%s\n",
