@@ -321,13 +321,18 @@ static LLVMTypeRef kernel_type(Fe *e, const FkKernel *k) {
     return LLVMFunctionType(e->vd, ps, (unsigned)(k->nin + k->nout), 0);
 }
 
-/* @NAME.rows(i8* ctx, i64 lo, i64 hi) */
-static LLVMValueRef build_rows(Fe *e, const FkKernel *k) {
-    char nm[64];
-    snprintf(nm, sizeof nm, "%s.rows", k->name);
+/* @NAME.rows<suffix>(i8* ctx, i64 lo, i64 hi), compiled with the given
+ * target features (NULL: the module's baseline) */
+static LLVMValueRef build_rows(Fe *e, const FkKernel *k, const char *suffix, const char *features) {
+    char nm[80];
+    snprintf(nm, sizeof nm, "%s.rows%s", k->name, suffix);
     LLVMTypeRef ps[3] = {e->i8p, e->i64, e->i64};
     LLVMValueRef fn = LLVMAddFunction(e->m, nm, LLVMFunctionType(e->vd, ps, 3, 0));
     LLVMSetLinkage(fn, LLVMInternalLinkage);
+    if (features)
+        LLVMAddAttributeAtIndex(
+            fn, LLVMAttributeFunctionIndex,
+            LLVMCreateStringAttribute(e->c, "target-features", 15, features, (unsigned)strlen(features)));
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
     LLVMBasicBlockRef outer = LLVMAppendBasicBlockInContext(e->c, fn, "outer");
     LLVMBasicBlockRef row = LLVMAppendBasicBlockInContext(e->c, fn, "row");
@@ -401,7 +406,17 @@ int fk_emit_host(void *modp, const FkKernel *k, IrError *err) {
         LLVMDisposeBuilder(e.b);
         return ir_errorf(err, "fused kernel %s defined twice", k->name);
     }
-    LLVMValueRef rows = build_rows(&e, k);
+    /* x86-64: the loop for the baseline ISA, AVX2 and AVX-512F, picked per
+     * call by hk_vector_isa() (kernels/host/hk_cpu.h); the features add no
+     * FMA contraction (plain fmul / fadd never fuse without `contract` or
+     * AllowFPOpFusion=Fast), so all three compute the same bits */
+    const char *triple = LLVMGetTarget(e.m);
+    int x86 = triple && !strncmp(triple, "x86_64", 6);
+    LLVMValueRef rows = build_rows(&e, k, "", NULL), rows_v[2] = {NULL, NULL};
+    if (x86) {
+        rows_v[0] = build_rows(&e, k, ".avx2", "+avx,+avx2");
+        rows_v[1] = build_rows(&e, k, ".avx512", "+avx,+avx2,+avx512f");
+    }
     /* void hk_parallel_for(i64 n, i64 grain, void (*)(i8*, i64, i64), i8* ctx) */
     LLVMTypeRef pf_ps[4] = {e.i64, e.i64, LLVMPointerType(LLVMGlobalGetValueType(rows), 0), e.i8p};
     LLVMTypeRef pf_ty = LLVMFunctionType(e.vd, pf_ps, 4, 0);
@@ -417,9 +432,20 @@ int fk_emit_host(void *modp, const FkKernel *k, IrError *err) {
         LLVMBuildStore(e.b, LLVMGetParam(fn, (unsigned)a), LLVMBuildInBoundsGEP2(e.b, arr, ctx, ix, 2, ""));
     }
     int64_t grain = fk_is_math(k) ? HK_GRAIN_MATH : HK_GRAIN_CHEAP;
+    LLVMValueRef pick = rows;
+    if (x86) {
+        LLVMTypeRef ity = LLVMFunctionType(e.i32, NULL, 0, 0);
+        LLVMValueRef isaf = LLVMGetNamedFunction(e.m, "hk_vector_isa");
+        if (!isaf) isaf = LLVMAddFunction(e.m, "hk_vector_isa", ity);
+        LLVMValueRef isa = LLVMBuildCall2(e.b, ity, isaf, NULL, 0, "isa");
+        pick = LLVMBuildSelect(e.b, LLVMBuildICmp(e.b, LLVMIntSGE, isa, LLVMConstInt(e.i32, 1, 0), ""),
+                               rows_v[0], rows, "");
+        pick = LLVMBuildSelect(e.b, LLVMBuildICmp(e.b, LLVMIntSGE, isa, LLVMConstInt(e.i32, 2, 0), ""),
+                               rows_v[1], pick, "");
+    }
     LLVMValueRef args[4] = {LLVMConstInt(e.i64, (unsigned long long)fk_numel(k), 0),
                             LLVMConstInt(e.i64, (unsigned long long)grain, 0),
-                            LLVMConstBitCast(rows, pf_ps[2]),
+                            LLVMBuildBitCast(e.b, pick, pf_ps[2], ""),
                             LLVMBuildBitCast(e.b, ctx, e.i8p, "")};
     LLVMBuildCall2(e.b, LLVMGlobalGetValueType(pf), pf, args, 4, "");
     LLVMBuildRetVoid(e.b);

@@ -36,6 +36,7 @@
 
 #include "fuse.h"
 #include "fused_llvm.h"
+#include "hk_cpu.h"
 #include "hk_parallel.h"
 #include "hostexec.h"
 #include "llvm_emit.h"
@@ -283,6 +284,7 @@ int main(int argc, char **argv) {
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
     LLVMAddSymbol("hk_parallel_for", (void *)hk_parallel_for);
+    LLVMAddSymbol("hk_vector_isa", (void *)hk_vector_isa);
     LLVMAddSymbol("erf", (void *)erf);
     LLVMAddSymbol("log", (void *)log);
     int total_fused = 0, total_groups = 0, internal = 0;
