@@ -336,6 +336,46 @@ int fuse_graph(const IrGraph *g, const int *pos, const char *prefix, FuseGraph *
         grp[n] = ng++;
     }
 
+    /* siblings: two groups (or single nodes) reading a common input, one
+     * pass over the shared data (SwiGLU's backward: dy * SiLU(gate) and
+     * dy * up); after the producer-consumer grouping, which it must not
+     * pre-empt */
+    for (int ga = 0; ga < ng; ga++) {
+        int merged = 1;
+        while (merged && nmem[ga]) {
+            merged = 0;
+            for (int m = 0; m < nmem[ga] && !merged; m++) {
+                const IrNode *an = g->nodes[mem[ga][m]];
+                for (int k = 0; k < an->nin && !merged; k++) {
+                    const IrValue *v = an->in[k];
+                    float f;
+                    if (!v || const_scalar(v, &f)) continue;
+                    for (int r = c.rd_start[v->id]; r < c.rd_start[v->id + 1] && !merged; r++) {
+                        int gb = grp[c.rd[r]];
+                        if (gb < 0 || gb == ga || !nmem[gb] || nmem[ga] + nmem[gb] > FUSE_MAX_NODES)
+                            continue;
+                        const IrNode *bn = g->nodes[c.rd[r]];
+                        if (bn->phase != an->phase ||
+                            !ir_shape_equal(&bn->out[0]->shape, &an->out[0]->shape))
+                            continue;
+                        int cn = 0;
+                        c.stamp++;
+                        for (int j = 0; j < nmem[ga]; j++) cand[cn++] = mem[ga][j];
+                        for (int j = 0; j < nmem[gb]; j++) cand[cn++] = mem[gb][j];
+                        for (int j = 0; j < cn; j++) c.mark[cand[j]] = c.stamp;
+                        sort_by_pos(&c, cand, cn);
+                        if (!valid_set(&c, cand, cn, cand[cn - 1])) continue;
+                        mem[ga] = realloc(mem[ga], sizeof **mem * (size_t)cn);
+                        memcpy(mem[ga], cand, sizeof *cand * (size_t)cn);
+                        nmem[ga] = cn, nmem[gb] = 0;
+                        for (int j = 0; j < cn; j++) grp[cand[j]] = ga;
+                        merged = 1;
+                    }
+                }
+            }
+        }
+    }
+
     /* groups of two or more nodes become kernels */
     for (int i = 0; i < nn; i++) grp[i] = -1;
     fg->groups = calloc((size_t)ng + 1, sizeof *fg->groups);
