@@ -15,6 +15,7 @@ typedef struct CompileArgs {
     int64_t steps, warmup;
     int emit_llvm;
     int interpret_nodes; /* --interpret-nodes: every node through hetrt_node (no direct calls) */
+    int no_fuse;         /* --no-fuse: one kernel call per node, no generated kernels */
     int backend_cuda; /* --backend=cuda: link hetrt_stage_cuda (docs/CUDA.md) */
 } CompileArgs;
 void compile_args_default(CompileArgs *a);
