@@ -226,6 +226,23 @@ static int read_rows(const RtDataLoader *dl, int64_t step, char *err)
         }
         done += (size_t)r;
     }
+    /* Token ids must index the model's vocabulary: an id past it would read
+     * outside the embedding (or the loss's logits row).  The file, the
+     * batch, the token's position in the file and the id are named. */
+    for (int64_t i = 0; dl->vocab > 0 && i < dl->rows * dl->T + 1; i++) {
+        const unsigned char *b = (const unsigned char *)(dl->buf + i); /* little-endian */
+        unsigned t = (unsigned)(b[0] | b[1] << 8);
+        if (t < dl->vocab)
+            continue;
+        if (err)
+            snprintf(err, RT_ERRLEN,
+                     "%s: token id %u at token %lld (batch %lld) is not below the model's "
+                     "vocabulary size %lld: the file was tokenized for another vocabulary "
+                     "(tools/prepare_data.py --vocab-size, or a model with a larger vocabulary)",
+                     dl->path, (unsigned)t, (long long)(first + i), (long long)idx,
+                     (long long)dl->vocab);
+        return -1;
+    }
     return 0;
 }
 

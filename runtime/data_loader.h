@@ -56,6 +56,8 @@ typedef struct RtDataLoader {
     int dp_rank, dp_size;
     int64_t rows;           /* rows this rank reads: B / dp_size */
     int64_t nbatches;       /* whole global batches in the file */
+    int64_t vocab;          /* > 0: every token read must be below it (set by the caller
+                               after opening: the model's vocabulary size) */
 } RtDataLoader;
 
 /* Open and validate `path` for global batches of B x T split over dp_size
