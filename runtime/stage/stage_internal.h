@@ -116,7 +116,7 @@ typedef TlSvgEvent StageTlEv;
 /* One measured span (stage_metrics.c).  kind: 'F' forward, 'B' backward,
  * 'S' activation send, 'R' gradient send, 'W' blocked in a receive,
  * 'Q' completing the step's sends, 'A' gradient all-reduce, 'U' update,
- * 'V' a validation forward. */
+ * 'V' a validation forward (its sends and receives: 's', 'r', 'w'). */
 typedef struct StageSpan {
     double t0, t1;  /* s since the run's common origin */
     int32_t step;   /* 1-based */

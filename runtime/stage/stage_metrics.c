@@ -34,6 +34,9 @@ double stage_now(void) {
 void stage_span(StageRt *rt, char k, int mb, double t0, double t1) {
     StageMet *m = &rt->met;
     if (!m->trace) return;
+    /* a validation forward's sends and receives: lower case, so the
+     * measured step drawn in trace.svg is the training step alone */
+    if (rt->in_val && k >= 'A' && k <= 'Z' && k != 'V') k = (char)(k - 'A' + 'a');
     if (m->nspans == m->cap) {
         int64_t cap = m->cap ? 2 * m->cap : 4096;
         StageSpan *p = cap <= MAX_SPANS ? realloc(m->spans, (size_t)cap * sizeof *p) : NULL;
@@ -160,21 +163,23 @@ static int write_chrome(FILE *f, const StageSpan *sp, const int64_t *cnt, const 
                        "{\"name\":\"%s\"}},\n", r, t, t ? "comm" : "compute");
         first = 0;
     }
-    int64_t off = 0, k = 0, total = 0;
+    int64_t off = 0, done = 0, total = 0;
     for (int r = 0; r < n; r++) total += cnt[r];
     for (int r = 0; r < n; r++) {
-        for (int64_t i = 0; i < cnt[r]; i++, k++) {
+        for (int64_t i = 0; i < cnt[r]; i++, done++) {
             const StageSpan *s = &sp[off + i];
             char name[48];
-            if (s->mb >= 0) snprintf(name, sizeof name, "%s%s%d", span_word(s->kind),
-                                     span_is_compute(s->kind) ? "" : " ", s->mb);
-            else snprintf(name, sizeof name, "%s", span_word(s->kind));
+            int val = s->kind >= 'a' && s->kind <= 'z';
+            char up = val ? (char)(s->kind - 'a' + 'A') : s->kind;
+            if (s->mb >= 0) snprintf(name, sizeof name, "%s%s%s%d", val ? "val " : "",
+                                     span_word(up), span_is_compute(up) ? "" : " ", s->mb);
+            else snprintf(name, sizeof name, "%s%s", val ? "val " : "", span_word(up));
             fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,"
                        "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%d,\"mb\":%d,\"kind\":\"%c\"}}"
                        "%s\n",
                     name, span_is_compute(s->kind) ? "compute" : "comm", r,
                     span_is_compute(s->kind) ? 0 : 1, s->t0 * 1e6, (s->t1 - s->t0) * 1e6,
-                    s->step, s->mb, s->kind, k + 1 < total ? "," : "");
+                    s->step, s->mb, s->kind, done + 1 < total ? "," : "");
         }
         off += cnt[r];
     }
