@@ -40,11 +40,44 @@ static void jnum(FILE *f, const char *key, double v) {
     else fprintf(f, ",\"%s\":null", key);
 }
 
-int rt_metrics_open(RtMetrics *m, const char *path, const char *svg_path, int append, char *err,
-                    size_t errlen) {
+/* A resumed run continues the file from its checkpoint's step: the lines
+ * of later steps (the interrupted run went past the checkpoint) are dropped,
+ * so every step appears once.  The file is rewritten in place. */
+static int keep_until(const char *path, int64_t step, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0; /* nothing yet */
+    char *buf = NULL, *line = NULL;
+    size_t n = 0, cap = 0, lcap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &lcap, f)) > 0) {
+        long long k;
+        if (sscanf(line, "{\"step\":%lld", &k) == 1 && k > step) continue;
+        if (n + (size_t)len + 1 > cap) {
+            size_t c2 = 2 * (n + (size_t)len + 1);
+            char *b = realloc(buf, c2);
+            if (!b) break;
+            buf = b, cap = c2;
+        }
+        memcpy(buf + n, line, (size_t)len);
+        n += (size_t)len;
+    }
+    free(line);
+    fclose(f);
+    if (!(f = fopen(path, "w")) || (n && fwrite(buf, 1, n, f) != n) || fclose(f)) {
+        snprintf(err, errlen, "cannot rewrite '%s': %s", path, strerror(errno));
+        free(buf);
+        return -1;
+    }
+    free(buf);
+    return 0;
+}
+
+int rt_metrics_open(RtMetrics *m, const char *path, const char *svg_path, int64_t resume_step,
+                    char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     if (rt_mkdirs_for(path, err, errlen)) return -1;
-    if (!(m->f = fopen(path, append ? "a" : "w"))) {
+    if (resume_step > 0 && keep_until(path, resume_step, err, errlen)) return -1;
+    if (!(m->f = fopen(path, resume_step > 0 ? "a" : "w"))) {
         snprintf(err, errlen, "cannot open '%s' for writing: %s", path, strerror(errno));
         return -1;
     }

@@ -40,11 +40,12 @@ typedef struct RtMetrics {
     double *pt;         /* [cap][3]: step, loss, val (NAN) */
 } RtMetrics;
 
-/* Open `path` (its folder is created): truncated for a fresh run, appended
- * to with `append` (a resumed run).  The loss curve goes to `svg_path`
- * (NULL: loss.svg beside path). 0, or -1 with err. */
-int rt_metrics_open(RtMetrics *m, const char *path, const char *svg_path, int append, char *err,
-                    size_t errlen);
+/* Open `path` (its folder is created): truncated for a fresh run
+ * (resume_step 0); a run resumed from step resume_step > 0 keeps the lines
+ * up to that step and appends.  The loss curve goes to `svg_path` (NULL:
+ * loss.svg beside path). 0, or -1 with err. */
+int rt_metrics_open(RtMetrics *m, const char *path, const char *svg_path, int64_t resume_step,
+                    char *err, size_t errlen);
 /* Append one step's line (flushed, so a long run can be watched). */
 int rt_metrics_step(RtMetrics *m, const RtStepMetrics *s);
 /* Write the loss curve and close.  0, or -1 with err (the jsonl is kept). */

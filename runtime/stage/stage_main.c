@@ -693,7 +693,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     rt.met.trace = o.trace;
     if (stage_met_setup(&rt)) STAGE_DIE("stage %d: metrics setup failed", c->stage);
     if (printer && rt.met.metrics &&
-        rt_metrics_open(&rt.met.out, mpath, NULL, o.resume && start > 0, err, sizeof err))
+        rt_metrics_open(&rt.met.out, mpath, NULL, o.resume ? start : 0, err, sizeof err))
         STAGE_DIE("--metrics: %s", err);
     if (start >= o.steps && printer)
         printf("checkpoint step %lld >= --steps %lld: nothing to run\n", (long long)start,

@@ -20,6 +20,7 @@ One launch.sh run with --trace --val-data --val-every is checked against
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -49,8 +50,8 @@ with open(VAL, "wb") as f:
     f.write(val.astype("<u2").tobytes())
 
 ckpt = t.path("ckpt")
-p = t.launch(out, STEPS, "--checkpoint-dir", ckpt, "--trace", "--val-data", VAL,
-             "--val-every", str(VAL_EVERY), "--val-batches", str(VAL_BATCHES))
+p = t.launch(out, STEPS, "--checkpoint-dir", ckpt, "--checkpoint-every", "3", "--trace",
+             "--val-data", VAL, "--val-every", str(VAL_EVERY), "--val-batches", str(VAL_BATCHES))
 t.check(p.returncode == 0, f"launch.sh exit {p.returncode}")
 printed = {int(m.group(1)): m.group(2) for m in
            re.finditer(r"^step\s+(\d+)/\d+ \| loss \S+ \| grad norm (\S+)", p.stdout, re.M)}
@@ -171,4 +172,15 @@ t.check(abs(got - ort_val) <= 1e-5 * ort_val, f"val loss at step {STEPS}: pipeli
         f"onnxruntime on the exported model {ort_val}")
 print(f"val loss at step {STEPS}: pipeline {got}, hetc train {ref_val.get(STEPS)}, "
       f"onnxruntime {ort_val:.9g}", flush=True)
+
+# ---- a run resumed from step 3 (the step-6 checkpoint gone): metrics.jsonl keeps steps 1..3
+# of the first run, drops its 4..6 and appends the resumed 4..6 -- every step once
+shutil.rmtree(os.path.join(ckpt, "step_%08d" % STEPS), ignore_errors=True)
+p = t.launch(out, STEPS, "--checkpoint-dir", ckpt, "--resume")
+t.check(p.returncode == 0, f"resumed launch.sh exit {p.returncode}")
+again = [json.loads(l) for l in open(mpath)]
+t.check([m["step"] for m in again] == list(range(1, STEPS + 1)),
+        f"after --resume, metrics.jsonl steps {[m['step'] for m in again]}")
+t.check(all("%.9g" % a["loss"] == "%.9g" % b["loss"] for a, b in zip(again, lines)),
+        "the resumed steps' losses differ from the first run's")
 t.finish()
