@@ -317,12 +317,20 @@ int cmd_train(int argc, char **argv) {
     /* token ids must index the model's vocabulary (an id past it is a clear
      * error naming the file, not a read outside the embedding) */
     dl.vocab = graph_token_vocab(g, input_binds_token_input(g));
+    if (dl.vocab > 0 && rt_data_check_vocab(&dl, dl.vocab, rerr)) {
+        fprintf(stderr, "hetc train: %s\n", rerr);
+        goto done;
+    }
     if (t.val_data) {
         if (rt_data_open_format(&vdl, t.val_data, fmt, co.batch, co.seq, 0, 1, rerr)) {
             fprintf(stderr, "hetc train: --val-data %s: %s\n", t.val_data, rerr);
             goto done;
         }
         vdl.vocab = dl.vocab;
+        if (vdl.vocab > 0 && rt_data_check_vocab(&vdl, vdl.vocab, rerr)) {
+            fprintf(stderr, "hetc train: --val-data: %s\n", rerr);
+            goto done;
+        }
         if (t.val_batches > vdl.nbatches) t.val_batches = vdl.nbatches;
     }
     {

@@ -13,8 +13,9 @@ Checks, on the text the repo ships (examples/text/genesis_kjv.txt):
   - a BPE trained to --vocab-size 512: ids below 512, its tokenizer.json
     round-trips the text;
   - the vocabulary check: --model refuses GPT-2 ids for gpt_tiny (vocab 512),
-    and hetc train refuses the GPT-2 file naming the file and the token id,
-    while the BPE files train and print a validation loss.
+    and hetc train refuses the GPT-2 file naming the file and the token id --
+    also a single bad id at the end of the file, before step 1 -- while the
+    BPE files train and print a validation loss.
 """
 import json
 import os
@@ -106,6 +107,16 @@ first_bad = next(i for i, v in enumerate(parts[0].tolist()) if v >= 512)
 check(p.returncode == 1 and g2 in p.stderr and f"token id {parts[0][first_bad]} at token "
       f"{first_bad} " in p.stderr and "vocabulary size 512" in p.stderr,
       f"hetc train on GPT-2 ids: exit {p.returncode}, {p.stderr!r}")
+# one bad id at the very end: hetc train scans the whole file before step 1
+_, good = pd.read_llmc(os.path.join(WORK, "b_train.bin"))
+late = good.astype(np.int64).copy()
+late[-1] = 600
+pd.write_llmc(os.path.join(WORK, "late.bin"), late.tolist())
+p = run([HETC, "train", MODEL, "--data", os.path.join(WORK, "late.bin"), "--steps", "1",
+         "--no-checkpoint", "--metrics", "none"])
+check(p.returncode == 1 and f"token id 600 at token {len(late) - 1} " in p.stderr
+      and "step 1" not in p.stdout, f"hetc train on a late bad id: exit {p.returncode}, "
+      f"{p.stderr!r}")
 p = run([HETC, "train", MODEL, "--data", os.path.join(WORK, "b_train.bin"), "--val-data",
          os.path.join(WORK, "b_val.bin"), "--val-every", "2", "--val-batches", "2", "--steps", "2",
          "--no-checkpoint", "--metrics", os.path.join(WORK, "m.jsonl")])
