@@ -60,7 +60,8 @@ static void usage(FILE *f) {
             "                         made in step 1 and in the later steps (expected: none)\n"
             "  --metrics FILE         one JSON line per step (loss, grad norm, lr, tokens/s,\n"
             "                         memory) and loss.svg beside it (default:\n"
-            "                         CHECKPOINT_DIR/metrics.jsonl; 'none': off)\n"
+            "                         CHECKPOINT_DIR/metrics.jsonl, none with\n"
+            "                         --no-checkpoint; 'none': off)\n"
             "  --val-data FILE        validation tokens (same format as --data)\n"
             "  --val-every N          validation loss every N steps and after the last\n"
             "                         (default with --val-data: 10)\n"
@@ -335,7 +336,9 @@ int cmd_train(int argc, char **argv) {
     }
     {
         char mdef[4200], merr[512];
-        const char *mp = t.metrics;
+        /* default: beside the checkpoints; --no-checkpoint writes no files
+         * unless --metrics names one */
+        const char *mp = t.metrics ? t.metrics : t.no_ckpt ? "none" : NULL;
         if (!mp) {
             snprintf(mdef, sizeof mdef, "%s/metrics.jsonl", t.ckpt_dir);
             mp = mdef;
