@@ -370,6 +370,7 @@ int cmd_compile(int argc, char **argv) {
     cs.build_id = build_id;
     cs.nlayers = L;
     cs.layers = &lix;
+    cs.plan_path = planpath;
     if (compile_stages(&cs, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
         compile_stages_free(&cs);

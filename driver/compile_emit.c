@@ -168,10 +168,14 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         char *links = link_lines(p, ps, s);
         char idline[40];
         snprintf(idline, sizeof idline, "build %016llx\n", (unsigned long long)cs->build_id);
-        char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + 1);
+        char *mlines = compile_metrics_lines(cs, ps, s);
+        size_t mlen = mlines ? strlen(mlines) : 0;
+        char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + mlen + 1);
         strcpy(extra, shared);
         strcat(extra, links);
         strcat(extra, idline);
+        if (mlines) strcat(extra, mlines);
+        free(mlines);
         char *cfg = config_with(config, extra);
         free(links);
         free(extra);
