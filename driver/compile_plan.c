@@ -180,13 +180,14 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         c->mem_pred = cJSON_IsNumber(mp) ? mp->valuedouble : 0;
         copy_str(c->mesh, sizeof c->mesh, o, "mesh");
         copy_str(c->device, sizeof c->device, o, "device");
-        if ((p->global_batch / p->microbatches) % c->dp) {
-            ir_errorf(err, "%s: %s\"dp\" %d does not divide the %lld rows of a microbatch "
-                      "(global_batch / microbatches): the stage binaries split a microbatch's "
-                      "rows evenly over a stage's DP ranks; uneven per-rank rows need "
-                      "heterogeneous data parallelism's row shares (plan with hetc compile, "
-                      "which keeps dp dividing the rows, or a larger --microbatch)", path, where,
-                      c->dp, (long long)(p->global_batch / p->microbatches));
+        /* dp need not divide the rows (heterogeneous DP: the first rows % dp
+         * ranks take one row more, stage_S_lo runs the rest), but every DP
+         * rank needs a row */
+        if ((p->global_batch / p->microbatches) < c->dp) {
+            ir_errorf(err, "%s: %s\"dp\" %d exceeds the %lld rows of a microbatch "
+                      "(global_batch / microbatches): a DP rank would hold no row (plan with a "
+                      "larger --microbatch or fewer DP ranks)", path, where, c->dp,
+                      (long long)(p->global_batch / p->microbatches));
             goto done;
         }
     }

@@ -37,7 +37,10 @@ void compile_stages_free(CompileStages *cs);
 
 #include "partition.h"
 /* Memory plan, lowering, emission and link of every stage (compile_emit.c). */
-int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err);
+/* ps[s]: stage s at DP rank 0's rows; lo[s]: where dp does not divide the
+ * microbatch rows, the same stage at one row less (the last DP ranks'),
+ * emitted as stage_S_lo (lo[s].train NULL where there is none). */
+int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo, IrError *err);
 /* 1 if this hetc can link CUDA stage binaries (--backend=cuda). */
 int compile_have_cuda(void);
 
