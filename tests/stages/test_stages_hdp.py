@@ -12,8 +12,11 @@ batch's mean gradient.  Oracle: `hetc train`, one process, the same 4
 microbatches of 4 rows: 10 steps' losses to 1e-5 relative, printed
 gradient norms to 5e-5.  Then ZeRO-2 on that uneven-rows DP group (even
 flat shards of every parameter over the 3 ranks, uneven rows): the same
-10 steps.  A plan whose dp exceeds the rows (a DP rank without a row) is
-refused naming the stage.
+10 steps.  plan.json (version 2) records each DP rank's rows ([2, 1, 1]);
+another split ([1, 1, 2]: rows in proportion to device speed beyond the
+runtime's split) is refused naming the stage and the rows; a version 1
+plan (no rows) still compiles.  A plan whose dp exceeds the rows (a DP
+rank without a row) is refused naming the stage.
 
 usage: test_stages_hdp.py HETC WORKDIR
 """
@@ -93,10 +96,37 @@ if hapt:
         json.dump(q, open(path, "w"), indent=1)
         run_plan("hapt_zero2", path)
 
+    # plan.json version 2 records each DP rank's rows: the runtime's split
+    q = json.load(open(hapt))
+    for k, st in enumerate(q["stages"]):
+        if st["dp"] > 1:
+            want = [rows // st["dp"] + (r < rows % st["dp"]) for r in range(st["dp"])]
+            check(q["version"] == 2 and st.get("rows") == want,
+                  f"hapt plan.json: version {q['version']}, stage {k} rows {st.get('rows')}, "
+                  f"want {want}")
+    # another per-rank split (speed-proportional rows beyond it): refused naming the stage
+    for k in ks:
+        q["stages"][k]["rows"] = sorted(q["stages"][k]["rows"])
+    path = t.path("plan_rows_reversed.json")
+    json.dump(q, open(path, "w"), indent=1)
+    p = t.compile(t.path("build_rows_reversed"), "--plan", path, quiet=True)
+    check(p.returncode in (1, 2) and f'stages[{ks[0]}]."rows"' in p.stderr and
+          "do not run this per-rank split" in p.stderr,
+          f"rows {q['stages'][ks[0]]['rows']}: exit {p.returncode}, {p.stderr.strip()[-300:]}")
+    # an old plan (version 1, no rows) still reads and compiles
+    for st in q["stages"]:
+        st.pop("rows", None)
+    q["version"] = 1
+    path = t.path("plan_v1.json")
+    json.dump(q, open(path, "w"), indent=1)
+    p = t.compile(t.path("build_v1"), "--plan", path)
+    check(p.returncode == 0, f"a version 1 plan: hetc compile --plan exit {p.returncode}")
+
     # a DP rank without a row: refused naming the stage
     q = json.load(open(hapt))
     k = max(range(len(q["stages"])), key=lambda i: q["stages"][i]["dp"])
     q["stages"][k]["dp"] = rows + 1
+    q["stages"][k].pop("rows", None)
     path = t.path("plan_too_wide.json")
     json.dump(q, open(path, "w"), indent=1)
     p = t.compile(t.path("build_too_wide"), "--plan", path, quiet=True)
