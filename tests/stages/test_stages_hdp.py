@@ -55,6 +55,17 @@ def run_plan(label, path):
     for k in uneven:
         check(os.access(os.path.join(out, f"stage_{k}_lo"), os.X_OK),
               f"{label}: stage {k} (dp {plan['stages'][k]['dp']}, {rows} rows) has no stage_{k}_lo")
+        # DP ranks rows % dp .. dp - 1 run stage_K_lo: in mpirun's command (rank
+        # order) and in srun.conf's rank ranges
+        dp, first = plan["stages"][k]["dp"], sum(s["dp"] * s.get("tp", 1) for s in plan["stages"][:k])
+        hi = rows % plan["stages"][k]["dp"]
+        dry = t.run([os.path.join(out, "launch.sh"), "--dry-run", "--data", "x"]).stdout
+        want = f"-np {hi} {out}/stage_{k} --data x : -np {dp - hi} {out}/stage_{k}_lo --data x"
+        check(want in dry, f"{label}: launch.sh --dry-run lacks {want!r}: {dry.strip()}")
+        srun = open(os.path.join(out, "srun.conf")).read()
+        lo = f"{first + hi}-{first + dp - 1}" if dp - hi > 1 else f"{first + hi}"
+        check(re.search(rf"^{lo} \S*/stage_{k}_lo$", srun, re.M) is not None,
+              f"{label}: srun.conf does not give ranks {lo} to stage_{k}_lo: {srun}")
     pr = t.launch(out, STEPS)
     got, w = t.expect_losses(pr, label, ref, n=STEPS)
     norms = grad_norms(pr.stdout)
