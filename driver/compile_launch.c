@@ -83,6 +83,16 @@ static const char LAUNCH_HEAD[] =
 
 static int stage_ranks(const CpStage *st) { return st->dp * (st->tp > 1 ? st->tp : 1); }
 
+/* Ranks of stage s that run stage_S_lo: where dp does not divide the
+ * microbatch rows, the DP ranks from rows % dp on hold one row less
+ * (rt_row_split), each with its TP ranks. */
+static int lo_ranks(const CompPlan *plan, int s) {
+    const CpStage *st = &plan->stages[s];
+    int64_t rows = plan->global_batch / plan->microbatches;
+    int rem = (int)(rows % st->dp);
+    return rem ? (st->dp - rem) * (st->tp > 1 ? st->tp : 1) : 0;
+}
+
 /* Index of stage s's mesh among the plan's meshes in order of first use
  * (the hostfile template's lines). */
 static int mesh_index(const CompPlan *plan, int s) {
@@ -109,23 +119,28 @@ static int mesh_index(const CompPlan *plan, int s) {
 static const char LAUNCH_BODY[] =
     "node_name() { echo \"${SLURMD_NODENAME:-$(hostname)}\"; }\n"
     "# stage_$1 runnable here and of this compile, or a message naming it and this node\n"
+    "# (and stage_$1_lo, the binary of its DP ranks with one row less, where it has one)\n"
     "check_stage() {\n"
-    "  local got\n"
-    "  if [ ! -x \"$here/stage_$1\" ]; then\n"
-    "    echo \"launch.sh: node $(node_name): stage binary $here/stage_$1 is missing or not executable\" >&2\n"
+    "  local got f\n"
+    "  for f in \"stage_$1\" $( ((${lo_ranks[$1]:-0})) && echo \"stage_$1_lo\"); do\n"
+    "  if [ ! -x \"$here/$f\" ]; then\n"
+    "    echo \"launch.sh: node $(node_name): stage binary $here/$f is missing or not executable\" >&2\n"
     "    return 1\n"
     "  fi\n"
-    "  got=$(\"$here/stage_$1\" --build-id 2>/dev/null) || got=unknown\n"
+    "  got=$(\"$here/$f\" --build-id 2>/dev/null) || got=unknown\n"
     "  if [ \"$got\" != \"$build_id\" ]; then\n"
-    "    echo \"launch.sh: node $(node_name): $here/stage_$1 is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2\n"
+    "    echo \"launch.sh: node $(node_name): $here/$f is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2\n"
     "    return 1\n"
     "  fi\n"
+    "  done\n"
     "}\n"
     "if [ -n \"$check\" ]; then check_stage \"$check\" || exit 1; exit 0; fi\n"
     "for s in \"${!stages[@]}\"; do\n"
-    "  [ -x \"$here/stage_$s\" ] || { echo \"launch.sh: missing stage binary $here/stage_$s (re-run hetc to rebuild it)\" >&2; exit 1; }\n"
-    "  got=$(\"$here/stage_$s\" --build-id 2>/dev/null) || got=unknown\n"
-    "  [ \"$got\" = \"$build_id\" ] || { echo \"launch.sh: $here/stage_$s is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2; exit 1; }\n"
+    "  for f in \"stage_$s\" $( ((lo_ranks[s])) && echo \"stage_${s}_lo\"); do\n"
+    "  [ -x \"$here/$f\" ] || { echo \"launch.sh: missing stage binary $here/$f (re-run hetc to rebuild it)\" >&2; exit 1; }\n"
+    "  got=$(\"$here/$f\" --build-id 2>/dev/null) || got=unknown\n"
+    "  [ \"$got\" = \"$build_id\" ] || { echo \"launch.sh: $here/$f is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2; exit 1; }\n"
+    "  done\n"
     "done\n"
     "tmo=${HETC_CONNECT_TIMEOUT_S:-30}\n"
     "tmp=$(mktemp -d)\n"
@@ -204,7 +219,8 @@ static const char LAUNCH_BODY[] =
     "  [ -n \"${HETRT_LOCK_WAIT_S:-}\" ] && cmd+=(-x HETRT_LOCK_WAIT_S)\n"
     "  for s in \"${!stages[@]}\"; do\n"
     "    ((s)) && cmd+=(:) && pre+=(:)\n"
-    "    cmd+=(-np \"${stages[$s]}\" \"$here/stage_$s\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "    cmd+=(-np \"$((stages[s] - lo_ranks[s]))\" \"$here/stage_$s\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "    ((lo_ranks[s])) && cmd+=(: -np \"${lo_ranks[$s]}\" \"$here/stage_${s}_lo\" \"${args[@]+\"${args[@]}\"}\")\n"
     "    pre+=(-np \"${stages[$s]}\" \"$here/launch.sh\" --check-stage \"$s\")\n"
     "  done\n"
     "  [ -n \"$hostfile\" ] || pre=()  # one machine: checked above\n"
@@ -327,6 +343,11 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
     for (int s = 0; s < plan->nstages; s++)
         bprintf(&b, "%s%d", s ? " " : "", stage_ranks(&plan->stages[s]));
     bprintf(&b, ")\n");
+    /* uneven DP: the last ranks of such a stage run stage_S_lo (one row less) */
+    bprintf(&b, "lo_ranks=(");
+    for (int s = 0; s < plan->nstages; s++)
+        bprintf(&b, "%s%d", s ? " " : "", lo_ranks(plan, s));
+    bprintf(&b, ")  # ranks of each stage that run stage_S_lo (DP ranks with one row less)\n");
     /* mesh k = line k of the hostfile template = node k of a Slurm job */
     bprintf(&b, "stage_mesh=(");
     for (int s = 0; s < plan->nstages; s++)
@@ -356,11 +377,14 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
         int d = stage_ranks(&plan->stages[s]);
         char abs[4096]; /* final_dir may not exist yet: the build is swapped in later */
         build_dir_abs(final_dir, abs, sizeof abs);
-        if (d == 1)
-            bprintf(&c, "%d %s/stage_%d\n", r0, abs, s);
-        else
-            bprintf(&c, "%d-%d %s/stage_%d\n", r0, r0 + d - 1, abs, s);
-        r0 += d;
+        for (int v = 0; v < 2; v++) { /* stage_S, then stage_S_lo's ranks */
+            int n = v ? lo_ranks(plan, s) : d - lo_ranks(plan, s);
+            if (n == 1)
+                bprintf(&c, "%d %s/stage_%d%s\n", r0, abs, s, v ? "_lo" : "");
+            else if (n > 1)
+                bprintf(&c, "%d-%d %s/stage_%d%s\n", r0, r0 + n - 1, abs, s, v ? "_lo" : "");
+            r0 += n;
+        }
     }
     snprintf(path, sizeof path, "%s/srun.conf", dir);
     rc = compile_write_file(path, c.s, 0644, err);

@@ -626,9 +626,14 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         STAGE_DIE("the binary of stage %d runs on world rank %d, which the plan gives to stage "
                   "%d: launch the stages in order (mpirun -np d0 ./stage_0 : -np d1 ./stage_1 ...)",
                   c->stage, rt.ctx.world_rank, rt.ctx.stage);
-    if (c->local_rows * rt.ctx.dp_size != c->rows)
-        STAGE_DIE("stage %d: local_rows %lld x DP %d != rows %lld", c->stage,
-                  (long long)c->local_rows, rt.ctx.dp_size, (long long)c->rows);
+    int64_t row0, my_rows; /* this DP rank's rows: uneven when dp does not divide them */
+    rt_row_split(c->rows, rt.ctx.dp_size, rt.ctx.dp_rank, &row0, &my_rows);
+    if (c->local_rows != my_rows)
+        STAGE_DIE("stage %d: this binary runs %lld rows per microbatch, DP rank %d of %d holds "
+                  "%lld of the %lld rows: launch the stage's ranks with launch.sh (stage_%d_lo "
+                  "runs the ranks with one row less)", c->stage, (long long)c->local_rows,
+                  rt.ctx.dp_rank, rt.ctx.dp_size, (long long)my_rows, (long long)c->rows,
+                  c->stage);
     check_same_build(&rt, argv[0]);
     hetrt_stage_rt = &rt;
 
