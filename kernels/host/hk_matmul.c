@@ -4,7 +4,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,24 +123,21 @@ void hk_linear_f32(const float *x, const float *w, const float *bias, int64_t M,
 
 /* One head at a time per pool chunk (heads are independent: each output
  * row belongs to one head, so the result does not depend on the threads);
- * the [T,S] score rows are the running thread's scratch (hk_ws). */
+ * the [T,S] score rows are the running thread's part of the caller's
+ * scratch (hk_ws, hk_parallel_worker). */
 typedef struct AttnJob {
     const float *q, *k, *v;
     int64_t T, S, D, Dv;
     int causal;
     float scale;
     float *y;
-    atomic_int oom;
+    float *scratch; /* hk_parallel_threads() parts of T*S floats */
 } AttnJob;
 
 static void attn_heads(void *vctx, int64_t h0, int64_t h1) {
     AttnJob *j = vctx;
     int64_t T = j->T, S = j->S, D = j->D, Dv = j->Dv;
-    float *p = hk_ws(HK_WS_ATTN, (size_t)(T * (S ? S : 1)) * sizeof *p);
-    if (!p) {
-        atomic_store(&j->oom, 1);
-        return;
-    }
+    float *p = j->scratch + (size_t)hk_parallel_worker() * (size_t)(T * (S ? S : 1));
     for (int64_t bi = h0; bi < h1; bi++) {
         const float *qb = j->q + bi * T * D, *kb = j->k + bi * S * D, *vb = j->v + bi * S * Dv;
         float *yb = j->y + bi * T * Dv;
@@ -170,13 +166,14 @@ int hk_attention_f32(const float *q, const float *k, const float *v, int64_t bat
                      int64_t S, int64_t D, int64_t Dv, int causal, float scale, float *y,
                      char *err) {
     if (T == 0 || Dv == 0 || batch == 0) return 0;
-    AttnJob j = {q, k, v, T, S, D, Dv, causal, scale, y};
-    atomic_init(&j.oom, 0);
-    hk_parallel_for(batch, 1, attn_heads, &j);
-    if (atomic_load(&j.oom)) {
+    AttnJob j = {q, k, v, T, S, D, Dv, causal, scale, y, NULL};
+    size_t part = (size_t)(T * (S ? S : 1));
+    j.scratch = hk_ws(HK_WS_ATTN, (size_t)hk_parallel_threads() * part * sizeof(float));
+    if (!j.scratch) {
         if (err) snprintf(err, HK_ERRLEN, "out of memory for %lldx%lld attention scores",
                           (long long)T, (long long)S);
         return -1;
     }
+    hk_parallel_for(batch, 1, attn_heads, &j);
     return 0;
 }

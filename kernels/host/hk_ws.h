@@ -7,7 +7,11 @@
  * nothing after its first step (issue 15 item 3; tests/train train_noalloc
  * counts).  Each kernel that needs scratch owns a slot, so a kernel and
  * one it calls never share a buffer; the buffer stays valid until the same
- * thread asks for the same slot again.
+ * thread asks for the same slot again.  A kernel asks on the thread that
+ * called it, before its parallel loop (chunks run on whichever pool thread
+ * is free, so a chunk asking would make the first allocation of a worker's
+ * buffer fall in whatever step that worker first ran such a chunk); chunks
+ * that need scratch of their own use the part hk_parallel_worker() names.
  *
  * Why per thread and not per runtime context: the kernels are called from
  * places that carry no context (the host executor's adapters, the stage
@@ -20,8 +24,8 @@
 #include <stddef.h>
 
 enum {
-    HK_WS_ATTN,      /* attention forward: one head's score rows */
-    HK_WS_ATTN_BWD,  /* attention backward: P and dP of one head */
+    HK_WS_ATTN,      /* attention forward: a head's score rows per pool thread */
+    HK_WS_ATTN_BWD,  /* attention backward: a head's P and dP per pool thread */
     HK_WS_REDUCE,    /* hk_reduce: the double / int64 accumulators */
     HK_WS_NORM,      /* norm backward: parameter sums and row stats */
     HK_WS_SUM_TO,    /* reduce-sum-to-shape accumulators */

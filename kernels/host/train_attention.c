@@ -2,9 +2,9 @@
  * probabilities from q and k rather than saving the [T,S] matrix.  Heads
  * run in parallel on the kernel pool, one per chunk (each output row
  * belongs to one head: the result does not depend on the threads); P and
- * dP of a head are the running thread's scratch (hk_ws). */
+ * dP of a head are the running thread's part of the caller's scratch
+ * (hk_ws, hk_parallel_worker). */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,7 +19,7 @@ typedef struct AttnBwdJob {
     int causal;
     float scale;
     float *dq, *dk, *dv;
-    atomic_int oom;
+    float *scratch; /* hk_parallel_threads() parts of 2*T*S floats (P, dP) */
 } AttnBwdJob;
 
 static void bwd_heads(void *vctx, int64_t h0, int64_t h1)
@@ -27,11 +27,7 @@ static void bwd_heads(void *vctx, int64_t h0, int64_t h1)
     AttnBwdJob *J = vctx;
     int64_t T = J->T, S = J->S, D = J->D, Dv = J->Dv;
     size_t ts = (size_t)T * (size_t)S;
-    float *P = hk_ws(HK_WS_ATTN_BWD, sizeof(float) * (ts ? 2 * ts : 1));
-    if (!P) {
-        atomic_store(&J->oom, 1);
-        return;
-    }
+    float *P = J->scratch + (size_t)hk_parallel_worker() * (ts ? 2 * ts : 1);
     float *dP = P + ts;
     int64_t t = T, s = S, d = D, dvn = Dv;
     for (int64_t h = h0; h < h1; h++) {
@@ -113,14 +109,16 @@ int hk_attention_backward_f32(const float *q, const float *k, const float *v,
             snprintf(err, HK_ERRLEN, "attention backward: bad dimensions");
         return -1;
     }
-    AttnBwdJob j = {q, k, v, dout, T, S, D, Dv, causal, scale, dq, dk, dv};
-    atomic_init(&j.oom, 0);
-    hk_parallel_for(batch, 1, bwd_heads, &j);
-    if (atomic_load(&j.oom)) {
+    AttnBwdJob j = {q, k, v, dout, T, S, D, Dv, causal, scale, dq, dk, dv, NULL};
+    size_t ts = (size_t)T * (size_t)S;
+    j.scratch = hk_ws(HK_WS_ATTN_BWD,
+                      sizeof(float) * (size_t)hk_parallel_threads() * (ts ? 2 * ts : 1));
+    if (!j.scratch) {
         if (err)
             snprintf(err, HK_ERRLEN, "attention backward: out of memory for %lldx%lld scores",
                      (long long)T, (long long)S);
         return -1;
     }
+    hk_parallel_for(batch, 1, bwd_heads, &j);
     return 0;
 }

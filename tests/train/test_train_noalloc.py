@@ -34,6 +34,18 @@ ALLOCS = re.compile(r"exec: allocations: (\d+) in step 1, (\d+) in steps 2\.\.(\
 LOSS = re.compile(r"^step\s+(\d+)/\d+ \| loss (\S+)", re.M)
 
 
+def counts(path, exe):
+    """(calls, bytes, big calls) of the one process named exe in the
+    counter's file (one line per process), and the file is removed."""
+    with open(path) as f:
+        rows = [l.split() for l in f if l.strip()]
+    os.remove(path)
+    mine = [r for r in rows if r[0] == exe]
+    if len(mine) != 1:
+        sys.exit(f"FAIL: expected one '{exe}' line in the allocation counts, got {rows}")
+    return tuple(int(x) for x in mine[0][1:4])
+
+
 def train(steps, extra):
     out = os.path.join(tmp, "count")
     env = dict(os.environ, LD_PRELOAD=SO, HETC_ALLOC_COUNT_OUT=out)
@@ -43,8 +55,7 @@ def train(steps, extra):
     if r.returncode:
         print(r.stdout, r.stderr)
         sys.exit(f"hetc train failed ({' '.join(extra)})")
-    with open(out) as f:
-        calls, nbytes, big = (int(x) for x in f.read().split())
+    calls, nbytes, big = counts(out, os.path.basename(HETC))
     return r.stdout, calls, nbytes, big
 
 
