@@ -591,6 +591,8 @@ int main(int argc, char **argv) {
     case_attention(3, 33, 8, 0);
     { int64_t d[] = {67, 301, 3}, p[] = {2, 0, 1}; case_transpose(3, d, p); }
     { int64_t d[] = {257, 1031}, p[] = {1, 0}; case_transpose(2, d, p); }
+    { int64_t d[] = {5, 67, 301}, p[] = {0, 2, 1}; case_transpose(3, d, p); } /* batched tiles */
+    { int64_t d[] = {3, 40, 17, 20}, p[] = {2, 0, 3, 1}; case_transpose(4, d, p); } /* strided batches, a partial tile */
     { int64_t d[] = {4, 0, 3}, p[] = {2, 0, 1}; case_transpose(3, d, p); }
     fclose(dump);
     printf("%s (%d failures)\n", failures ? "FAIL" : "OK", failures);
