@@ -2,18 +2,17 @@
  *
  * hk_sgemm is cblas_sgemm (row-major) with one thread budget: OpenBLAS is
  * set to one thread once, and a product big enough to split is cut into
- * column (or row) blocks that the pool's threads run as single-threaded
- * OpenBLAS calls.  Before this, OpenBLAS's own worker thread spun in
- * sched_yield between GEMMs (~14 % of a GPT-2 step's samples) while the
- * pool's threads wanted the same cores.
+ * column (or row) blocks, one per CPU of the process's affinity mask, that
+ * the pool's threads run as single-threaded OpenBLAS calls.  Before this,
+ * OpenBLAS's own worker thread spun in sched_yield between GEMMs (~14 % of
+ * a GPT-2 step's samples) while the pool's threads wanted the same cores.
  *
  * Every element of C is computed by exactly one block call and the blocks
- * depend only on the shape (hk_sgemm.c), so the result is the same for any
- * thread count (tests/kernels kernels_threads checks 1, 2, 3 threads).  It
- * is not the bits a whole multi-threaded OpenBLAS call gave: OpenBLAS's
- * rounding depends on its partition, so before this change results
- * depended on OpenBLAS's thread count (the machine's cores); now they
- * depend on the shape alone. */
+ * depend only on the shape and the machine's CPUs (hk_sgemm.c), so the
+ * result is the same for any thread count (tests/kernels kernels_threads
+ * checks HETC_THREADS=1, 2, 3).  It is not the bits a whole multi-threaded
+ * OpenBLAS call gave: OpenBLAS's rounding depends on its partition, and
+ * before this change results depended on OpenBLAS's thread count. */
 #ifndef HETC_HK_SGEMM_H
 #define HETC_HK_SGEMM_H
 
