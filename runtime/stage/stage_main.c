@@ -730,6 +730,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         if (printer && !o.quiet) printf("trace: %s, %s\n", tj, ts);
     }
 
+    stage_met_free(&rt);
     rt_send_queue_free(&rt.sendq);
     stage_sync_teardown(&rt);
     hetrt_stage_rt = NULL;
