@@ -109,14 +109,24 @@ w = worst_rel(rec, ref)
 check(len(rec) == N and w <= 1e-5, f"the record vs hetc train: {w:.3g}")
 print(f"elastic record steps 1..{N} == hetc train to {w:.2g}", flush=True)
 
-# bad cases: the only mesh lost; survivors that cannot hold the model
-one = {"name": "one", "dtype": "fp16",
-       "meshes": [{"name": "a100", "device": "A100-80GB", "nodes": 1, "devices_per_node": 1}]}
-two = {"name": "two", "dtype": "fp16",
-       "meshes": [{"name": "a100", "device": "A100-80GB", "nodes": 1, "devices_per_node": 1},
-                  {"name": "tiny", "device": {"base": "T4", "memory_gb": 0.0001}, "nodes": 1,
-                   "devices_per_node": 1}]}
-for name, c, want in (("one", one, r"no mesh survives"), ("two", two, r"cannot be planned")):
+# bad cases: the only mesh lost; survivors that cannot hold the model.  "two": two devices of
+# 1.012 GiB; the planner's need for the whole model on one device is ~1.022 GiB (1 GiB runtime
+# reserve + 16 B per parameter + activations): two stages fit, one device alone does not.
+def dev(base, gb):
+    return {"base": base, "memory_gb": gb} if gb else base
+
+
+def cluster(name, *meshes):
+    return {"name": name, "dtype": "fp16",
+            "meshes": [{"name": n, "device": dev(b, gb), "nodes": 1, "devices_per_node": 1}
+                       for n, b, gb in meshes],
+            "default_link": {"bandwidth_gbps": 10, "latency_us": 50, "transport": "cpu-mediated"}}
+
+
+bad = (("one", cluster("one", ("a100", "A100-80GB", None)), 1, r"no mesh survives"),
+       ("two", cluster("two", ("a100", "A100-80GB", 1.012), ("t4", "T4", 1.012)), 2,
+        r"cannot be planned or compiled on the survivors"))
+for name, c, nst, want in bad:
     path = t.path(name + ".yaml")
     yaml.safe_dump(c, open(path, "w"))
     b = t.path("build_" + name)
@@ -124,8 +134,9 @@ for name, c, want in (("one", one, r"no mesh survives"), ("two", two, r"cannot b
     if not check(p.returncode == 0, f"compile on {name}"):
         continue
     pl = json.load(open(os.path.join(b, "plan.json")))
-    check(all(s["mesh"] == "a100" for s in pl["stages"]), f"{name}: the plan uses only a100")
+    check(len({s["mesh"] for s in pl["stages"]}) == nst, f"{name}: want {nst} meshes in the plan")
     p = elastic(b, t.path("ck_" + name), t.path("el_" + name), "stage:0,step:2", steps=4)
-    check(p.returncode != 0, f"{name}: exit 0 after losing a100")
+    check(p.returncode != 0, f"{name}: exit 0 after losing a mesh")
     check(re.search(want, p.stderr) is not None, f"{name}: no '{want}': {p.stderr[-600:]}")
+    print(f"{name}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1]}", flush=True)
 t.finish()
