@@ -15,8 +15,9 @@ meshes and resume from the step-5 checkpoint.  Oracles:
   state survived, steps 1..5 of the first job and 6..15 of the second) holds
   each step exactly once; recovery.json names the lost mesh, step 7, the
   resume from step 5 and four non-negative times.
-Bad cases, each non-zero with a message: the only mesh lost (no survivors),
-and survivors whose memory cannot hold the model.
+Bad cases, each non-zero with a message: the only mesh lost (no survivors;
+its rank SIGKILLed by the test, so mpirun's own report names it), and
+survivors whose memory cannot hold the model.
 
 usage: test_stages_elastic.py HETC WORKDIR
 """
@@ -24,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 
 import yaml
@@ -48,6 +50,30 @@ def elastic(build, ck, edir, fault, steps=N):
     return t.run([os.path.join(build, "launch.sh"), "--elastic", "--elastic-dir", edir, "--data",
                   DATA, "--steps", str(steps), "--checkpoint-every", str(EVERY),
                   "--checkpoint-dir", ck], quiet=True, env=env)
+
+
+def kill_after(build, ck, edir, step):
+    """--elastic with no fault hook: SIGKILL stage_0's ranks (their own processes, not mpirun,
+    whose command line names them too) once step `step` is printed."""
+    cmd = [os.path.join(build, "launch.sh"), "--elastic", "--elastic-dir", edir, "--data", DATA,
+           "--steps", str(N), "--checkpoint-dir", ck]
+    print("$", " ".join(cmd), f"(SIGKILL to stage_0 after step {step})", flush=True)
+    pr = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True)
+    for line in pr.stdout:
+        if re.match(r"step\s+%d/" % step, line):
+            q = subprocess.run(["pgrep", "-f", "^" + os.path.join(build, "stage_0")],
+                               capture_output=True, text=True)
+            for pid in q.stdout.split():
+                os.kill(int(pid), signal.SIGKILL)
+            break
+    try:
+        out, err = pr.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(pr.pid, signal.SIGKILL)
+        out, err = pr.communicate()
+        check(False, "the --elastic job hung after a rank was killed")
+    return subprocess.CompletedProcess(cmd, pr.returncode, out, err)
 
 
 edir, ck = t.path("elastic"), t.path("ck")
@@ -135,7 +161,11 @@ for name, c, nst, want in bad:
         continue
     pl = json.load(open(os.path.join(b, "plan.json")))
     check(len({s["mesh"] for s in pl["stages"]}) == nst, f"{name}: want {nst} meshes in the plan")
-    p = elastic(b, t.path("ck_" + name), t.path("el_" + name), "stage:0,step:2", steps=4)
+    if name == "one":  # a rank SIGKILLed from here: mpirun's "process rank R ... signal" names it
+        p = kill_after(b, t.path("ck_" + name), t.path("el_" + name), 2)
+        check("rank 0 (stage 0, mesh a100) lost" in p.stderr, f"one: lost rank: {p.stderr[-600:]}")
+    else:
+        p = elastic(b, t.path("ck_" + name), t.path("el_" + name), "stage:0,step:2", steps=4)
     check(p.returncode != 0, f"{name}: exit 0 after losing a mesh")
     check(re.search(want, p.stderr) is not None, f"{name}: no '{want}': {p.stderr[-600:]}")
     print(f"{name}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1]}", flush=True)
