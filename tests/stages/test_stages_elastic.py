@@ -14,7 +14,9 @@ meshes and resume from the step-5 checkpoint.  Oracles:
 - the record (ELASTIC_DIR/losses.txt: the step lines of the attempt whose
   state survived, steps 1..5 of the first job and 6..15 of the second) holds
   each step exactly once; recovery.json names the lost mesh, step 7, the
-  resume from step 5 and four non-negative times.
+  resume from step 5 and four non-negative times; CK/metrics.jsonl (the
+  stages' own record, cut back to the checkpoint on resume) holds the same
+  steps once each with the same losses.
 Bad cases, each non-zero with a message: the only mesh lost (no survivors;
 its rank SIGKILLed by the test, so mpirun's own report names it), and
 survivors whose memory cannot hold the model.
@@ -90,6 +92,15 @@ rec = losses(rec_text)
 att = dict(re.findall(r"^step\s+(\d+)/.*\| attempt (\d+)$", rec_text, re.M))
 check(all(att.get(str(k)) == ("1" if k <= EVERY else "2") for k in range(1, N + 1)),
       f"steps 1..{EVERY} from attempt 1, the rest from attempt 2: {att}")
+
+# the runtime's own record, CK/metrics.jsonl: a resumed job drops the lines past its checkpoint
+# and appends, so it too must hold each step once, with the record's losses
+mj = [json.loads(x) for x in open(os.path.join(ck, "metrics.jsonl"))] if os.path.exists(
+    os.path.join(ck, "metrics.jsonl")) else []
+check([m.get("step") for m in mj] == list(range(1, N + 1)),
+      f"metrics.jsonl steps {[m.get('step') for m in mj]}, want 1..{N} once each")
+w = worst_rel({m["step"]: m["loss"] for m in mj if "step" in m and "loss" in m}, rec)
+check(w <= 1e-7, f"metrics.jsonl losses vs losses.txt: {w:.3g}")
 
 js = {}
 try:
