@@ -53,7 +53,7 @@ static const char LAUNCH_HEAD[] =
     "#\n"
     "#   launch.sh --data TOKENS.bin [--steps N] [--resume | --overwrite-checkpoints]\n"
     "#             [--checkpoint-every N] [--checkpoint-dir DIR] [--lr-horizon N] [--quiet]\n"
-    "#             [--metrics FILE] [--trace] [--val-data FILE [--val-every N] [--val-batches N]]\n"
+    "#             [--metrics FILE] [--no-trace] [--val-data FILE [--val-every N] [--val-batches N]]\n"
     "#             (to every stage; stage_0 --help says more)\n"
     "#   launch.sh --hostfile FILE ...   run on the hosts of FILE (see hostfile here)\n"
     "#   launch.sh --slurm ...           srun --multi-prog with srun.conf, inside an allocation;\n"

@@ -27,6 +27,7 @@ typedef struct StageOpts {
     const char *metrics;       /* --metrics FILE ("none": off; NULL: CKPT_DIR/metrics.jsonl) */
     const char *val_data;      /* --val-data FILE */
     int64_t val_every, val_batches;
+    int64_t trace_spans;       /* --trace-spans: the trace ring's size per rank */
     int trace, print_schedule;
     char metrics_default[PATH_MAX + 16];
     int64_t steps, ckpt_every;
@@ -62,9 +63,13 @@ static void usage(FILE *f, const char *prog) {
             "                           MFU, per-stage compute / comm / bubble time, memory)\n"
             "                           and loss.svg beside it (default:\n"
             "                           CHECKPOINT_DIR/metrics.jsonl; 'none': off)\n"
-            "  --trace                  record every rank's F/B/send/recv/all-reduce spans:\n"
-            "                           trace.json (Chrome / Perfetto) and trace.svg (the last\n"
-            "                           step under the plan's predicted timeline) beside --metrics\n"
+            "  --no-trace               do not record every rank's F/B/send/recv/all-reduce\n"
+            "                           spans (recorded by default: trace.json, Chrome /\n"
+            "                           Perfetto, the newest 131072 spans per rank, and\n"
+            "                           trace.svg, the last step under the plan's predicted\n"
+            "                           timeline, beside --metrics; --trace is accepted)\n"
+            "  --trace-spans N          spans the trace keeps per rank (default 131072: the\n"
+            "                           newest; older ones are dropped)\n"
             "  --val-data FILE          validation tokens (same format as --data)\n"
             "  --val-every N            validation loss every N steps and after the last\n"
             "                           (default with --val-data: 10)\n"
@@ -113,8 +118,8 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
             o->quiet = 1;
             continue;
         }
-        if (!strcmp(a, "--trace")) {
-            o->trace = 1;
+        if (!strcmp(a, "--trace") || !strcmp(a, "--no-trace")) {
+            o->trace = a[2] == 't';
             continue;
         }
         if (!strcmp(a, "--print-schedule")) { /* before MPI, like --build-id */
@@ -123,10 +128,10 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
         }
         const char *names[] = {"--data", "--steps", "--checkpoint-dir", "--checkpoint-every",
                                "--init", "--data-format", "--lr-horizon", "--metrics",
-                               "--val-data", "--val-every", "--val-batches"};
+                               "--val-data", "--val-every", "--val-batches", "--trace-spans"};
         int k = -1;
         const char *v = NULL;
-        for (int j = 0; j < 11; j++) {
+        for (int j = 0; j < (int)(sizeof names / sizeof *names); j++) {
             size_t n = strlen(names[j]);
             if (!strncmp(a, names[j], n) && (a[n] == 0 || a[n] == '=')) {
                 k = j;
@@ -164,6 +169,13 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
             if (parse_i64(names[k], v, k == 9 ? &o->val_every : &o->val_batches)) return -1;
             if (k == 9 ? o->val_every < 1 : o->val_batches < 1) {
                 fprintf(stderr, "stage: %s must be at least 1\n", names[k]);
+                return -1;
+            }
+            break;
+        case 11:
+            if (parse_i64("--trace-spans", v, &o->trace_spans)) return -1;
+            if (o->trace_spans < 1) {
+                fprintf(stderr, "stage: --trace-spans must be at least 1\n");
                 return -1;
             }
             break;
@@ -588,7 +600,7 @@ static void check_desc(const HetcStageDesc *d) {
 }
 
 int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
-    StageOpts o = {.ckpt_dir = "checkpoints", .steps = -1};
+    StageOpts o = {.ckpt_dir = "checkpoints", .steps = -1, .trace = 1, .trace_spans = 1 << 17};
     /* Options first, before MPI: every rank sees the same mistake and exits
      * with it, and --help works without a launcher. */
     int pr = parse_args(argc, argv, &o);
@@ -730,6 +742,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     }
     rt.met.metrics = strcmp(mpath, "none") != 0;
     rt.met.trace = o.trace;
+    rt.met.cap = o.trace_spans;
     if (stage_met_setup(&rt)) STAGE_DIE("stage %d: metrics setup failed", c->stage);
     if (printer && rt.met.metrics &&
         rt_metrics_open(&rt.met.out, mpath, NULL, o.resume ? start : 0, err, sizeof err))

@@ -23,7 +23,10 @@
 
 #include "stage_internal.h"
 
-#define MAX_SPANS (INT64_C(1) << 20) /* per rank: 24 MiB; later spans are dropped */
+/* Spans kept per rank: a ring of the newest met.cap (--trace-spans, 131072 =
+ * 3 MiB by default), allocated at setup, so tracing is on by default and the
+ * step loop allocates nothing; a run longer than the ring keeps its last
+ * steps (trace.svg draws the last). */
 
 double stage_now(void) {
     struct timespec ts;
@@ -33,22 +36,14 @@ double stage_now(void) {
 
 void stage_span(StageRt *rt, char k, int mb, double t0, double t1) {
     StageMet *m = &rt->met;
-    if (!m->trace) return;
+    if (!m->trace || !m->spans) return;
     /* a validation forward's sends and receives: lower case, so the
      * measured step drawn in trace.svg is the training step alone */
     if (rt->in_val && k >= 'A' && k <= 'Z' && k != 'V') k = (char)(k - 'A' + 'a');
-    if (m->nspans == m->cap) {
-        int64_t cap = m->cap ? 2 * m->cap : 4096;
-        StageSpan *p = cap <= MAX_SPANS ? realloc(m->spans, (size_t)cap * sizeof *p) : NULL;
-        if (!p) {
-            m->dropped++;
-            return;
-        }
-        m->spans = p, m->cap = cap;
-    }
-    m->spans[m->nspans++] = (StageSpan){.t0 = t0 - m->origin, .t1 = t1 - m->origin,
-                                        .step = (int32_t)(rt->step + 1), .mb = (int16_t)mb,
-                                        .kind = k};
+    m->spans[m->nspans % m->cap] =
+        (StageSpan){.t0 = t0 - m->origin, .t1 = t1 - m->origin,
+                    .step = (int32_t)(rt->step + 1), .mb = (int16_t)mb, .kind = k};
+    m->nspans++;
 }
 
 static int is_printer(const StageRt *rt) {
@@ -60,6 +55,13 @@ int stage_met_setup(StageRt *rt) {
     if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &r, 1, MPI_INT, MPI_MAX, "printer rank"))
         return -1;
     rt->met.root = r;
+    if (rt->met.trace) {
+        rt->met.spans = malloc((size_t)rt->met.cap * sizeof *rt->met.spans);
+        if (!rt->met.spans) {
+            rt_log_error("trace: out of memory for %lld spans", (long long)rt->met.cap);
+            return -1;
+        }
+    }
     if (rt_barrier(&rt->ctx, "trace clock origin")) return -1;
     rt->met.origin = stage_now();
     return 0;
@@ -295,6 +297,20 @@ int stage_met_finish(StageRt *rt, const char *trace_json, const char *trace_svg)
     StageMet *m = &rt->met;
     if (!m->trace) return 0;
     int me = rt->ctx.world_rank, n = rt->ctx.world_size, root = m->root;
+    if (m->nspans > m->cap) { /* the ring wrapped: oldest first, the older ones dropped */
+        int64_t head = m->nspans % m->cap;
+        StageSpan *ord = malloc((size_t)m->cap * sizeof *ord);
+        if (!ord) {
+            rt_log_error("trace: out of memory ordering %lld spans", (long long)m->cap);
+            return -1;
+        }
+        memcpy(ord, m->spans + head, (size_t)(m->cap - head) * sizeof *ord);
+        memcpy(ord + (m->cap - head), m->spans, (size_t)head * sizeof *ord);
+        free(m->spans);
+        m->spans = ord;
+        m->dropped = m->nspans - m->cap;
+        m->nspans = m->cap;
+    }
     long long mine[3] = {m->nspans, rt->cfg.stage, m->dropped};
     long long *all = me == root ? calloc((size_t)n * 3, sizeof *all) : NULL;
     if (MPI_Gather(mine, 3, MPI_LONG_LONG, all, 3, MPI_LONG_LONG, root, MPI_COMM_WORLD) !=
@@ -329,8 +345,8 @@ int stage_met_finish(StageRt *rt, const char *trace_json, const char *trace_svg)
             displ[r] = (int)o;
             o += bytes[r];
             if (all[3 * r + 2] > 0)
-                fprintf(stderr, "warning: --trace: rank %d dropped %lld spans past its %lld\n", r,
-                        all[3 * r + 2], (long long)MAX_SPANS);
+                fprintf(stderr, "note: trace: rank %d keeps its newest %lld spans (%lld older "
+                        "ones dropped)\n", r, all[3 * r], all[3 * r + 2]);
         }
     }
     /* a root that could not allocate still receives (nothing: counts 0) */

@@ -50,7 +50,8 @@ with open(VAL, "wb") as f:
     f.write(val.astype("<u2").tobytes())
 
 ckpt = t.path("ckpt")
-p = t.launch(out, STEPS, "--checkpoint-dir", ckpt, "--checkpoint-every", "3", "--trace",
+# the trace is on by default: no --trace
+p = t.launch(out, STEPS, "--checkpoint-dir", ckpt, "--checkpoint-every", "3",
              "--val-data", VAL, "--val-every", str(VAL_EVERY), "--val-batches", str(VAL_BATCHES))
 t.check(p.returncode == 0, f"launch.sh exit {p.returncode}")
 printed = {int(m.group(1)): m.group(2) for m in
@@ -176,8 +177,27 @@ print(f"val loss at step {STEPS}: pipeline {got}, hetc train {ref_val.get(STEPS)
 # ---- a run resumed from step 3 (the step-6 checkpoint gone): metrics.jsonl keeps steps 1..3
 # of the first run, drops its 4..6 and appends the resumed 4..6 -- every step once
 shutil.rmtree(os.path.join(ckpt, "step_%08d" % STEPS), ignore_errors=True)
-p = t.launch(out, STEPS, "--checkpoint-dir", ckpt, "--resume")
+# ... with a trace ring of RING spans per rank, fewer than the resumed steps make:
+# each rank's trace.json holds exactly its newest RING spans, oldest first
+# (the ring put back in order: a span is recorded when it ends, so the end
+# times ts + dur never decrease), and the last step whole where it fits
+RING = 40
+last_n = {r: sum(1 for e in xs if e["pid"] == r and e["args"]["step"] == STEPS)
+          for r in stage_of}
+os.remove(trace_path)
+p = t.launch(out, STEPS, "--checkpoint-dir", ckpt, "--resume", "--trace-spans", str(RING))
 t.check(p.returncode == 0, f"resumed launch.sh exit {p.returncode}")
+t.check("older ones dropped" in p.stderr, "no note that the trace ring dropped spans")
+ev2 = json.load(open(trace_path))["traceEvents"] if os.path.exists(trace_path) else []
+for r, s in sorted(stage_of.items()):
+    mine = [e for e in ev2 if e.get("ph") == "X" and e["pid"] == r]
+    t.check(len(mine) == RING, f"ring of {RING}: rank {r} has {len(mine)} spans")
+    t.check(all(a["ts"] + a["dur"] <= b["ts"] + b["dur"] + 0.002 for a, b in zip(mine, mine[1:])),
+            f"ring of {RING}: rank {r}'s spans are not in time order")
+    if last_n[r] <= RING:
+        fb = [e["args"]["kind"] + str(e["args"]["mb"]) for e in mine
+              if e["args"]["step"] == STEPS and e["args"]["kind"] in "FB"]
+        t.check(fb == sched[s], f"ring of {RING}: rank {r} last step F/B {fb}")
 again = [json.loads(l) for l in open(mpath)]
 t.check([m["step"] for m in again] == list(range(1, STEPS + 1)),
         f"after --resume, metrics.jsonl steps {[m['step'] for m in again]}")

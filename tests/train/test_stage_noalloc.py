@@ -8,6 +8,8 @@ allocate nothing; the one allowed is a 32-byte allocation that one run in a
 few makes and the other does not, in either order (timing-dependent, outside
 hetc's kernels; not yet traced), where an allocation per step would show as
 6 or more -- and the two runs' common steps must print the same losses.
+The trace (on by default) records into a ring allocated at start-up; a ring
+of 4 spans wraps in both runs, so its end-of-run gather is the same size.
 
 Multi-stage pipelines are not checked here: their transfers and MPI's
 non-blocking collectives still allocate per step (docs/PERF.md).
@@ -49,7 +51,7 @@ def launch(steps):
     counts = os.path.join(tmp, f"count{steps}")
     env = dict(os.environ, LD_PRELOAD=SO, HETC_ALLOC_COUNT_OUT=counts)
     r = subprocess.run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", str(steps),
-                        "--checkpoint-every", "0",
+                        "--checkpoint-every", "0", "--trace-spans", "4",
                         "--checkpoint-dir", os.path.join(tmp, f"ckpt{steps}")],
                        capture_output=True, text=True, env=env, timeout=600)
     if r.returncode:
