@@ -535,7 +535,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
                 LocCtx lc = {mp, st, graph};
                 LnCtx c = {.n = (IrNode *)n, .loc = value_loc, .u = &lc, .tp = st->tp,
                            .out = &out};
-                if (lower_node(&c)) {
+                if (o->cuda ? lower_node_cuda(&c) : lower_node(&c)) {
                     if (stats) stats->direct++;
                     continue;
                 }
@@ -576,13 +576,18 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
         prog->nslots = mp->nslots;
         prog->externs = st->tp > 1 ? lower_hetrt_externs_tp : lower_hetrt_externs;
         prog->nexterns = st->tp > 1 ? lower_hetrt_nexterns_tp : lower_hetrt_nexterns;
-        if (o->direct) { /* the runtime's entries and the kernels' */
-            LeExtern *ex = ir_xcalloc((size_t)(prog->nexterns + lower_node_nexterns), sizeof *ex);
+        if (o->direct) { /* the runtime's entries and the kernels' (CUDA: the
+                          * hetrt_cu_* entries too) */
+            int nk = lower_node_nexterns + (o->cuda ? lower_node_cuda_nexterns : 0);
+            LeExtern *ex = ir_xcalloc((size_t)(prog->nexterns + nk), sizeof *ex);
             memcpy(ex, prog->externs, sizeof *ex * (size_t)prog->nexterns);
             memcpy(ex + prog->nexterns, lower_node_externs,
                    sizeof *ex * (size_t)lower_node_nexterns);
+            if (o->cuda)
+                memcpy(ex + prog->nexterns + lower_node_nexterns, lower_node_cuda_externs,
+                       sizeof *ex * (size_t)lower_node_cuda_nexterns);
             prog->externs = ex;
-            prog->nexterns += lower_node_nexterns;
+            prog->nexterns += nk;
         }
         /* the IR texts only for graphs some hetrt_node call runs a node of:
          * a program of direct calls carries none (docs/STAGE_ABI.md, ABI 3) */

@@ -47,10 +47,12 @@ typedef struct LowerOpts {
     const PartStage *all_stages;
     int nall_stages;
     /* 1: each node whose op codegen/lower_node.c lowers becomes direct
-     * kernel calls (hk_* with constant shapes; host backend), the rest
-     * hetrt_node; 0: every node is hetrt_node (the CUDA backend, whose arena
-     * is device memory) */
+     * kernel calls (hk_* with constant shapes), the rest hetrt_node; 0:
+     * every node is hetrt_node (--interpret-nodes) */
     int direct;
+    /* with direct: the CUDA backend's table (codegen/lower_node_cuda.c:
+     * hetrt_cu_* entries on device memory) instead of the host kernels */
+    int cuda;
 } LowerOpts;
 
 /* What lower_stage made of the stage's nodes (hetc compile's report). */

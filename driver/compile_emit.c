@@ -154,7 +154,8 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         lo.steps = a->steps;
         lo.layers = cs->nlayers;
         lo.token_dtype = IR_UNDEF;
-        lo.direct = !a->backend_cuda && !a->interpret_nodes; /* device arenas keep hetrt_node (docs/CODEGEN.md) */
+        lo.direct = !a->interpret_nodes;
+        lo.cuda = a->backend_cuda; /* device arenas: codegen/lower_node_cuda.c's table */
         LeProgram prog;
         MemPlan mp;
         char *config = NULL;

@@ -135,6 +135,18 @@ int32_t hetrt_tp_vocab_ce_bwd(const float *logits, int32_t tdt, const void *targ
                               int64_t start0, int64_t vfull, int32_t use_ignore,
                               int64_t ignore_index, const float *dloss, float *dlogits);
 
+/* The CUDA backend's direct kernel calls (codegen/lower_node_cuda.c,
+ * runtime/cuda/stage_kernels_cuda.c; only in --backend=cuda programs): fp32
+ * device pointers into the arena, kernels/cuda's numbering of ops (HKC_ADD,
+ * HKC_NEG, HKC_UG_*), launched on the stage's stream.  binary: y over dims
+ * (rank <= 8), a and b read with broadcast strides sa, sb (in elements, 0:
+ * broadcast); unary_grad: dx = dy f'(x), y NULL or f(x). */
+int32_t hetrt_cu_binary(int32_t op, int32_t rank, const int64_t *dims, const float *a,
+                        const int64_t *sa, const float *b, const int64_t *sb, float *y);
+int32_t hetrt_cu_unary(int32_t op, const float *x, float *y, int64_t n);
+int32_t hetrt_cu_unary_grad(int32_t op, const float *x, const float *y, const float *dy,
+                            float *dx, int64_t n);
+
 /* Direct kernel calls (codegen/lower_node.c) pass this buffer, defined by
  * the generated module when some call uses it, as the kernels' `err`: a
  * kernel that returns nonzero has written its reason here (the runtime

@@ -1,0 +1,59 @@
+/* Direct kernel calls of --backend=cuda stage programs (issue 15 item 5):
+ * the entries codegen/lower_node_cuda.c's table calls with compile-time
+ * shapes and arena pointers (device memory), each launching kernels/cuda's
+ * hkc_* kernel on the stage's one stream and cuBLASLt handle (the CudaBe's
+ * HkcCtx, the same the node interpreter borrows), so direct calls, the
+ * hetrt_node calls left for other nodes, copies and collectives stay in
+ * program order without any synchronisation.  Like every hetrt_* entry they
+ * print why they failed and return nonzero (the generated code then stops
+ * the stage naming the call).  Declarations: runtime/abi/stage_abi.h. */
+#include <string.h>
+
+#include "stage_cuda_internal.h"
+
+static HkcCtx *kctx(const char *entry) {
+    if (!hetrt_stage_rt) {
+        rt_log_error("%s called outside hetrt_stage_main", entry);
+        return NULL;
+    }
+    return stage_be_kernel_ctx(hetrt_stage_rt);
+}
+
+static int32_t done(const char *entry, int rc, const char *err) {
+    if (rc) rt_log_error("stage %d: %s: %s", hetrt_stage_rt->cfg.stage, entry, err);
+    return rc ? 1 : 0;
+}
+
+int32_t hetrt_cu_binary(int32_t op, int32_t rank, const int64_t *dims, const float *a,
+                        const int64_t *sa, const float *b, const int64_t *sb, float *y) {
+    HkcCtx *k = kctx("hetrt_cu_binary");
+    if (!k) return 1;
+    if (rank < 0 || rank > HKC_MAX_RANK) {
+        rt_log_error("hetrt_cu_binary: rank %d outside 0..%d", rank, HKC_MAX_RANK);
+        return 1;
+    }
+    HkcShape o;
+    HkcStrides ta, tb;
+    memset(&o, 0, sizeof o);
+    memset(&ta, 0, sizeof ta);
+    memset(&tb, 0, sizeof tb);
+    o.rank = rank;
+    for (int d = 0; d < rank; d++) o.dims[d] = dims[d], ta.s[d] = sa[d], tb.s[d] = sb[d];
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_binary", hkc_binary_f32(k, op, a, ta, b, tb, y, o, err), err);
+}
+
+int32_t hetrt_cu_unary(int32_t op, const float *x, float *y, int64_t n) {
+    HkcCtx *k = kctx("hetrt_cu_unary");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_unary", hkc_unary_f32(k, op, x, y, n, err), err);
+}
+
+int32_t hetrt_cu_unary_grad(int32_t op, const float *x, const float *y, const float *dy,
+                            float *dx, int64_t n) {
+    HkcCtx *k = kctx("hetrt_cu_unary_grad");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_unary_grad", hkc_unary_grad_f32(k, op, x, y, dy, dx, n, err), err);
+}
