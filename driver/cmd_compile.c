@@ -2,7 +2,7 @@
  * the stage's local batch, training passes, partition (passes/partition.h),
  * memory plan + lowering (codegen/lower_stage.h), LLVM emission and link
  * into DIR/stage_K; the initial parameters as a layer-wise checkpoint
- * (DIR/init); launch.sh / srun.conf / hostfile.  docs/STAGES.md. */
+ * (DIR/init); launch.sh / srun.conf / job.sbatch / hostfile.  docs/STAGES.md. */
 #include "cmd_compile.h"
 
 #include <math.h>
@@ -41,6 +41,7 @@ static void usage(FILE *f) {
             "  DIR/launch.sh      one MPMD mpirun of every stage (--data FILE --steps N --resume\n"
             "                     --checkpoint-every N --checkpoint-dir DIR; --hostfile, --slurm)\n"
             "  DIR/srun.conf      Slurm --multi-prog; DIR/hostfile: hosts per mesh (template)\n"
+            "  DIR/job.sbatch     the Slurm job in one file: sbatch DIR/job.sbatch --data FILE\n"
             "  DIR/stages.txt     per-stage memory plan beside the planner's prediction\n"
             "\n"
             "compile options:\n"

@@ -54,27 +54,259 @@ static const char LAUNCH_HEAD[] =
     "#   launch.sh --data TOKENS.bin [--steps N] [--resume | --overwrite-checkpoints]\n"
     "#             [--checkpoint-every N] [--checkpoint-dir DIR] [--lr-horizon N] [--quiet]  (to every stage)\n"
     "#   launch.sh --hostfile FILE ...   run on the hosts of FILE (see hostfile here)\n"
-    "#   launch.sh --slurm ...           srun --multi-prog with srun.conf (inside an allocation)\n"
+    "#   launch.sh --slurm ...           srun --multi-prog with srun.conf, inside an allocation;\n"
+    "#                                   outside one: sbatch job.sbatch ... (HETC_SBATCH_ARGS)\n"
     "#   launch.sh --dry-run ...         print the command and exit\n"
     "# Without --hostfile it runs a virtual cluster on this machine (ranks oversubscribed).\n"
     "# Environment: MPIRUN (default mpirun), HETRT_TIMEOUT_S (per-operation timeout, s),\n"
     "# HETRT_LOCK_WAIT_S (how long to wait for the checkpoint directory's lock, s),\n"
-    "# HETC_THREADS (kernel threads per rank; default here: this machine's CPUs / ranks).\n"
+    "# HETC_THREADS (kernel threads per rank; default here: this machine's CPUs / ranks),\n"
+    "# HETC_CONNECT_TIMEOUT_S (--hostfile / --slurm: bound on reaching the hosts and on the\n"
+    "# check of the stage binaries there, default 30), HETC_SRUN_MPI (srun --mpi, default pmix),\n"
+    "# HETC_SBATCH_ARGS (sbatch options when --slurm submits job.sbatch).\n"
     "set -euo pipefail\n"
     "here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
-    "hostfile=\"\" slurm=0 dry=0 args=()\n"
+    "hostfile=\"\" slurm=0 dry=0 check=\"\" args=()\n"
     "while (($#)); do\n"
     "  case \"$1\" in\n"
     "    --hostfile) [ $# -ge 2 ] || { echo \"launch.sh: --hostfile needs a file\" >&2; exit 2; }\n"
     "                hostfile=$2; shift 2 ;;\n"
     "    --slurm) slurm=1; shift ;;\n"
     "    --dry-run) dry=1; shift ;;\n"
-    "    -h|--help) sed -n '2,12p' \"$0\" | sed 's/^# \\{0,1\\}//'; exit 0 ;;\n"
+    "    --check-stage) check=${2:-}; shift $(($# >= 2 ? 2 : 1)) ;;  # on every node, before the job\n"
+    "    -h|--help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' \"$0\" | sed 's/^# \\{0,1\\}//'; exit 0 ;;\n"
     "    *) args+=(\"$1\"); shift ;;\n"
     "  esac\n"
     "done\n";
 
 static int stage_ranks(const CpStage *st) { return st->dp * (st->tp > 1 ? st->tp : 1); }
+
+/* Index of stage s's mesh among the plan's meshes in order of first use
+ * (the hostfile template's lines). */
+static int mesh_index(const CompPlan *plan, int s) {
+    int k = 0;
+    for (int t = 0; t < s; t++) {
+        int first = 1;
+        for (int u = 0; u < t; u++)
+            first &= strcmp(plan->stages[u].mesh, plan->stages[t].mesh) != 0;
+        if (!first)
+            continue;
+        if (!strcmp(plan->stages[t].mesh, plan->stages[s].mesh))
+            return k;
+        k++;
+    }
+    return k;
+}
+
+/* launch.sh after the plan's arrays (stages, stage_mesh, world, layout,
+ * build_id).  --hostfile and --slurm first check, within a bounded time,
+ * that every host answers and that every node can run its stage binaries
+ * (the same launcher starting `launch.sh --check-stage S` in the ranks'
+ * places), so a broken cluster gets a message naming the host or binary
+ * instead of a hang (docs/STAGES.md "Slurm and multi-node"). */
+static const char LAUNCH_BODY[] =
+    "node_name() { echo \"${SLURMD_NODENAME:-$(hostname)}\"; }\n"
+    "# stage_$1 runnable here and of this compile, or a message naming it and this node\n"
+    "check_stage() {\n"
+    "  local got\n"
+    "  if [ ! -x \"$here/stage_$1\" ]; then\n"
+    "    echo \"launch.sh: node $(node_name): stage binary $here/stage_$1 is missing or not executable\" >&2\n"
+    "    return 1\n"
+    "  fi\n"
+    "  got=$(\"$here/stage_$1\" --build-id 2>/dev/null) || got=unknown\n"
+    "  if [ \"$got\" != \"$build_id\" ]; then\n"
+    "    echo \"launch.sh: node $(node_name): $here/stage_$1 is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2\n"
+    "    return 1\n"
+    "  fi\n"
+    "}\n"
+    "if [ -n \"$check\" ]; then check_stage \"$check\" || exit 1; exit 0; fi\n"
+    "for s in \"${!stages[@]}\"; do\n"
+    "  [ -x \"$here/stage_$s\" ] || { echo \"launch.sh: missing stage binary $here/stage_$s (re-run hetc to rebuild it)\" >&2; exit 1; }\n"
+    "  got=$(\"$here/stage_$s\" --build-id 2>/dev/null) || got=unknown\n"
+    "  [ \"$got\" = \"$build_id\" ] || { echo \"launch.sh: $here/stage_$s is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2; exit 1; }\n"
+    "done\n"
+    "tmo=${HETC_CONNECT_TIMEOUT_S:-30}\n"
+    "tmp=$(mktemp -d)\n"
+    "trap 'rm -rf \"$tmp\"' EXIT\n"
+    "pre=()  # the per-node check: the job's launcher running launch.sh --check-stage S in stage S's places\n"
+    "if ((slurm)); then\n"
+    "  if [ -z \"${SLURM_JOB_ID:-}\" ]; then  # outside an allocation: submit job.sbatch, which comes back here\n"
+    "    if ! command -v sbatch > /dev/null; then\n"
+    "      echo \"launch.sh --slurm: not inside a Slurm allocation (SLURM_JOB_ID is not set) and no sbatch to submit $here/job.sbatch with\" >&2\n"
+    "      exit 2\n"
+    "    fi\n"
+    "    read -r -a sb <<< \"${HETC_SBATCH_ARGS:-}\"\n"
+    "    cmd=(sbatch \"${sb[@]+\"${sb[@]}\"}\" \"$here/job.sbatch\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "    if ((dry)); then printf '%q ' \"${cmd[@]}\"; echo; exit 0; fi\n"
+    "    echo \"launch.sh --slurm: not inside a Slurm allocation: submitting $here/job.sbatch\" >&2\n"
+    "    exec \"${cmd[@]}\"\n"
+    "  fi\n"
+    "  have=${SLURM_NTASKS:-}\n"
+    "  if [ -z \"$have\" ]; then  # SLURM_TASKS_PER_NODE: \"2(x3),1\"\n"
+    "    have=0\n"
+    "    IFS=, read -r -a tpn <<< \"${SLURM_TASKS_PER_NODE:-}\"\n"
+    "    rx='^([0-9]+)[(]x([0-9]+)[)]$'\n"
+    "    for t in \"${tpn[@]+\"${tpn[@]}\"}\"; do\n"
+    "      if [[ $t =~ $rx ]]; then have=$((have + BASH_REMATCH[1] * BASH_REMATCH[2])); else have=$((have + t)); fi\n"
+    "    done\n"
+    "  fi\n"
+    "  if ((have < world)); then\n"
+    "    echo \"launch.sh --slurm: Slurm job $SLURM_JOB_ID has $have tasks, the plan needs $world ($layout): submit $here/job.sbatch as written ($sbatch_shape) or with at least $world tasks\" >&2\n"
+    "    exit 2\n"
+    "  fi\n"
+    "  unset SLURM_NTASKS_PER_NODE  # the job's shape; the steps place their ranks themselves\n"
+    "  mapfile -t nodes < <(scontrol show hostnames \"${SLURM_JOB_NODELIST:-}\")\n"
+    "  if ((${#nodes[@]} == 0)); then echo \"launch.sh --slurm: no node in SLURM_JOB_NODELIST of job $SLURM_JOB_ID\" >&2; exit 2; fi\n"
+    "  # rank -> node: mesh k on the allocation's node k (k modulo the node count), ranks in stage order\n"
+    "  for s in \"${!stages[@]}\"; do\n"
+    "    for ((r = 0; r < stages[s]; r++)); do echo \"${nodes[stage_mesh[s] % ${#nodes[@]}]}\"; done\n"
+    "  done > \"$tmp/nodes\"\n"
+    "  export SLURM_HOSTFILE=\"$tmp/nodes\"\n"
+    "  if [ -z \"${HETC_THREADS:-}\" ] && [ -n \"${SLURM_CPUS_PER_TASK:-}\" ]; then export HETC_THREADS=$SLURM_CPUS_PER_TASK; fi\n"
+    "  q=\"\"; for a in \"${args[@]+\"${args[@]}\"}\"; do q+=\" $(printf '%q' \"$a\")\"; done\n"
+    "  sed \"s|\\$|$q|\" \"$here/srun.conf\" > \"$tmp/srun.conf\"\n"
+    "  r0=0\n"
+    "  for s in \"${!stages[@]}\"; do\n"
+    "    echo \"$r0-$((r0 + stages[s] - 1)) $here/launch.sh --check-stage $s\"; r0=$((r0 + stages[s]))\n"
+    "  done > \"$tmp/check.conf\"\n"
+    "  # srun starts the ranks; OpenMPI finds its peers through PMIx (Debian: slurm-wlm's mpi/pmix)\n"
+    "  run=(srun --ntasks=\"$world\" --distribution=arbitrary --kill-on-bad-exit=1)\n"
+    "  cmd=(\"${run[@]}\" --mpi=\"${HETC_SRUN_MPI:-pmix}\" --multi-prog \"$tmp/srun.conf\")\n"
+    "  pre=(\"${run[@]}\" --mpi=none --multi-prog \"$tmp/check.conf\")\n"
+    "else\n"
+    "  cmd=(\"${MPIRUN:-mpirun}\")\n"
+    "  [ \"$(id -u)\" = 0 ] && cmd+=(--allow-run-as-root)\n"
+    "  if [ -n \"$hostfile\" ]; then\n"
+    "    [ -r \"$hostfile\" ] || { echo \"launch.sh: --hostfile $hostfile: cannot read it\" >&2; exit 2; }\n"
+    "    hosts=() slots=0 counted=1 re='(^|[[:space:]])slots=([0-9]+)'\n"
+    "    while read -r h rest; do\n"
+    "      h=${h%%#*}; [ -n \"$h\" ] || continue\n"
+    "      hosts+=(\"$h\")\n"
+    "      if [[ $rest =~ $re ]]; then slots=$((slots + BASH_REMATCH[2])); else counted=0; fi\n"
+    "    done < \"$hostfile\"\n"
+    "    if ((${#hosts[@]} == 0)); then echo \"launch.sh: --hostfile $hostfile names no host\" >&2; exit 2; fi\n"
+    "    if ((counted && slots < world)); then\n"
+    "      echo \"launch.sh: --hostfile $hostfile has $slots slots, the plan needs $world ranks ($layout): add hosts or slots\" >&2\n"
+    "      exit 2\n"
+    "    fi\n"
+    "    cmd+=(--hostfile \"$hostfile\")\n"
+    "  else cmd+=(--oversubscribe --bind-to none)\n"
+    "    # every rank's kernel pool defaults to all CPUs: on one machine the ranks share them\n"
+    "    if [ -z \"${HETC_THREADS:-}\" ]; then\n"
+    "      c=$(nproc 2>/dev/null || echo 1); export HETC_THREADS=$(( c / world > 0 ? c / world : 1 ))\n"
+    "    fi\n"
+    "  fi\n"
+    "  pre=(\"${cmd[@]}\")\n"
+    "  [ -n \"${HETC_THREADS:-}\" ] && cmd+=(-x HETC_THREADS)\n"
+    "  [ -n \"${HETRT_TIMEOUT_S:-}\" ] && cmd+=(-x HETRT_TIMEOUT_S)\n"
+    "  [ -n \"${HETRT_LOCK_WAIT_S:-}\" ] && cmd+=(-x HETRT_LOCK_WAIT_S)\n"
+    "  for s in \"${!stages[@]}\"; do\n"
+    "    ((s)) && cmd+=(:) && pre+=(:)\n"
+    "    cmd+=(-np \"${stages[$s]}\" \"$here/stage_$s\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "    pre+=(-np \"${stages[$s]}\" \"$here/launch.sh\" --check-stage \"$s\")\n"
+    "  done\n"
+    "  [ -n \"$hostfile\" ] || pre=()  # one machine: checked above\n"
+    "fi\n"
+    "if ((dry)); then printf '%q ' \"${cmd[@]}\"; echo; exit 0; fi\n"
+    "if [ -n \"$hostfile\" ] && ((!slurm)); then\n"
+    "  # every remote host answers the launcher's agent (OpenMPI's plm_rsh_agent, ssh by default)\n"
+    "  # within the bound: an unreachable host is named here, not left to a hanging mpirun\n"
+    "  agent=${OMPI_MCA_plm_rsh_agent:-ssh}\n"
+    "  read -r -a agent <<< \"${agent%%:*}\"\n"
+    "  [ \"$(basename \"${agent[0]}\")\" = ssh ] && agent+=(-o BatchMode=yes -o ConnectTimeout=\"$tmo\")\n"
+    "  me=\"$(hostname) $(hostname -s 2>/dev/null) $(hostname -f 2>/dev/null)\" names=() pids=()  # mpirun runs these itself\n"
+    "  for h in \"${hosts[@]}\"; do\n"
+    "    case \" localhost 127.0.0.1 $me ${names[*]} \" in *\" $h \"*) continue ;; esac\n"
+    "    timeout -k 2 \"$tmo\" \"${agent[@]}\" \"$h\" true < /dev/null > \"$tmp/reach.${#names[@]}\" 2>&1 &\n"
+    "    pids+=($!) names+=(\"$h\")\n"
+    "  done\n"
+    "  bad=0\n"
+    "  for k in \"${!pids[@]}\"; do\n"
+    "    rc=0; wait \"${pids[$k]}\" || rc=$?\n"
+    "    ((rc)) || continue\n"
+    "    if ((rc == 124 || rc == 137)); then why=\"no answer within $tmo s (HETC_CONNECT_TIMEOUT_S)\"\n"
+    "    else why=\"exit $rc: $(tail -n 1 \"$tmp/reach.$k\")\"; fi\n"
+    "    echo \"launch.sh: host ${names[$k]} (--hostfile $hostfile) cannot be reached with ${agent[0]}: $why\" >&2\n"
+    "    bad=1\n"
+    "  done\n"
+    "  if ((bad)); then exit 1; fi\n"
+    "fi\n"
+    "if ((${#pre[@]})); then\n"
+    "  rc=0; timeout -k 5 \"$tmo\" \"${pre[@]}\" > \"$tmp/check.out\" 2>&1 || rc=$?\n"
+    "  if ((rc)); then\n"
+    "    grep '^launch.sh' \"$tmp/check.out\" >&2 || tail -n 20 \"$tmp/check.out\" >&2\n"
+    "    if ((rc == 124 || rc == 137)); then\n"
+    "      echo \"launch.sh: the check of the stage binaries on every node did not finish within $tmo s (HETC_CONNECT_TIMEOUT_S): ${pre[0]} could not start them all\" >&2\n"
+    "    else\n"
+    "      echo \"launch.sh: not every node can run its stage binaries (above): the build directory $here must be at the same path on every node\" >&2\n"
+    "    fi\n"
+    "    exit 1\n"
+    "  fi\n"
+    "fi\n"
+    "set +e\n"
+    "\"${cmd[@]}\"\n"
+    "rc=$?\n"
+    "set -e\n"
+    "if ((rc)); then\n"
+    "  echo \"launch.sh: the job failed (exit $rc): a stage rank exited with an error or was killed; see the [hetrt rank R] lines above. Relaunch with --resume to continue from the newest complete checkpoint.\" >&2\n"
+    "fi\n"
+    "exit $rc\n";
+
+/* job.sbatch: the whole job in one file for `sbatch`.  One node per mesh
+ * (launch.sh --slurm puts mesh k's ranks on the job's k-th node, as the
+ * hostfile template's line k) with as many tasks per node as the largest
+ * mesh has ranks: --ntasks would let Slurm spread the tasks its own way
+ * (block), leaving a mesh's ranks without CPUs on their node. */
+static void sbatch_shape(const CompPlan *plan, int *nmesh, int *widest) {
+    *nmesh = 0;
+    *widest = 1;
+    for (int s = 0; s < plan->nstages; s++) {
+        int k = mesh_index(plan, s), n = 0;
+        *nmesh = k + 1 > *nmesh ? k + 1 : *nmesh;
+        for (int t = 0; t < plan->nstages; t++)
+            if (mesh_index(plan, t) == k)
+                n += stage_ranks(&plan->stages[t]);
+        *widest = n > *widest ? n : *widest;
+    }
+}
+
+static int write_sbatch(const char *dir, const char *final_dir, const CompPlan *plan, int world,
+                        IrError *err) {
+    int nmesh, widest;
+    sbatch_shape(plan, &nmesh, &widest);
+    char abs[4096];
+    build_dir_abs(final_dir, abs, sizeof abs);
+    const char *base = strrchr(abs, '/');
+    base = base && base[1] ? base + 1 : abs;
+    Buf j = {0};
+    bprintf(&j,
+            "#!/usr/bin/env bash\n"
+            "# Generated by hetc: the whole job in one file.  Submit it from anywhere:\n"
+            "#   sbatch %s/job.sbatch --data TOKENS.bin [--steps N] [other launch.sh options]\n"
+            "# %d nodes (one per mesh) x %d tasks per node, %d ranks in all:",
+            abs, nmesh, widest, world);
+    for (int s = 0; s < plan->nstages; s++)
+        bprintf(&j, " stage_%d x%d on node %d (%s)", s, stage_ranks(&plan->stages[s]),
+                mesh_index(plan, s), plan->stages[s].device[0] ? plan->stages[s].device : "?");
+    bprintf(&j,
+            ".\n"
+            "# launch.sh --slurm checks the allocation (task count, stage binaries on every node)\n"
+            "# and runs srun --mpi=pmix --multi-prog.  Options given to sbatch on its command line\n"
+            "# override these lines; add --partition, --constraint or, for --backend=cuda binaries,\n"
+            "# --gpus-per-node=%d as your site needs, and set the time limit.\n"
+            "#SBATCH --job-name=hetc-%s\n"
+            "#SBATCH --nodes=%d\n"
+            "#SBATCH --ntasks-per-node=%d\n"
+            "#SBATCH --time=01:00:00\n"
+            "#SBATCH --output=hetc-%%j.out\n"
+            "exec \"%s/launch.sh\" --slurm \"$@\"\n",
+            widest, base, nmesh, widest, abs);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/job.sbatch", dir);
+    int rc = compile_write_file(path, j.s, 0755, err);
+    free(j.s);
+    return rc;
+}
 
 int compile_write_launchers(const char *dir, const char *final_dir, const CompPlan *plan,
                             uint64_t build_id, IrError *err) {
@@ -93,54 +325,21 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
     for (int s = 0; s < plan->nstages; s++)
         bprintf(&b, "%s%d", s ? " " : "", stage_ranks(&plan->stages[s]));
     bprintf(&b, ")\n");
-    bprintf(&b,
-            "build_id=%016llx  # this hetc compile's: every stage binary must carry it\n"
-            "for s in \"${!stages[@]}\"; do\n"
-            "  [ -x \"$here/stage_$s\" ] || { echo \"launch.sh: missing stage binary $here/stage_$s "
-            "(re-run hetc to rebuild it)\" >&2; exit 1; }\n"
-            "  got=$(\"$here/stage_$s\" --build-id 2>/dev/null) || got=unknown\n"
-            "  [ \"$got\" = \"$build_id\" ] || { echo \"launch.sh: $here/stage_$s is from another "
-            "hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into "
-            "$here\" >&2; exit 1; }\n"
-            "done\n"
-            "if ((slurm)); then\n"
-            "  conf=$(mktemp)\n"
-            "  trap 'rm -f \"$conf\"' EXIT\n"
-            "  q=\"\"; for a in \"${args[@]+\"${args[@]}\"}\"; do q+=\" $(printf '%%q' \"$a\")\"; done\n"
-            "  sed \"s|\\$|$q|\" \"$here/srun.conf\" > \"$conf\"\n"
-            "  cmd=(srun --ntasks=%d --multi-prog \"$conf\")\n"
-            "else\n"
-            "  cmd=(\"${MPIRUN:-mpirun}\")\n"
-            "  [ \"$(id -u)\" = 0 ] && cmd+=(--allow-run-as-root)\n"
-            "  if [ -n \"$hostfile\" ]; then cmd+=(--hostfile \"$hostfile\")\n"
-            "  else cmd+=(--oversubscribe --bind-to none)\n"
-            /* every rank's kernel pool defaults to all CPUs: on one machine
-             * the ranks share them, so each gets its part (docs/RUNTIME.md) */
-            "    if [ -z \"${HETC_THREADS:-}\" ]; then\n"
-            "      n=0; for r in \"${stages[@]}\"; do n=$((n + r)); done\n"
-            "      c=$(nproc 2>/dev/null || echo 1); export HETC_THREADS=$(( c / n > 0 ? c / n : 1 ))\n"
-            "    fi\n"
-            "  fi\n"
-            "  [ -n \"${HETC_THREADS:-}\" ] && cmd+=(-x HETC_THREADS)\n"
-            "  [ -n \"${HETRT_TIMEOUT_S:-}\" ] && cmd+=(-x HETRT_TIMEOUT_S)\n"
-            "  [ -n \"${HETRT_LOCK_WAIT_S:-}\" ] && cmd+=(-x HETRT_LOCK_WAIT_S)\n"
-            "  for s in \"${!stages[@]}\"; do\n"
-            "    ((s)) && cmd+=(:)\n"
-            "    cmd+=(-np \"${stages[$s]}\" \"$here/stage_$s\" \"${args[@]+\"${args[@]}\"}\")\n"
-            "  done\n"
-            "fi\n"
-            "if ((dry)); then printf '%%q ' \"${cmd[@]}\"; echo; exit 0; fi\n"
-            "set +e\n"
-            "\"${cmd[@]}\"\n"
-            "rc=$?\n"
-            "set -e\n"
-            "if ((rc)); then\n"
-            "  echo \"launch.sh: the job failed (exit $rc): a stage rank exited with an error or was "
-            "killed; see the [hetrt rank R] lines above. Relaunch with --resume to continue from the "
-            "newest complete checkpoint.\" >&2\n"
-            "fi\n"
-            "exit $rc\n",
-            (unsigned long long)build_id, world);
+    /* mesh k = line k of the hostfile template = node k of a Slurm job */
+    bprintf(&b, "stage_mesh=(");
+    for (int s = 0; s < plan->nstages; s++)
+        bprintf(&b, "%s%d", s ? " " : "", mesh_index(plan, s));
+    bprintf(&b, ")  # mesh of each stage: its line of the hostfile template, its node under Slurm\n");
+    bprintf(&b, "world=%d layout=\"", world);
+    for (int s = 0; s < plan->nstages; s++)
+        bprintf(&b, "%sstage_%d x%d", s ? " + " : "", s, stage_ranks(&plan->stages[s]));
+    int nmesh, widest;
+    sbatch_shape(plan, &nmesh, &widest);
+    bprintf(&b, "\"\nsbatch_shape=\"--nodes=%d --ntasks-per-node=%d\"  # job.sbatch's\n", nmesh,
+            widest);
+    bprintf(&b, "build_id=%016llx  # this hetc compile's: every stage binary must carry it\n",
+            (unsigned long long)build_id);
+    bprintf(&b, "%s", LAUNCH_BODY);
     char path[4200];
     snprintf(path, sizeof path, "%s/launch.sh", dir);
     int rc = compile_write_file(path, b.s, 0755, err);
@@ -188,5 +387,5 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
     snprintf(path, sizeof path, "%s/hostfile", dir);
     rc = compile_write_file(path, h.s, 0644, err);
     free(h.s);
-    return rc;
+    return rc ? rc : write_sbatch(dir, final_dir, plan, world, err);
 }

@@ -1,6 +1,7 @@
 /* The launcher files hetc writes beside the stage binaries: launch.sh (one
- * MPMD mpirun of every stage), srun.conf (Slurm --multi-prog) and a
- * hostfile template from cluster.yaml. */
+ * MPMD mpirun of every stage, or srun with --slurm), srun.conf (Slurm
+ * --multi-prog), job.sbatch (the Slurm job in one file) and a hostfile
+ * template from cluster.yaml. */
 #ifndef HETC_COMPILE_LAUNCH_H
 #define HETC_COMPILE_LAUNCH_H
 
@@ -12,8 +13,8 @@
 /* Write DIR/launch.sh, DIR/srun.conf and DIR/hostfile (each atomically:
  * temp file + rename).  Stage s runs as DIR/stage_s on plan->stages[s].dp
  * ranks. */
-/* launch.sh, srun.conf and hostfile into dir; srun.conf names the binaries
- * under final_dir (where dir is swapped in); launch.sh checks every stage
+/* launch.sh, srun.conf, hostfile and job.sbatch into dir; srun.conf and
+ * job.sbatch name the files under final_dir (where dir is swapped in); launch.sh checks every stage
  * binary's build id against build_id before it starts the job. */
 int compile_write_launchers(const char *dir, const char *final_dir, const CompPlan *plan,
                             uint64_t build_id, IrError *err);

@@ -154,6 +154,9 @@ void stage_be_teardown(StageRt *rt);
 int stage_be_arena_alloc(StageRt *rt, size_t bytes); /* zero-filled rt->arena */
 void stage_be_arena_free(StageRt *rt);
 int stage_be_is_host(void);               /* arena pointers are host memory */
+/* One stderr line: this rank's stage, host, local rank on that host and device
+ * (stage_binding.c); collective over MPI_COMM_WORLD. */
+void stage_log_binding(const StageRt *rt);
 int stage_be_put(StageRt *rt, void *dst, const void *src, size_t n); /* host -> arena */
 int stage_be_get(StageRt *rt, void *dst, const void *src, size_t n); /* arena -> host */
 int stage_be_zero(StageRt *rt, void *dst, size_t n);

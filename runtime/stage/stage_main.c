@@ -514,6 +514,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
                       "accumulators): recompile the stage with this hetc", c->stage);
     if (stage_be_setup(&rt)) STAGE_DIE("stage %d: %s backend setup failed", c->stage,
                                        stage_be_name());
+    if (!o.quiet) stage_log_binding(&rt); /* rank -> host -> device, for multi-node runs */
     if (stage_be_arena_alloc(&rt, (size_t)desc->arena_bytes))
         STAGE_DIE("stage %d: cannot allocate its %lld-byte arena", c->stage,
                   (long long)desc->arena_bytes);
