@@ -10,6 +10,8 @@
  *     broadcast), the unary ops and UnaryGrad: the same kernels the device
  *     executor's adapters (interp/cuda/cudaexec_ops.c) call, so a direct call
  *     and an interpreted node compute the same bits;
+ *   - Linear and LinearGrad: cuBLASLt GEMMs (hkc_gemm_f32) plus the bias
+ *     broadcast / column sum, as the executor's run_linear / run_linear_grad;
  *   - nodes whose HOST lowering (lower_node.c) is only hetrt_copy /
  *     hetrt_zero calls (Identity, Reshape, Squeeze, ...): those runtime
  *     entries are the backend's own device copies.
@@ -33,6 +35,8 @@ const LeExtern lower_node_cuda_externs[] = {
     {"hetrt_cu_binary", I, 8, {I, I, P, P, P, P, P, P}},
     {"hetrt_cu_unary", I, 4, {I, P, P, L}},
     {"hetrt_cu_unary_grad", I, 6, {I, P, P, P, P, L}},
+    {"hetrt_cu_linear", I, 7, {P, P, P, L, L, L, P}},
+    {"hetrt_cu_linear_grad", I, 9, {P, P, P, L, L, L, P, P, P}},
 };
 const int lower_node_cuda_nexterns =
     (int)(sizeof lower_node_cuda_externs / sizeof lower_node_cuda_externs[0]);
@@ -117,9 +121,54 @@ static int cu_unary_grad(LnCtx *c, int unused) {
     return 1;
 }
 
+/* Linear (x[..., K] w[K, N] + b[N]) as the device executor's run_linear */
+static int linear_dims(LnCtx *c, int64_t *M, int64_t *K, int64_t *N) {
+    const IrValue *x = IN(0), *w = IN(1);
+    if (w->shape.rank != 2 || x->shape.rank < 1) return ln_fail(c, "ranks");
+    *K = w->shape.dims[0], *N = w->shape.dims[1];
+    if (x->shape.dims[x->shape.rank - 1] != *K || *K == 0) return ln_fail(c, "inner dims");
+    *M = ln_numel(x) / *K;
+    return 1;
+}
+
+static int cu_linear(LnCtx *c, int unused) {
+    (void)unused;
+    int64_t M, K, N;
+    if (!linear_dims(c, &M, &K, &N)) return 0;
+    int hb = ln_has_in(c, 2);
+    if ((hb && ln_numel(IN(2)) != N) || ln_numel(OUT(0)) != M * N) return ln_fail(c, "shapes");
+    if (OUT(0) == IN(0) || OUT(0) == IN(1)) return ln_fail(c, "in place");
+    LeCall *k = ln_push(c, "hetrt_cu_linear");
+    ln_ptr(c, k, IN(0));
+    ln_ptr(c, k, IN(1));
+    ln_ptr(c, k, hb ? IN(2) : NULL);
+    ln_i64(k, M);
+    ln_i64(k, K);
+    ln_i64(k, N);
+    ln_ptr(c, k, OUT(0));
+    return 1;
+}
+
+static int cu_linear_grad(LnCtx *c, int unused) {
+    (void)unused;
+    int64_t M, K, N;
+    if (c->n->nin < 3 || !IN(2) || !linear_dims(c, &M, &K, &N)) return ln_fail(c, "operands");
+    if (ln_numel(IN(2)) != M * N) return ln_fail(c, "dy shape");
+    LeCall *k = ln_push(c, "hetrt_cu_linear_grad");
+    ln_ptr(c, k, IN(0));
+    ln_ptr(c, k, IN(1));
+    ln_ptr(c, k, IN(2));
+    ln_i64(k, M);
+    ln_i64(k, K);
+    ln_i64(k, N);
+    for (int i = 0; i < 3; i++) ln_ptr(c, k, ln_has_out(c, i) ? OUT(i) : NULL);
+    return 1;
+}
+
 typedef struct CuEntry {
     LnFn fn;
     int k;
+    int multi_out; /* outputs beyond the first are the entry's (optional) */
 } CuEntry;
 
 static const CuEntry table[IR_OP_COUNT] = {
@@ -136,6 +185,7 @@ static const CuEntry table[IR_OP_COUNT] = {
     [IR_OP_FLOOR] = {cu_unary, HK_FLOOR}, [IR_OP_CEIL] = {cu_unary, HK_CEIL},
     [IR_OP_GELU] = {cu_unary, HK_GELU}, [IR_OP_SILU] = {cu_unary, HK_SILU},
     [IR_OP_UNARY_GRAD] = {cu_unary_grad, 0},
+    [IR_OP_LINEAR] = {cu_linear, 0}, [IR_OP_LINEAR_GRAD] = {cu_linear_grad, 0, 1},
 };
 
 int lower_node_cuda_has_op(IrOp op) { return (int)op >= 0 && op < IR_OP_COUNT && table[op].fn; }
@@ -166,9 +216,11 @@ int lower_node_cuda(LnCtx *c) {
         return ln_fail(c, "no CUDA lowering for %s", ir_op_name(n->op));
     }
     if (!all_f32(n)) return ln_fail(c, "not all fp32");
-    if (!n->out[0]) return ln_fail(c, "no output 0");
-    for (int i = 1; i < n->nout; i++)
-        if (n->out[i]) return ln_fail(c, "output %d", i);
+    if (!e->multi_out) {
+        if (!n->out[0]) return ln_fail(c, "no output 0");
+        for (int i = 1; i < n->nout; i++)
+            if (n->out[i]) return ln_fail(c, "output %d", i);
+    }
     int r = e->fn(c, e->k);
     if (r == 1 && c->bad) r = ln_fail(c, "an operand has no buffer");
     /* constants are host bytes in the binary: the device cannot read them */

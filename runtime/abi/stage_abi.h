@@ -146,6 +146,13 @@ int32_t hetrt_cu_binary(int32_t op, int32_t rank, const int64_t *dims, const flo
 int32_t hetrt_cu_unary(int32_t op, const float *x, float *y, int64_t n);
 int32_t hetrt_cu_unary_grad(int32_t op, const float *x, const float *y, const float *dy,
                             float *dx, int64_t n);
+/* Linear: y[M,N] = x[M,K] w[K,N] (+ b[N], b may be NULL), cuBLASLt;
+ * LinearGrad: dx = dy w^T, dw = x^T dy, db = column sums of dy (each NULL
+ * when the node does not use it). */
+int32_t hetrt_cu_linear(const float *x, const float *w, const float *b, int64_t M, int64_t K,
+                        int64_t N, float *y);
+int32_t hetrt_cu_linear_grad(const float *x, const float *w, const float *dy, int64_t M,
+                             int64_t K, int64_t N, float *dx, float *dw, float *db);
 
 /* Direct kernel calls (codegen/lower_node.c) pass this buffer, defined by
  * the generated module when some call uses it, as the kernels' `err`: a

@@ -57,3 +57,28 @@ int32_t hetrt_cu_unary_grad(int32_t op, const float *x, const float *y, const fl
     char err[HKC_ERRLEN] = "";
     return done("hetrt_cu_unary_grad", hkc_unary_grad_f32(k, op, x, y, dy, dx, n, err), err);
 }
+
+/* y[M,N] = x[M,K] w[K,N] (+ b[N]): the bias broadcast into y first, then
+ * one cuBLASLt GEMM with beta 1 (the device executor's Linear). */
+int32_t hetrt_cu_linear(const float *x, const float *w, const float *b, int64_t M, int64_t K,
+                        int64_t N, float *y) {
+    HkcCtx *k = kctx("hetrt_cu_linear");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    if (b && hkc_row_broadcast_f32(k, b, M, N, y, err)) return done("hetrt_cu_linear", -1, err);
+    return done("hetrt_cu_linear",
+                hkc_gemm_f32(k, 0, 0, M, N, K, 1.f, x, 0, w, 0, b ? 1.f : 0.f, y, 0, 1, err), err);
+}
+
+/* dx = dy w^T, dw = x^T dy, db = column sums of dy; each output optional. */
+int32_t hetrt_cu_linear_grad(const float *x, const float *w, const float *dy, int64_t M,
+                             int64_t K, int64_t N, float *dx, float *dw, float *db) {
+    HkcCtx *k = kctx("hetrt_cu_linear_grad");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    int rc = 0;
+    if (dx) rc = hkc_gemm_f32(k, 0, 1, M, K, N, 1.f, dy, 0, w, 0, 0.f, dx, 0, 1, err);
+    if (!rc && dw) rc = hkc_gemm_f32(k, 1, 0, K, N, M, 1.f, x, 0, dy, 0, 0.f, dw, 0, 1, err);
+    if (!rc && db) rc = hkc_col_sum_f32(k, dy, M, N, db, err);
+    return done("hetrt_cu_linear_grad", rc, err);
+}
