@@ -101,7 +101,10 @@ t = open(sys.argv[1]).read()
 got = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^step\s+(\d+)/\d+ \| loss (\S+)", t, re.M)}
 ref = {int(k): v for k, v in json.load(open(sys.argv[2])).items()}
 if len(got) != len(ref):
-    print(f"FAIL|{len(got)} of {len(ref)} steps ran"); raise SystemExit
+    rc = re.findall(r"^exit (\d+)$", t, re.M)
+    why = "; no CUDA device" if "no CUDA device" in t else ""
+    print(f"FAIL|{len(got)} of {len(ref)} steps ran, exit {rc[-1] if rc else '?'}{why} (e2e.log)")
+    raise SystemExit
 rel = [abs(got[k] - ref[k]) / max(abs(ref[k]), 1e-30) for k in ref]
 worst = max(rel); k = max(ref)
 print(f"{'PASS' if worst <= 1e-4 else 'FAIL'}|{len(got)} steps, max rel {worst:.2e} (<= 1e-4), "
