@@ -13,7 +13,8 @@
 # initial checkpoints, and the host reference losses (`hetc train`) are
 # computed here too.  Into ONE ignored folder (default .gpu/):
 #
-#   bin/       test_cuda_kernels, test_cuda_table (kernels vs host twins)
+#   bin/       test_cuda_kernels, test_cuda_direct (kernels and the direct-call
+#              entries vs host twins), test_cuda_table
 #   e2e/NAME/  `hetc --backend=cuda` builds of examples/gpt_tiny.onnx: `one`
 #              (one stage, direct kernel calls + hetrt_node), `one_interp`
 #              (the same, --interpret-nodes) and `hetero` (examples/clusters/
@@ -59,7 +60,7 @@ G=$(mkdir -p "$out" && cd "$out" && pwd)
 pack() {
   command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
     die "nvcc not found: the CUDA backend cannot be built here"
-  if [ ! -x "$build/hetc" ] || [ ! -x "$build/tests/cuda/test_cuda_kernels" ]; then
+  if [ ! -x "$build/hetc" ] || [ ! -x "$build/tests/cuda/test_cuda_direct" ]; then
     echo "== building hetc with the CUDA backend (sm_80, sm_90) in $build"
     scripts/build "$build" -DHETC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="80;90"
   fi
@@ -69,7 +70,8 @@ pack() {
   # everything is made in root/, then travels as one xz tarball (stage
   # binaries and OpenBLAS compress 3-4x) that env.sh unpacks into /tmp
   rm -rf "$G0"; G=$G0/root; mkdir -p "$G"/{bin,lib,e2e,bench,ompi}
-  cp "$build/tests/cuda/test_cuda_kernels" "$build/tests/cuda/test_cuda_table" "$G/bin/"
+  cp "$build/tests/cuda/test_cuda_kernels" "$build/tests/cuda/test_cuda_table" \
+     "$build/tests/cuda/test_cuda_direct" "$G/bin/"
 
   # e2e: the same settings as tests/cuda/test_cuda_e2e.py
   local SEQ=64 MB=4 GB=16 STEPS=12

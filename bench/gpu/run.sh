@@ -9,7 +9,9 @@
 # the host reference losses and the runtime libraries; the machine itself
 # gives CUDA, PyTorch and python3.  Parts, each under its own timeout:
 #   (a) kernels   test_cuda_kernels: every device kernel vs its host twin;
-#                 test_cuda_table: every op of the stage graphs has a kernel
+#                 test_cuda_direct: the direct-call entries (hetrt_cu_*) vs
+#                 their host twins; test_cuda_table: every op of the stage
+#                 graphs has a kernel
 #   (b) e2e       gpt_tiny --backend=cuda, one stage and tiny_hetero's three
 #                 stages (ranks share the GPU: links and all-reduce run
 #                 CPU-mediated, NCCL refuses two ranks on one GPU), 12 steps,
@@ -69,8 +71,9 @@ fi
 {
   echo "== test_cuda_table"; timeout "$(left 30)" "$G/bin/test_cuda_table"; echo "exit $?"
   echo "== test_cuda_kernels"; timeout "$(left 120)" "$G/bin/test_cuda_kernels"; echo "exit $?"
+  echo "== test_cuda_direct"; timeout "$(left 60)" "$G/bin/test_cuda_direct"; echo "exit $?"
 } > "$out/kernels.log" 2>&1
-for t in test_cuda_table test_cuda_kernels; do
+for t in test_cuda_table test_cuda_kernels test_cuda_direct; do
   rc=$(sed -n "/^== $t\$/,/^exit /p" "$out/kernels.log" | sed -n 's/^exit //p')
   nf=$(sed -n "/^== $t\$/,/^exit /p" "$out/kernels.log" | grep -c -i 'fail')
   case "$rc" in

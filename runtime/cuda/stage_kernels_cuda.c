@@ -7,9 +7,11 @@
  * program order without any synchronisation.  Like every hetrt_* entry they
  * print why they failed and return nonzero (the generated code then stops
  * the stage naming the call).  Declarations: runtime/abi/stage_abi.h. */
+#include <stdio.h>
 #include <string.h>
 
 #include "stage_cuda_internal.h"
+#include "stage_kernels_cuda.h"
 
 static HkcCtx *kctx(const char *entry) {
     if (!hetrt_stage_rt) {
@@ -24,13 +26,11 @@ static int32_t done(const char *entry, int rc, const char *err) {
     return rc ? 1 : 0;
 }
 
-int32_t hetrt_cu_binary(int32_t op, int32_t rank, const int64_t *dims, const float *a,
-                        const int64_t *sa, const float *b, const int64_t *sb, float *y) {
-    HkcCtx *k = kctx("hetrt_cu_binary");
-    if (!k) return 1;
+int cu_direct_binary(HkcCtx *k, int op, int rank, const int64_t *dims, const float *a,
+                     const int64_t *sa, const float *b, const int64_t *sb, float *y, char *err) {
     if (rank < 0 || rank > HKC_MAX_RANK) {
-        rt_log_error("hetrt_cu_binary: rank %d outside 0..%d", rank, HKC_MAX_RANK);
-        return 1;
+        snprintf(err, HKC_ERRLEN, "rank %d outside 0..%d", rank, HKC_MAX_RANK);
+        return -1;
     }
     HkcShape o;
     HkcStrides ta, tb;
@@ -39,8 +39,15 @@ int32_t hetrt_cu_binary(int32_t op, int32_t rank, const int64_t *dims, const flo
     memset(&tb, 0, sizeof tb);
     o.rank = rank;
     for (int d = 0; d < rank; d++) o.dims[d] = dims[d], ta.s[d] = sa[d], tb.s[d] = sb[d];
+    return hkc_binary_f32(k, op, a, ta, b, tb, y, o, err);
+}
+
+int32_t hetrt_cu_binary(int32_t op, int32_t rank, const int64_t *dims, const float *a,
+                        const int64_t *sa, const float *b, const int64_t *sb, float *y) {
+    HkcCtx *k = kctx("hetrt_cu_binary");
+    if (!k) return 1;
     char err[HKC_ERRLEN] = "";
-    return done("hetrt_cu_binary", hkc_binary_f32(k, op, a, ta, b, tb, y, o, err), err);
+    return done("hetrt_cu_binary", cu_direct_binary(k, op, rank, dims, a, sa, b, sb, y, err), err);
 }
 
 int32_t hetrt_cu_unary(int32_t op, const float *x, float *y, int64_t n) {
@@ -60,25 +67,34 @@ int32_t hetrt_cu_unary_grad(int32_t op, const float *x, const float *y, const fl
 
 /* y[M,N] = x[M,K] w[K,N] (+ b[N]): the bias broadcast into y first, then
  * one cuBLASLt GEMM with beta 1 (the device executor's Linear). */
+int cu_direct_linear(HkcCtx *k, const float *x, const float *w, const float *b, int64_t M,
+                     int64_t K, int64_t N, float *y, char *err) {
+    if (b && hkc_row_broadcast_f32(k, b, M, N, y, err)) return -1;
+    return hkc_gemm_f32(k, 0, 0, M, N, K, 1.f, x, 0, w, 0, b ? 1.f : 0.f, y, 0, 1, err);
+}
+
+/* dx = dy w^T, dw = x^T dy, db = column sums of dy; each output optional. */
+int cu_direct_linear_grad(HkcCtx *k, const float *x, const float *w, const float *dy, int64_t M,
+                          int64_t K, int64_t N, float *dx, float *dw, float *db, char *err) {
+    if (dx && hkc_gemm_f32(k, 0, 1, M, K, N, 1.f, dy, 0, w, 0, 0.f, dx, 0, 1, err)) return -1;
+    if (dw && hkc_gemm_f32(k, 1, 0, K, N, M, 1.f, x, 0, dy, 0, 0.f, dw, 0, 1, err)) return -1;
+    if (db && hkc_col_sum_f32(k, dy, M, N, db, err)) return -1;
+    return 0;
+}
+
 int32_t hetrt_cu_linear(const float *x, const float *w, const float *b, int64_t M, int64_t K,
                         int64_t N, float *y) {
     HkcCtx *k = kctx("hetrt_cu_linear");
     if (!k) return 1;
     char err[HKC_ERRLEN] = "";
-    if (b && hkc_row_broadcast_f32(k, b, M, N, y, err)) return done("hetrt_cu_linear", -1, err);
-    return done("hetrt_cu_linear",
-                hkc_gemm_f32(k, 0, 0, M, N, K, 1.f, x, 0, w, 0, b ? 1.f : 0.f, y, 0, 1, err), err);
+    return done("hetrt_cu_linear", cu_direct_linear(k, x, w, b, M, K, N, y, err), err);
 }
 
-/* dx = dy w^T, dw = x^T dy, db = column sums of dy; each output optional. */
 int32_t hetrt_cu_linear_grad(const float *x, const float *w, const float *dy, int64_t M,
                              int64_t K, int64_t N, float *dx, float *dw, float *db) {
     HkcCtx *k = kctx("hetrt_cu_linear_grad");
     if (!k) return 1;
     char err[HKC_ERRLEN] = "";
-    int rc = 0;
-    if (dx) rc = hkc_gemm_f32(k, 0, 1, M, K, N, 1.f, dy, 0, w, 0, 0.f, dx, 0, 1, err);
-    if (!rc && dw) rc = hkc_gemm_f32(k, 1, 0, K, N, M, 1.f, x, 0, dy, 0, 0.f, dw, 0, 1, err);
-    if (!rc && db) rc = hkc_col_sum_f32(k, dy, M, N, db, err);
-    return done("hetrt_cu_linear_grad", rc, err);
+    return done("hetrt_cu_linear_grad",
+                cu_direct_linear_grad(k, x, w, dy, M, K, N, dx, dw, db, err), err);
 }

@@ -1,0 +1,20 @@
+/* The bodies of the CUDA backend's direct-call entries (stage_abi.h
+ * hetrt_cu_*), on an explicit kernel context: the entries call them with
+ * the stage's HkcCtx; tests/cuda/test_cuda_direct.c calls them on its own
+ * and compares each with its host twin (kernels/host).  0, or nonzero with
+ * the reason in err (HKC_ERRLEN). */
+#ifndef HETRT_STAGE_KERNELS_CUDA_H
+#define HETRT_STAGE_KERNELS_CUDA_H
+
+#include <stdint.h>
+
+#include "hkc.h"
+
+int cu_direct_binary(HkcCtx *k, int op, int rank, const int64_t *dims, const float *a,
+                     const int64_t *sa, const float *b, const int64_t *sb, float *y, char *err);
+int cu_direct_linear(HkcCtx *k, const float *x, const float *w, const float *b, int64_t M,
+                     int64_t K, int64_t N, float *y, char *err);
+int cu_direct_linear_grad(HkcCtx *k, const float *x, const float *w, const float *dy, int64_t M,
+                          int64_t K, int64_t N, float *dx, float *dw, float *db, char *err);
+
+#endif
