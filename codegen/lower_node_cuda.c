@@ -12,6 +12,8 @@
  *     and an interpreted node compute the same bits;
  *   - Linear and LinearGrad: cuBLASLt GEMMs (hkc_gemm_f32) plus the bias
  *     broadcast / column sum, as the executor's run_linear / run_linear_grad;
+ *   - AdamW: the fused kernel (hkc_adamw_f32) in place, its scalars read
+ *     from the arena on the device;
  *   - nodes whose HOST lowering (lower_node.c) is only hetrt_copy /
  *     hetrt_zero calls (Identity, Reshape, Squeeze, ...): those runtime
  *     entries are the backend's own device copies.
@@ -31,18 +33,21 @@
 #define P LE_PTR
 #define I LE_I32
 #define L LE_I64
+#define D LE_F64
 const LeExtern lower_node_cuda_externs[] = {
     {"hetrt_cu_binary", I, 8, {I, I, P, P, P, P, P, P}},
     {"hetrt_cu_unary", I, 4, {I, P, P, L}},
     {"hetrt_cu_unary_grad", I, 6, {I, P, P, P, P, L}},
     {"hetrt_cu_linear", I, 7, {P, P, P, L, L, L, P}},
     {"hetrt_cu_linear_grad", I, 9, {P, P, P, L, L, L, P, P, P}},
+    {"hetrt_cu_adamw", I, 15, {P, P, P, P, L, P, P, P, D, D, D, D, P, P, P}},
 };
 const int lower_node_cuda_nexterns =
     (int)(sizeof lower_node_cuda_externs / sizeof lower_node_cuda_externs[0]);
 #undef P
 #undef I
 #undef L
+#undef D
 
 static int all_f32(const IrNode *n) {
     for (int i = 0; i < n->nin; i++)
@@ -165,6 +170,36 @@ static int cu_linear_grad(LnCtx *c, int unused) {
     return 1;
 }
 
+/* AdamW in place on the arena (lower_node_train.c's lw_adamw, the device
+ * executor's run_adamw); the lr / step / clip-scale scalars must be arena
+ * values (a constant is host memory: the node stays interpreted) */
+static int cu_adamw(LnCtx *c, int unused) {
+    (void)unused;
+    int64_t n = ln_numel(IN(0));
+    for (int i = 0; i < 4; i++)
+        if (IN(i)->dtype != IR_F32 || ln_numel(IN(i)) != n) return ln_fail(c, "input %d", i);
+    for (int i = 0; i < 3; i++)
+        if (!ln_has_out(c, i) || OUT(i)->dtype != IR_F32 || ln_numel(OUT(i)) != n)
+            return ln_fail(c, "output %d", i);
+    if (IN(4)->dtype != IR_F32 || ln_numel(IN(4)) != 1 || IN(5)->dtype != IR_I64 ||
+        ln_numel(IN(5)) != 1)
+        return ln_fail(c, "lr / step scalars");
+    const IrValue *cs = ln_has_in(c, 6) ? IN(6) : NULL;
+    if (cs && (cs->dtype != IR_F32 || ln_numel(cs) != 1)) return ln_fail(c, "clip_scale");
+    LeCall *k = ln_push(c, "hetrt_cu_adamw");
+    for (int i = 0; i < 4; i++) ln_ptr(c, k, IN(i));
+    ln_i64(k, n);
+    ln_ptr(c, k, IN(4));
+    ln_ptr(c, k, IN(5));
+    ln_ptr(c, k, cs);
+    ln_f64(k, ir_attr_float(c->n, "beta1", 0.9));
+    ln_f64(k, ir_attr_float(c->n, "beta2", 0.999));
+    ln_f64(k, ir_attr_float(c->n, "eps", 1e-8));
+    ln_f64(k, ir_attr_float(c->n, "weight_decay", 0.0));
+    for (int i = 0; i < 3; i++) ln_ptr(c, k, OUT(i));
+    return 1;
+}
+
 typedef struct CuEntry {
     LnFn fn;
     int k;
@@ -186,6 +221,7 @@ static const CuEntry table[IR_OP_COUNT] = {
     [IR_OP_GELU] = {cu_unary, HK_GELU}, [IR_OP_SILU] = {cu_unary, HK_SILU},
     [IR_OP_UNARY_GRAD] = {cu_unary_grad, 0},
     [IR_OP_LINEAR] = {cu_linear, 0}, [IR_OP_LINEAR_GRAD] = {cu_linear_grad, 0, 1},
+    [IR_OP_ADAMW] = {cu_adamw, 0, 1},
 };
 
 int lower_node_cuda_has_op(IrOp op) { return (int)op >= 0 && op < IR_OP_COUNT && table[op].fn; }
@@ -215,7 +251,8 @@ int lower_node_cuda(LnCtx *c) {
         c->out->n = start;
         return ln_fail(c, "no CUDA lowering for %s", ir_op_name(n->op));
     }
-    if (!all_f32(n)) return ln_fail(c, "not all fp32");
+    if (n->op != IR_OP_ADAMW && !all_f32(n)) /* AdamW's step is i64: it checks its own */
+        return ln_fail(c, "not all fp32");
     if (!e->multi_out) {
         if (!n->out[0]) return ln_fail(c, "no output 0");
         for (int i = 1; i < n->nout; i++)

@@ -153,6 +153,12 @@ int32_t hetrt_cu_linear(const float *x, const float *w, const float *b, int64_t 
                         int64_t N, float *y);
 int32_t hetrt_cu_linear_grad(const float *x, const float *w, const float *dy, int64_t M,
                              int64_t K, int64_t N, float *dx, float *dw, float *db);
+/* AdamW (hk_entry_adamw_f32's arguments): lr, step, clip_scale (or NULL)
+ * are device scalars in the arena; outputs may be the inputs (in place). */
+int32_t hetrt_cu_adamw(const float *p, const float *m, const float *v, const float *g, int64_t n,
+                       const float *lr, const int64_t *step, const float *clip_scale,
+                       double beta1, double beta2, double eps, double weight_decay,
+                       float *p_out, float *m_out, float *v_out);
 
 /* Direct kernel calls (codegen/lower_node.c) pass this buffer, defined by
  * the generated module when some call uses it, as the kernels' `err`: a

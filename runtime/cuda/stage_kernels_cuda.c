@@ -98,3 +98,24 @@ int32_t hetrt_cu_linear_grad(const float *x, const float *w, const float *dy, in
     return done("hetrt_cu_linear_grad",
                 cu_direct_linear_grad(k, x, w, dy, M, K, N, dx, dw, db, err), err);
 }
+
+int cu_direct_adamw(HkcCtx *k, const float *p, const float *m, const float *v, const float *g,
+                    int64_t n, const float *lr, const int64_t *step, const float *clip_scale,
+                    double beta1, double beta2, double eps, double weight_decay, float *p_out,
+                    float *m_out, float *v_out, char *err) {
+    return hkc_adamw_f32(k, p, m, v, g, lr, step, clip_scale, n, beta1, beta2, eps, weight_decay,
+                         p_out, m_out, v_out, err);
+}
+
+int32_t hetrt_cu_adamw(const float *p, const float *m, const float *v, const float *g, int64_t n,
+                       const float *lr, const int64_t *step, const float *clip_scale,
+                       double beta1, double beta2, double eps, double weight_decay,
+                       float *p_out, float *m_out, float *v_out) {
+    HkcCtx *k = kctx("hetrt_cu_adamw");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_adamw",
+                cu_direct_adamw(k, p, m, v, g, n, lr, step, clip_scale, beta1, beta2, eps,
+                                weight_decay, p_out, m_out, v_out, err),
+                err);
+}

@@ -16,5 +16,11 @@ int cu_direct_linear(HkcCtx *k, const float *x, const float *w, const float *b, 
                      int64_t K, int64_t N, float *y, char *err);
 int cu_direct_linear_grad(HkcCtx *k, const float *x, const float *w, const float *dy, int64_t M,
                           int64_t K, int64_t N, float *dx, float *dw, float *db, char *err);
+/* the fused AdamW step, in place allowed; lr, step and clip_scale (NULL:
+ * none) are device scalars (the arena's, written by the runtime) */
+int cu_direct_adamw(HkcCtx *k, const float *p, const float *m, const float *v, const float *g,
+                    int64_t n, const float *lr, const int64_t *step, const float *clip_scale,
+                    double beta1, double beta2, double eps, double weight_decay, float *p_out,
+                    float *m_out, float *v_out, char *err);
 
 #endif

@@ -6,7 +6,9 @@
  *   the host numbering (HK_*, HK_UG_*) the lowering passes, vs hk_unary /
  *   hk_unary_backward_f32 (a numbering mismatch between kernels/host and
  *   kernels/cuda shows here); Linear with and without bias vs hk_linear_f32;
- *   LinearGrad with all and with some outputs vs hk_linear_backward_f32.
+ *   LinearGrad with all and with some outputs vs hk_linear_backward_f32;
+ *   AdamW in place (device scalars) vs hk_entry_adamw_f32 (1e-6 relative:
+ *   the kernels do the same fp32 operations, docs/CUDA.md).
  * |dev - host| <= atol + rtol |host| (elementwise 1e-5/1e-6, GEMMs 1e-4/2e-5,
  * as test_cuda_kernels).  Needs a GPU: without one it prints why and exits
  * 77 (ctest SKIP). */
@@ -18,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "hk.h"
+#include "hk_entry.h"
 #include "hk_train.h"
 #include "stage_kernels_cuda.h"
 
@@ -204,6 +207,34 @@ int main(void) {
         free(zeros), free(x), free(w), free(b), free(dy), free(gx), free(gw), free(gb);
         cudaFree(dX), cudaFree(dW), cudaFree(dB), cudaFree(dDy), cudaFree(dY);
         cudaFree(dGx), cudaFree(dGw), cudaFree(dGb);
+    }
+    /* AdamW in place, with and without a clip scale, vs hk_entry_adamw_f32 */
+    for (int clip = 0; clip < 2; clip++) {
+        const int64_t n = 3001;
+        float *p = host_rand(n, 0), *m = host_rand(n, 0), *v = host_rand(n, 1), *g = host_rand(n, 0);
+        float lr = 3e-3f, cs = 0.7f;
+        int64_t step = 5;
+        float *wp = malloc(4 * n), *wm = malloc(4 * n), *wv = malloc(4 * n);
+        float *dP = dev_of(p, n), *dM = dev_of(m, n), *dV = dev_of(v, n), *dG = dev_of(g, n);
+        float *dLr = dev_of(&lr, 1), *dCs = dev_of(&cs, 1);
+        int64_t *dStep = NULL;
+        cudaMalloc((void **)&dStep, sizeof step);
+        cudaMemcpy(dStep, &step, sizeof step, cudaMemcpyHostToDevice);
+        const char *what = clip ? "adamw in place, clip scale" : "adamw in place";
+        if (hk_entry_adamw_f32(p, m, v, g, n, &lr, &step, clip ? &cs : NULL, 0.9, 0.95, 1e-8, 0.1,
+                               wp, wm, wv, err) ||
+            cu_direct_adamw(&k, dP, dM, dV, dG, n, dLr, dStep, clip ? dCs : NULL, 0.9, 0.95, 1e-8,
+                            0.1, dP, dM, dV, err)) {
+            printf("FAIL %s: %s\n", what, err);
+            failures++;
+        } else {
+            compare(what, dP, wp, n, 1e-6, 1e-7);
+            compare(what, dM, wm, n, 1e-6, 1e-7);
+            compare(what, dV, wv, n, 1e-6, 1e-7);
+        }
+        free(p), free(m), free(v), free(g), free(wp), free(wm), free(wv);
+        cudaFree(dP), cudaFree(dM), cudaFree(dV), cudaFree(dG), cudaFree(dLr), cudaFree(dCs);
+        cudaFree(dStep);
     }
     hkc_ctx_free(&k);
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
