@@ -12,6 +12,9 @@
  *     and an interpreted node compute the same bits;
  *   - Linear and LinearGrad: cuBLASLt GEMMs (hkc_gemm_f32) plus the bias
  *     broadcast / column sum, as the executor's run_linear / run_linear_grad;
+ *   - LayerNorm / RMSNorm and their gradients over the last axis
+ *     (hkc_norm_f32, hkc_norm_grad_f32; the statistics recomputed in the
+ *     backend's device scratch);
  *   - AdamW: the fused kernel (hkc_adamw_f32) in place, its scalars read
  *     from the arena on the device;
  *   - nodes whose HOST lowering (lower_node.c) is only hetrt_copy /
@@ -41,6 +44,8 @@ const LeExtern lower_node_cuda_externs[] = {
     {"hetrt_cu_linear", I, 7, {P, P, P, L, L, L, P}},
     {"hetrt_cu_linear_grad", I, 9, {P, P, P, L, L, L, P, P, P}},
     {"hetrt_cu_adamw", I, 15, {P, P, P, P, L, P, P, P, D, D, D, D, P, P, P}},
+    {"hetrt_cu_norm", I, 8, {I, P, P, P, L, L, D, P}},
+    {"hetrt_cu_norm_grad", I, 10, {I, P, P, P, L, L, D, P, P, P}},
 };
 const int lower_node_cuda_nexterns =
     (int)(sizeof lower_node_cuda_externs / sizeof lower_node_cuda_externs[0]);
@@ -200,6 +205,55 @@ static int cu_adamw(LnCtx *c, int unused) {
     return 1;
 }
 
+/* LayerNorm / RMSNorm over the last axis with scale (and bias) of the row
+ * length, as the device executor's run_norm / run_norm_grad */
+static int norm_rows(LnCtx *c, int64_t *rows, int64_t *len) {
+    const IrValue *x = IN(0);
+    int r = x->shape.rank;
+    int64_t a = ir_attr_int(c->n, "axis", -1);
+    if (r < 1 || (a != -1 && a != r - 1)) return ln_fail(c, "axis");
+    *len = x->shape.dims[r - 1];
+    if (*len <= 0) return ln_fail(c, "empty rows");
+    *rows = ln_numel(x) / *len;
+    if (ln_numel(IN(1)) != *len) return ln_fail(c, "scale size");
+    return 1;
+}
+
+static int cu_norm(LnCtx *c, int rms) {
+    int64_t rows, len;
+    if (!norm_rows(c, &rows, &len)) return 0;
+    int hb = !rms && ln_has_in(c, 2);
+    if ((hb && ln_numel(IN(2)) != len) || ln_numel(OUT(0)) != rows * len)
+        return ln_fail(c, "shapes");
+    LeCall *k = ln_push(c, "hetrt_cu_norm");
+    ln_i32(k, rms);
+    ln_ptr(c, k, IN(0));
+    ln_ptr(c, k, IN(1));
+    ln_ptr(c, k, hb ? IN(2) : NULL);
+    ln_i64(k, rows);
+    ln_i64(k, len);
+    ln_f64(k, ir_attr_float(c->n, "epsilon", 1e-5));
+    ln_ptr(c, k, OUT(0));
+    return 1;
+}
+
+static int cu_norm_grad(LnCtx *c, int rms) {
+    int64_t rows, len;
+    if (c->n->nin < 3 || !IN(2) || !norm_rows(c, &rows, &len)) return ln_fail(c, "operands");
+    if (ln_numel(IN(2)) != rows * len) return ln_fail(c, "dy size");
+    LeCall *k = ln_push(c, "hetrt_cu_norm_grad");
+    ln_i32(k, rms);
+    ln_ptr(c, k, IN(0));
+    ln_ptr(c, k, IN(1));
+    ln_ptr(c, k, IN(2));
+    ln_i64(k, rows);
+    ln_i64(k, len);
+    ln_f64(k, ir_attr_float(c->n, "epsilon", 1e-5));
+    for (int i = 0; i < 3; i++) /* dx, dscale, dbias (RMSNorm: none) */
+        ln_ptr(c, k, (!rms || i < 2) && ln_has_out(c, i) ? OUT(i) : NULL);
+    return 1;
+}
+
 typedef struct CuEntry {
     LnFn fn;
     int k;
@@ -222,6 +276,8 @@ static const CuEntry table[IR_OP_COUNT] = {
     [IR_OP_UNARY_GRAD] = {cu_unary_grad, 0},
     [IR_OP_LINEAR] = {cu_linear, 0}, [IR_OP_LINEAR_GRAD] = {cu_linear_grad, 0, 1},
     [IR_OP_ADAMW] = {cu_adamw, 0, 1},
+    [IR_OP_LAYER_NORM] = {cu_norm, 0}, [IR_OP_RMS_NORM] = {cu_norm, 1},
+    [IR_OP_LAYER_NORM_GRAD] = {cu_norm_grad, 0, 1}, [IR_OP_RMS_NORM_GRAD] = {cu_norm_grad, 1, 1},
 };
 
 int lower_node_cuda_has_op(IrOp op) { return (int)op >= 0 && op < IR_OP_COUNT && table[op].fn; }

@@ -153,6 +153,14 @@ int32_t hetrt_cu_linear(const float *x, const float *w, const float *b, int64_t 
                         int64_t N, float *y);
 int32_t hetrt_cu_linear_grad(const float *x, const float *w, const float *dy, int64_t M,
                              int64_t K, int64_t N, float *dx, float *dw, float *db);
+/* LayerNorm (rms 0; bias may be NULL) / RMSNorm (rms 1) over the last axis
+ * (rows of n), and their backward (dx, dscale, dbias each NULL when unused;
+ * the statistics are recomputed in the backend's device scratch). */
+int32_t hetrt_cu_norm(int32_t rms, const float *x, const float *scale, const float *bias,
+                      int64_t rows, int64_t n, double eps, float *y);
+int32_t hetrt_cu_norm_grad(int32_t rms, const float *x, const float *scale, const float *dy,
+                           int64_t rows, int64_t n, double eps, float *dx, float *dscale,
+                           float *dbias);
 /* AdamW (hk_entry_adamw_f32's arguments): lr, step, clip_scale (or NULL)
  * are device scalars in the arena; outputs may be the inputs (in place). */
 int32_t hetrt_cu_adamw(const float *p, const float *m, const float *v, const float *g, int64_t n,

@@ -119,3 +119,57 @@ int32_t hetrt_cu_adamw(const float *p, const float *m, const float *v, const flo
                                 weight_decay, p_out, m_out, v_out, err),
                 err);
 }
+
+int cu_direct_norm(HkcCtx *k, int rms, const float *x, const float *scale, const float *bias,
+                   int64_t rows, int64_t n, double eps, float *y, char *err) {
+    return hkc_norm_f32(k, rms, x, scale, rms ? NULL : bias, rows, n, eps, y, err);
+}
+
+int cu_direct_norm_grad(HkcCtx *k, int rms, const float *x, const float *scale, const float *dy,
+                        int64_t rows, int64_t n, double eps, float *stats, float *dx,
+                        float *dscale, float *dbias, char *err) {
+    return hkc_norm_grad_f32(k, rms, x, scale, dy, rows, n, eps, stats, dx, dscale,
+                             rms ? NULL : dbias, err);
+}
+
+/* The backend's device scratch, grown to n bytes (only while the first
+ * steps meet larger needs; the stream orders its reuse). */
+static void *scratch(const char *entry, size_t n) {
+    CudaBe *b = (CudaBe *)hetrt_stage_rt->be;
+    if (n <= b->kscratch_bytes) return b->kscratch;
+    cudaStreamSynchronize(b->k.stream); /* earlier kernels may still read the old one */
+    if (b->kscratch) cudaFree(b->kscratch);
+    b->kscratch = NULL, b->kscratch_bytes = 0;
+    cudaError_t e = cudaMalloc(&b->kscratch, n);
+    if (e != cudaSuccess) {
+        rt_log_error("%s: cannot allocate %zu bytes of device scratch: %s", entry, n,
+                     cudaGetErrorString(e));
+        b->kscratch = NULL;
+        return NULL;
+    }
+    b->kscratch_bytes = n;
+    return b->kscratch;
+}
+
+int32_t hetrt_cu_norm(int32_t rms, const float *x, const float *scale, const float *bias,
+                      int64_t rows, int64_t n, double eps, float *y) {
+    HkcCtx *k = kctx("hetrt_cu_norm");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_norm", cu_direct_norm(k, rms, x, scale, bias, rows, n, eps, y, err),
+                err);
+}
+
+int32_t hetrt_cu_norm_grad(int32_t rms, const float *x, const float *scale, const float *dy,
+                           int64_t rows, int64_t n, double eps, float *dx, float *dscale,
+                           float *dbias) {
+    HkcCtx *k = kctx("hetrt_cu_norm_grad");
+    if (!k) return 1;
+    float *stats = scratch("hetrt_cu_norm_grad", (size_t)(2 * rows + 1) * sizeof(float));
+    if (!stats) return 1;
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_norm_grad",
+                cu_direct_norm_grad(k, rms, x, scale, dy, rows, n, eps, stats, dx, dscale, dbias,
+                                    err),
+                err);
+}

@@ -22,5 +22,13 @@ int cu_direct_adamw(HkcCtx *k, const float *p, const float *m, const float *v, c
                     int64_t n, const float *lr, const int64_t *step, const float *clip_scale,
                     double beta1, double beta2, double eps, double weight_decay, float *p_out,
                     float *m_out, float *v_out, char *err);
+/* LayerNorm (rms 0, bias may be NULL) / RMSNorm (rms 1) over rows of n */
+int cu_direct_norm(HkcCtx *k, int rms, const float *x, const float *scale, const float *bias,
+                   int64_t rows, int64_t n, double eps, float *y, char *err);
+/* their backward; stats: 2*rows + 1 floats of device scratch; dx, dscale,
+ * dbias may be NULL */
+int cu_direct_norm_grad(HkcCtx *k, int rms, const float *x, const float *scale, const float *dy,
+                        int64_t rows, int64_t n, double eps, float *stats, float *dx,
+                        float *dscale, float *dbias, char *err);
 
 #endif

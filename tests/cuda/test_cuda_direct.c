@@ -7,6 +7,8 @@
  *   hk_unary_backward_f32 (a numbering mismatch between kernels/host and
  *   kernels/cuda shows here); Linear with and without bias vs hk_linear_f32;
  *   LinearGrad with all and with some outputs vs hk_linear_backward_f32;
+ *   LayerNorm (with / without bias) / RMSNorm forward and backward vs
+ *   hk_layernorm_f32 / hk_rmsnorm_f32 and their backward kernels;
  *   AdamW in place (device scalars) vs hk_entry_adamw_f32 (1e-6 relative:
  *   the kernels do the same fp32 operations, docs/CUDA.md).
  * |dev - host| <= atol + rtol |host| (elementwise 1e-5/1e-6, GEMMs 1e-4/2e-5,
@@ -208,6 +210,45 @@ int main(void) {
         cudaFree(dX), cudaFree(dW), cudaFree(dB), cudaFree(dDy), cudaFree(dY);
         cudaFree(dGx), cudaFree(dGw), cudaFree(dGb);
     }
+    /* LayerNorm (with / without bias) and RMSNorm over rows of n, forward
+     * and backward, vs the host kernels (tolerances as test_cuda_kernels) */
+    for (int rms = 0; rms < 2; rms++)
+        for (int hb = 0; hb < 2 - rms; hb++) {
+            const int64_t rows = 32, n = 48;
+            const double eps = rms ? 1e-6 : 1e-5;
+            float *x = host_rand(rows * n, 0), *sc = host_rand(n, 0), *bi = host_rand(n, 0);
+            float *dy = host_rand(rows * n, 0), *y = calloc((size_t)(rows * n), 4);
+            float *gx = calloc((size_t)(rows * n), 4), *gs = calloc((size_t)n, 4),
+                  *gb = calloc((size_t)n, 4);
+            float *dX = dev_of(x, rows * n), *dS = dev_of(sc, n), *dB = dev_of(bi, n);
+            float *dDy = dev_of(dy, rows * n), *dY = dev_of(NULL, rows * n);
+            float *dGx = dev_of(NULL, rows * n), *dGs = dev_of(NULL, n), *dGb = dev_of(NULL, n);
+            float *stats = dev_of(NULL, 2 * rows + 1);
+            const char *name = rms ? "rmsnorm" : hb ? "layernorm with bias" : "layernorm";
+            char what[80];
+            if (rms) hk_rmsnorm_f32(x, sc, rows, n, eps, y);
+            else hk_layernorm_f32(x, sc, hb ? bi : NULL, rows, n, eps, y);
+            int hrc = rms ? hk_rmsnorm_backward_f32(x, sc, dy, NULL, rows, n, eps, gx, gs, 0, err)
+                          : hk_layernorm_backward_f32(x, sc, dy, NULL, NULL, rows, n, eps, gx, gs,
+                                                      gb, 0, err);
+            if (hrc || cu_direct_norm(&k, rms, dX, dS, hb ? dB : NULL, rows, n, eps, dY, err) ||
+                cu_direct_norm_grad(&k, rms, dX, dS, dDy, rows, n, eps, stats, dGx, dGs,
+                                    rms ? NULL : dGb, err)) {
+                printf("FAIL %s: %s\n", name, err);
+                failures++;
+            } else {
+                snprintf(what, sizeof what, "%s [32,48]", name);
+                compare(what, dY, y, rows * n, 1e-5, 1e-6);
+                snprintf(what, sizeof what, "%s grad dx", name);
+                compare(what, dGx, gx, rows * n, 1e-4, 1e-5);
+                snprintf(what, sizeof what, "%s grad dscale", name);
+                compare(what, dGs, gs, n, 1e-4, 1e-5);
+                if (!rms) compare("layernorm grad dbias", dGb, gb, n, 1e-4, 1e-5);
+            }
+            free(x), free(sc), free(bi), free(dy), free(y), free(gx), free(gs), free(gb);
+            cudaFree(dX), cudaFree(dS), cudaFree(dB), cudaFree(dDy), cudaFree(dY);
+            cudaFree(dGx), cudaFree(dGs), cudaFree(dGb), cudaFree(stats);
+        }
     /* AdamW in place, with and without a clip scale, vs hk_entry_adamw_f32 */
     for (int clip = 0; clip < 2; clip++) {
         const int64_t n = 3001;
