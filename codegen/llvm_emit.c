@@ -17,6 +17,8 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "llvm_emit.h"
+
+#include "fused_llvm.h" /* fk_optimize */
 #include "stage_abi.h"
 
 /* ------------------------------------------------------------ validation */
@@ -478,6 +480,7 @@ static int build_module(Emit *e, const char *entry, IrError *err) {
     free(fns);
     if (!desc) return ir_errorf(err, "out of memory");
     build_main(e, entry, desc);
+    if (p->define && p->define(p->define_ctx, e->mod, err)) return -1;
     return 0;
 }
 
@@ -510,6 +513,14 @@ int le_emit_program(const LeProgram *prog, const LeOptions *opt, IrError *err) {
     LLVMDisposeTargetData(dl);
 
     int rc = build_module(&e, entry, err);
+    /* generated loop nests: vectorize them (the loop vectorizer is an IR pass) */
+    if (rc == 0 && prog->define && opt->opt_level > 0) {
+        char *msg = NULL;
+        if (LLVMVerifyModule(e.mod, LLVMReturnStatusAction, &msg))
+            rc = ir_errorf(err, "LLVM verifier rejected the stage module: %s", msg ? msg : "");
+        LLVMDisposeMessage(msg);
+        if (rc == 0) rc = fk_optimize(e.mod, tm, 3, err);
+    }
     if (rc == 0) rc = emit_files(&e, opt, err);
     if (rc == 0) {
         char *msg = NULL;

@@ -94,6 +94,13 @@ typedef struct LeProgram {
      * NULL is emitted as "". */
     const char *ir_train, *ir_update; /* canonical IR text of the stage's graphs */
     const char *config;               /* "hetc-stage 1" text, docs/STAGE_ABI.md */
+    /* Generated kernels (codegen/fused_llvm.h): functions the module defines
+     * itself, each also listed in externs so its calls are checked against
+     * its signature; define(define_ctx, module, err) gives them bodies once
+     * the stage functions are built, and the module then goes through
+     * LLVM's O3 pipeline (loop vectorizer).  NULL: none. */
+    int (*define)(const void *ctx, void *module, IrError *err);
+    const void *define_ctx;
 } LeProgram;
 
 typedef struct LeOptions {

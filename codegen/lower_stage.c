@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse.h"
+#include "fused_llvm.h"
 #include "lower_node.h"
 #include "stage_abi.h"
 
@@ -446,6 +448,70 @@ static int action_call(const MemPlan *mp, const PartStage *st, int fn, const MpA
     return ir_errorf(err, "stage %d: internal: action kind %d", st->stage, (int)a->kind);
 }
 
+/* ------------------------------------------------------------ fused kernels */
+
+/* The fused groups of the train and update graphs: they outlive lower_stage
+ * (the program's define hook emits their kernels), freed by lower_stage_free. */
+typedef struct FuseSet {
+    FuseGraph g[2];
+} FuseSet;
+
+static int define_fused(const void *ctx, void *mod, IrError *err) {
+    const FuseSet *fs = ctx;
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < fs->g[g].ngroups; i++)
+            if (fk_emit_host(mod, &fs->g[g].groups[i].k, err)) return -1;
+    return 0;
+}
+
+static FuseSet *fuse_stage(const PartStage *st, IrError *err) {
+    FuseSet *fs = ir_xcalloc(1, sizeof *fs);
+    char pre[48];
+    snprintf(pre, sizeof pre, "fused_s%d_t", st->stage);
+    int *ord = memplan_update_order(st->update), n = st->update->nnodes;
+    int *pos = ir_xcalloc((size_t)n + 1, sizeof *pos);
+    for (int i = 0; i < n; i++) pos[ord[i]] = i;
+    int rc = fuse_graph(st->train, NULL, pre, &fs->g[0], err);
+    snprintf(pre, sizeof pre, "fused_s%d_u", st->stage);
+    if (!rc) rc = fuse_graph(st->update, pos, pre, &fs->g[1], err);
+    free(ord);
+    free(pos);
+    if (rc) {
+        fuse_free(&fs->g[0]);
+        fuse_free(&fs->g[1]);
+        free(fs);
+        return NULL;
+    }
+    return fs;
+}
+
+/* the call running group gr: its kernel on (inputs..., outputs...) */
+static void fused_call(LnCtx *c, const FuseGroup *gr) {
+    LeCall *k = ln_push(c, gr->k.name);
+    for (int i = 0; i < gr->nins; i++) ln_ptr(c, k, gr->ins[i]);
+    for (int i = 0; i < gr->nouts; i++) ln_ptr(c, k, gr->outs[i]);
+}
+
+void lower_stage_print_fused(const LeProgram *prog, const PartStage *st, FILE *f) {
+    if (prog->define != define_fused) return;
+    const FuseSet *fs = prog->define_ctx;
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < fs->g[g].ngroups; i++) {
+            const FuseGroup *gr = &fs->g[g].groups[i];
+            const IrGraph *gg = g ? st->update : st->train;
+            fprintf(f, "# %s graph nodes:", g ? "update" : "train");
+            for (int j = 0; j < gr->nnodes; j++)
+                fprintf(f, " %d %s '%s'", gr->nodes[j], ir_op_name(gg->nodes[gr->nodes[j]]->op),
+                        gg->nodes[gr->nodes[j]]->name);
+            fprintf(f, "\n# in:");
+            for (int j = 0; j < gr->nins; j++) fprintf(f, " %s", gr->ins[j]->name);
+            fprintf(f, "\n# out:");
+            for (int j = 0; j < gr->nouts; j++) fprintf(f, " %s", gr->outs[j]->name);
+            fprintf(f, "\n");
+            fk_print(&gr->k, f);
+        }
+}
+
 /* ------------------------------------------------------------ entry */
 
 void lower_stage_free(LeProgram *prog) {
@@ -462,6 +528,12 @@ void lower_stage_free(LeProgram *prog) {
     free((void *)prog->sched);
     free((void *)prog->ir_train);
     free((void *)prog->ir_update);
+    if (prog->define == define_fused) {
+        FuseSet *fs = (FuseSet *)prog->define_ctx;
+        fuse_free(&fs->g[0]);
+        fuse_free(&fs->g[1]);
+        free(fs);
+    }
     memset(prog, 0, sizeof *prog);
 }
 
@@ -493,12 +565,21 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
     if (!st || !o || !st->train || !st->update)
         return ir_errorf(err, "lower_stage: no stage, options or graphs");
     if (check_opts(st, o, err)) return -1;
-    if (memplan_build(st, o->nslots, mp, err)) return -1;
+    FuseSet *fs = NULL;
+    /* fused kernels are host code: a CUDA program keeps per-node calls */
+    if (o->direct && o->fuse && !o->cuda && !(fs = fuse_stage(st, err))) return -1;
+    if (fs) prog->define = define_fused, prog->define_ctx = fs; /* freed with prog */
+    if (memplan_build_fused(st, o->nslots, fs ? &fs->g[0] : NULL, fs ? &fs->g[1] : NULL, mp,
+                            err)) {
+        lower_stage_free(prog);
+        return -1;
+    }
     IrDType tok = o->token_dtype != IR_UNDEF ? o->token_dtype : IR_I64;
     if (mp->data_index >= 0) {
         IrDType gd = st->train->values[mp->data_index]->dtype;
         if (o->token_dtype != IR_UNDEF && o->token_dtype != gd) {
             memplan_free(mp);
+            lower_stage_free(prog);
             return ir_errorf(err, "stage %d: token dtype %s requested, the graph's '%s' is %s",
                              st->stage, ir_dtype_name(o->token_dtype), st->data_input,
                              ir_dtype_name(gd));
@@ -509,6 +590,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
     for (int i = 0; i < mp->nparams; i++) has_v |= mp->params[i].v_off >= 0;
     if (mp->nparams && want_sgd == has_v) {
         memplan_free(mp);
+        lower_stage_free(prog);
         return ir_errorf(err, "stage %d: optimizer %s, but the update graph %s second moments",
                          st->stage, o->optimizer, has_v ? "keeps" : "has no");
     }
@@ -531,6 +613,20 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
             int graph = f == MP_FN_UPDATE;
             const IrNode *n = a->kind == MP_NODE ? (graph ? st->update : st->train)->nodes[a->index]
                                                  : NULL;
+            const FuseGroup *gr = n && fs ? fuse_group_at(&fs->g[graph], a->index) : NULL;
+            if (gr) { /* a generated kernel runs the whole group */
+                LocCtx lc = {mp, st, graph};
+                LnCtx c = {.n = (IrNode *)n, .loc = value_loc, .u = &lc, .tp = st->tp,
+                           .out = &out};
+                fused_call(&c, gr);
+                if (c.bad) {
+                    rc = ir_errorf(err, "stage %d: fused kernel %s: a value has no buffer",
+                                   st->stage, gr->k.name);
+                    break;
+                }
+                if (stats) stats->direct += gr->nnodes, stats->fused += gr->nnodes, stats->kernels++;
+                continue;
+            }
             if (n && o->direct && n->op != IR_OP_TP_ALL_REDUCE) {
                 LocCtx lc = {mp, st, graph};
                 LnCtx c = {.n = (IrNode *)n, .loc = value_loc, .u = &lc, .tp = st->tp,
@@ -576,18 +672,29 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
         prog->nslots = mp->nslots;
         prog->externs = st->tp > 1 ? lower_hetrt_externs_tp : lower_hetrt_externs;
         prog->nexterns = st->tp > 1 ? lower_hetrt_nexterns_tp : lower_hetrt_nexterns;
-        if (o->direct) { /* the runtime's entries and the kernels' (CUDA: the
-                          * hetrt_cu_* entries too) */
-            int nk = lower_node_nexterns + (o->cuda ? lower_node_cuda_nexterns : 0);
-            LeExtern *ex = ir_xcalloc((size_t)(prog->nexterns + nk), sizeof *ex);
+        if (o->direct) { /* the runtime's entries, the kernels', the generated kernels'
+                          * (CUDA: the hetrt_cu_* entries, no generated kernels) */
+            int ngen = fs ? fs->g[0].ngroups + fs->g[1].ngroups : 0;
+            int ncu = o->cuda ? lower_node_cuda_nexterns : 0;
+            LeExtern *ex = ir_xcalloc((size_t)(prog->nexterns + lower_node_nexterns + ncu + ngen),
+                                      sizeof *ex);
             memcpy(ex, prog->externs, sizeof *ex * (size_t)prog->nexterns);
             memcpy(ex + prog->nexterns, lower_node_externs,
                    sizeof *ex * (size_t)lower_node_nexterns);
-            if (o->cuda)
-                memcpy(ex + prog->nexterns + lower_node_nexterns, lower_node_cuda_externs,
-                       sizeof *ex * (size_t)lower_node_cuda_nexterns);
+            int nx = prog->nexterns + lower_node_nexterns;
+            if (ncu) memcpy(ex + nx, lower_node_cuda_externs, sizeof *ex * (size_t)ncu);
+            nx += ncu;
+            for (int g = 0; fs && g < 2; g++)
+                for (int i = 0; i < fs->g[g].ngroups; i++) {
+                    const FkKernel *k = &fs->g[g].groups[i].k;
+                    LeExtern *x = &ex[nx++];
+                    x->name = k->name;
+                    x->ret = LE_VOID;
+                    x->nparams = k->nin + k->nout;
+                    for (int a = 0; a < x->nparams; a++) x->params[a] = LE_PTR;
+                }
             prog->externs = ex;
-            prog->nexterns += nk;
+            prog->nexterns = nx;
         }
         /* the IR texts only for graphs some hetrt_node call runs a node of:
          * a program of direct calls carries none (docs/STAGE_ABI.md, ABI 3) */

@@ -53,12 +53,18 @@ typedef struct LowerOpts {
     /* with direct: the CUDA backend's table (codegen/lower_node_cuda.c:
      * hetrt_cu_* entries on device memory) instead of the host kernels */
     int cuda;
+    /* with direct (host): 1 groups elementwise nodes into generated kernels
+     * (codegen/fuse.h; their register-only values get no buffer), 0 keeps
+     * one kernel call per node (hetc compile --no-fuse) */
+    int fuse;
 } LowerOpts;
 
 /* What lower_stage made of the stage's nodes (hetc compile's report). */
 typedef struct LowerStats {
     int direct;       /* nodes lowered to direct calls (TpAllReduce included) */
     int interp;       /* nodes left to hetrt_node */
+    int fused;        /* of the direct nodes: those inside generated kernels */
+    int kernels;      /* generated (fused) kernels */
     char *interp_ops; /* malloc'd "Op xN, ..." of the interpreted nodes ("" if none) */
     char *why;        /* malloc'd: the first interpreted node's reason ("" if none) */
 } LowerStats;
@@ -82,6 +88,9 @@ void lower_stage_free(LeProgram *prog);
  * node interpreter (interp/, hetrt_interp), and carries the IR text of each
  * graph such a call runs nodes of (ir_train / ir_update; NULL otherwise). */
 int lower_stage_interprets(const LeProgram *prog);
+/* The generated (fused) kernels of a lowered stage: the member nodes, the
+ * external inputs and outputs, and each FkKernel listing (fk_print). */
+void lower_stage_print_fused(const LeProgram *prog, const PartStage *st, FILE *f);
 
 /* Escape a name for the config text: '%', space and control bytes as %XX
  * (docs/STAGE_ABI.md).  Returns a malloc'd string. */

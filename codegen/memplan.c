@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "firstfit.h"
+#include "fuse.h"
 #include "hostexec_internal.h" /* HxOpEntry.inplace */
 #include "stage_abi.h"
 
@@ -175,6 +176,7 @@ static int place_train_values(const PartStage *st, MemPlan *mp, const int *uses,
             l->region = HETC_BUF_CONST;
             continue;
         }
+        if (fuse_internal(mp->fuse[0], v)) continue; /* a fused kernel's register */
         int is_in = v->kind == IR_VK_INPUT && !v->producer;
         if (!uses[i] && !v->producer) continue;
         if (v->kind == IR_VK_PARAM) {
@@ -355,6 +357,10 @@ static int place_update_values(const PartStage *st, MemPlan *mp, const int *uses
             l->region = HETC_BUF_CONST;
             continue;
         }
+        if (fuse_internal(mp->fuse[1], v)) { /* a fused kernel's register */
+            l->region = HETC_BUF_NONE;
+            continue;
+        }
         if (!v->producer && !uses[i]) continue;
         if (value_bytes(v, st->stage, "update", &l->bytes, err)) return -1;
         l->region = HETC_BUF_ARENA;
@@ -444,10 +450,20 @@ static int cmp_pending(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
+/* The node whose action computes node i's outputs: its fused group's last
+ * member, or i itself (-1 stays -1). */
+static int eff_node(const FuseGraph *fg, const IrGraph *g, int i) {
+    if (i < 0 || !fg || fg->group_of[i] < 0) return i;
+    (void)g;
+    return fg->groups[fg->group_of[i]].last;
+}
+static int max_i(int a, int b) { return a > b ? a : b; }
+
 /* forward (phase fwd) or backward (phase bwd) of the train graph */
 static int order_train(const PartStage *st, MemPlan *mp, IrPhase phase, ActList *out,
                        IrError *err) {
     IrGraph *t = st->train;
+    const FuseGraph *fg = mp->fuse[0];
     /* node index of each value's producer, and of its last reader in this
      * phase (by value id; -1: none) */
     int *prod = ir_xcalloc((size_t)t->nvalues + 1, sizeof *prod);
@@ -473,7 +489,7 @@ static int order_train(const PartStage *st, MemPlan *mp, IrPhase phase, ActList 
     for (int i = 0; i < st->nxfers; i++) {
         if (!st->xfers[i].send || st->xfers[i].kind != xk) continue;
         IrValue *v = ir_graph_find_value(t, st->xfers[i].value);
-        int r = v->producer && v->producer->phase == phase ? prod[v->id] : -1;
+        int r = v->producer && v->producer->phase == phase ? eff_node(fg, t, prod[v->id]) : -1;
         if (v->producer && v->producer->phase > phase) {
             free(prod), free(pend), free(lastrd);
             return ir_errorf(err, "stage %d: %s sends '%s', which node '%s' computes in %s",
@@ -486,12 +502,13 @@ static int order_train(const PartStage *st, MemPlan *mp, IrPhase phase, ActList 
         pend[np++] = (Pending){r, MP_SEND, i};
     }
     if (phase == IR_PHASE_FWD && mp->loss)
-        pend[np++] = (Pending){prod[mp->loss->id], MP_LOSS, 0};
+        pend[np++] = (Pending){eff_node(fg, t, prod[mp->loss->id]), MP_LOSS, 0};
     if (phase == IR_PHASE_BWD)
         for (int p = 0; p < mp->nparams; p++) {
             IrValue *gv = mp->params[p].grad;
-            int r = gv->producer && gv->producer->phase == phase ? prod[gv->id] : -1;
-            if (lastrd[gv->id] > r) r = lastrd[gv->id]; /* the buffer dies at the accum */
+            int r = gv->producer && gv->producer->phase == phase ? eff_node(fg, t, prod[gv->id]) : -1;
+            /* the buffer dies at the accum */
+            r = max_i(r, eff_node(fg, t, lastrd[gv->id]));
             pend[np++] = (Pending){r, MP_ACCUM, p};
         }
     qsort(pend, (size_t)np, sizeof *pend, cmp_pending);
@@ -505,7 +522,7 @@ static int order_train(const PartStage *st, MemPlan *mp, IrPhase phase, ActList 
                              st->stage, i, n->name);
         }
         if (n->phase != phase) continue;
-        push(out, MP_NODE, i, 0);
+        if (!fuse_skipped(fg, i)) push(out, MP_NODE, i, 0); /* a group runs at its last */
         while (j < np && pend[j].ready == i) push(out, pend[j].kind, pend[j].index, 0), j++;
     }
     free(prod);
@@ -519,7 +536,7 @@ static int order_train(const PartStage *st, MemPlan *mp, IrPhase phase, ActList 
  * before the next starts, so its temporaries die early; nodes no output
  * needs follow in graph order.  Any topological order is valid - the
  * node numbering hetrt_node uses does not change. */
-static int *update_node_order(const IrGraph *u) {
+int *memplan_update_order(const IrGraph *u) {
     int n = u->nnodes, k = 0, sp = 0;
     int *ord = ir_xcalloc((size_t)n + 1, sizeof *ord);
     int *done = ir_xcalloc((size_t)n + 1, sizeof *done); /* 0 new, 1 on stack, 2 emitted */
@@ -563,9 +580,12 @@ static int *update_node_order(const IrGraph *u) {
 static void order_update(const PartStage *st, MemPlan *mp, ActList *out) {
     IrGraph *u = st->update;
     int n = u->nnodes;
-    int *ord = update_node_order(u);
+    int *ord = memplan_update_order(u);
+    const FuseGraph *fg = mp->fuse[1];
     int *rank = ir_xcalloc((size_t)n + 1, sizeof *rank);
     for (int i = 0; i < n; i++) rank[ord[i]] = i;
+    /* position of the action computing node i's outputs (fused: the group's) */
+#define EFF(r) ((r) < 0 ? (r) : rank[eff_node(fg, u, ord[(r)])])
     /* last position (in `ord`) reading each value; -1: none */
     int *lastrd = ir_xcalloc((size_t)u->nvalues + 1, sizeof *lastrd);
     for (int i = 0; i < u->nvalues; i++) lastrd[i] = -1;
@@ -584,20 +604,21 @@ static void order_update(const PartStage *st, MemPlan *mp, ActList *out) {
         for (int k = 0; k < 3; k++) {
             /* an output written in place is already where the copy would go */
             if (!pp->upd[k] || (pp->inplace & (1u << k))) continue;
-            int r = pp->upd[k]->producer ? rank[ir_node_index(u, pp->upd[k]->producer)] : -1;
+            int r = pp->upd[k]->producer ? EFF(rank[ir_node_index(u, pp->upd[k]->producer)]) : -1;
             IrValue *d = upd_dest(u, pp, k);
-            if (d && lastrd[d->id] > r) r = lastrd[d->id];
+            if (d) r = max_i(r, EFF(lastrd[d->id]));
             pend[np++] = (Pending){r, MP_COPY, p * 4 + k};
         }
         snprintf(nm, sizeof nm, "grad/%s", pp->name);
         IrValue *g = ir_graph_find_value(u, nm);
-        pend[np++] = (Pending){g ? lastrd[g->id] : -1, MP_ZERO, p * 4};
+        pend[np++] = (Pending){g ? EFF(lastrd[g->id]) : -1, MP_ZERO, p * 4};
     }
     qsort(pend, (size_t)np, sizeof *pend, cmp_pending);
     int j = 0;
     while (j < np && pend[j].ready < 0) push(out, pend[j].kind, pend[j].index / 4, pend[j].index % 4), j++;
+#undef EFF
     for (int i = 0; i < n; i++) {
-        push(out, MP_NODE, ord[i], 0);
+        if (!fuse_skipped(fg, ord[i])) push(out, MP_NODE, ord[i], 0);
         while (j < np && pend[j].ready == i)
             push(out, pend[j].kind, pend[j].index / 4, pend[j].index % 4), j++;
     }
@@ -615,6 +636,11 @@ static void act_values(const PartStage *st, const MemPlan *mp, int fn, const MpA
     switch (a->kind) {
     case MP_NODE: {
         IrNode *n = g->nodes[a->index];
+        const FuseGroup *gr = fuse_group_at(mp->fuse[fn == MP_FN_UPDATE], a->index);
+        if (gr) { /* a fused kernel: its external inputs and its outputs */
+            *r = (IrValue **)gr->ins, *nr = gr->nins, *w = (IrValue **)gr->outs, *nw = gr->nouts;
+            return;
+        }
         *r = n->in, *nr = n->nin, *w = n->out, *nw = n->nout;
         return;
     }
@@ -676,7 +702,13 @@ static int plan_scratch(const PartStage *st, MemPlan *mp, int fn, MpLoc *loc, in
 /* ------------------------------------------------------------ entry */
 
 int memplan_build(const PartStage *st, int nslots, MemPlan *mp, IrError *err) {
+    return memplan_build_fused(st, nslots, NULL, NULL, mp, err);
+}
+
+int memplan_build_fused(const PartStage *st, int nslots, const FuseGraph *ft,
+                        const FuseGraph *fu, MemPlan *mp, IrError *err) {
     memset(mp, 0, sizeof *mp);
+    mp->fuse[0] = ft, mp->fuse[1] = fu;
     if (!st || !st->train || !st->update)
         return ir_errorf(err, "memplan: stage without train or update graph");
     if (nslots < 1)

@@ -127,6 +127,11 @@ typedef struct MemPlan {
     int nacts[MP_NFN];
     int data_index, targets_index; /* train-graph input ids of token ids / targets, or -1 */
     IrValue *loss;                 /* the train graph's "loss" output, or NULL */
+    /* fused elementwise groups of the train / update graph (fuse.h; borrowed,
+     * NULL: none): a group's values used only inside it get no buffer
+     * (HETC_BUF_NONE), its members have no action but the last, whose
+     * MP_NODE runs the group and reads / writes the group's external values */
+    const struct FuseGraph *fuse[2];
 } MemPlan;
 
 /* Plan stage `st` with nslots activation slots.  Errors name the stage and
@@ -135,6 +140,15 @@ typedef struct MemPlan {
  * received tensor, nor a scalar of the update, ...). */
 int memplan_build(const PartStage *st, int nslots, MemPlan *mp, IrError *err);
 void memplan_free(MemPlan *mp);
+/* The same with fused groups (fuse.h) of the train graph (built with the
+ * node index as position) and the update graph (built with
+ * memplan_update_order's positions); either may be NULL.  They must outlive
+ * the plan. */
+int memplan_build_fused(const PartStage *st, int nslots, const struct FuseGraph *ft,
+                        const struct FuseGraph *fu, MemPlan *mp, IrError *err);
+/* The update graph's node indices in the order memplan calls them
+ * (malloc'd, u->nnodes entries). */
+int *memplan_update_order(const IrGraph *u);
 
 /* The location of v (a value of the train graph if graph == 0, else of the
  * update graph); NULL if v is not of that graph. */

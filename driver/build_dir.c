@@ -131,11 +131,11 @@ static int hetc_output(const char *name) {
         if (!strcmp(name, exact[i])) return 1;
     if (!strcmp(name, "timeline.json") || !strcmp(name, "timeline.svg")) return 1;
     if (name[0] == '.' && strstr(name, ".tmp")) return 1; /* atomic_file.h temporaries */
-    /* stage_K, stage_K.o, stage_K.ll, stage_K.tmp.PID */
+    /* stage_K, stage_K.o, stage_K.ll, stage_K.fused.txt, stage_K.tmp.PID */
     if (strncmp(name, "stage_", 6) || !isdigit((unsigned char)name[6])) return 0;
     const char *t = name + 6;
     while (isdigit((unsigned char)*t)) t++;
-    if (!*t || !strcmp(t, ".o") || !strcmp(t, ".ll")) return 1;
+    if (!*t || !strcmp(t, ".o") || !strcmp(t, ".ll") || !strcmp(t, ".fused.txt")) return 1;
     if (strncmp(t, ".tmp.", 5) || !t[5]) return 0;
     for (t += 5; isdigit((unsigned char)*t); t++) {
     }

@@ -51,6 +51,8 @@ static void usage(FILE *f) {
             "  --interpret-nodes      every node through the node interpreter (hetrt_node),\n"
             "                         no direct kernel calls (to compare the two; links it and\n"
             "                         embeds the IR text)\n"
+            "  --no-fuse              one kernel call per node: no generated fused elementwise\n"
+            "                         kernels (to compare; docs/CODEGEN.md)\n"
             "  --recompute none|full|selective  activation recompute of every stage, overriding\n"
             "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n"
             "  --backend host|cuda    runtime the stage binaries link (default host): cuda runs\n"
@@ -133,6 +135,10 @@ int cmd_compile(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--interpret-nodes")) {
             ca.interpret_nodes = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--no-fuse")) {
+            ca.no_fuse = 1;
             continue;
         }
         if ((r = cli_opt(argc, argv, &i, "--recompute", &v)) != 0) {
@@ -364,6 +370,7 @@ int cmd_compile(int argc, char **argv) {
     cs.build_id = build_id;
     cs.nlayers = L;
     cs.layers = &lix;
+    cs.plan_path = planpath;
     if (compile_stages(&cs, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
         compile_stages_free(&cs);

@@ -15,12 +15,14 @@
 #include "cli.h"
 #include "cmd_train.h"
 #include "compile_opts.h"
+#include "compile_stage.h"
 #include "data_loader.h"
 #include "hk_train.h"
 #include "hostexec.h"
 #include "loss.h"
 #include "lr_schedule.h"
 #include "optimizer.h"
+#include "rt_metrics.h"
 #include "train_state.h"
 
 static void usage(FILE *f) {
@@ -56,13 +58,23 @@ static void usage(FILE *f) {
             "                         (before clipping) for checks against a reference\n"
             "  --exec-stats           print the executor's memory plan and the allocations it\n"
             "                         made in step 1 and in the later steps (expected: none)\n"
+            "  --metrics FILE         one JSON line per step (loss, grad norm, lr, tokens/s,\n"
+            "                         memory) and loss.svg beside it (default:\n"
+            "                         CHECKPOINT_DIR/metrics.jsonl, none with\n"
+            "                         --no-checkpoint; 'none': off)\n"
+            "  --val-data FILE        validation tokens (same format as --data)\n"
+            "  --val-every N          validation loss every N steps and after the last\n"
+            "                         (default with --val-data: 10)\n"
+            "  --val-batches N        microbatches of the validation file per evaluation\n"
+            "                         (default 10, at most the file's)\n"
             "  --quiet                only the final line\n");
     compile_opts_help(f);
 }
 
 typedef struct TrainOpts {
     const char *data, *data_format, *loss, *optimizer, *schedule, *ckpt_dir, *export_path, *dump_grads;
-    int64_t steps, accum, warmup, ckpt_every;
+    const char *metrics, *val_data;
+    int64_t steps, accum, warmup, ckpt_every, val_every, val_batches;
     double lr, beta1, beta2, eps, wd, momentum, clip;
     int quiet, no_ckpt, exec_stats;
 } TrainOpts;
@@ -108,6 +120,8 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         STR("--optimizer", optimizer)
         STR("--lr-schedule", schedule) STR("--checkpoint-dir", ckpt_dir)
         STR("--export", export_path) STR("--dump-grads", dump_grads)
+        STR("--metrics", metrics) STR("--val-data", val_data)
+        I64("--val-every", val_every) I64("--val-batches", val_batches)
         I64("--steps", steps) I64("--accum", accum) I64("--warmup", warmup)
         I64("--checkpoint-every", ckpt_every)
         DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--adam-eps", eps)
@@ -141,6 +155,16 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         fprintf(stderr, "hetc train: --accum must be at least 1\n");
         return -1;
     }
+    if ((t->val_every || t->val_batches) && !t->val_data) {
+        fprintf(stderr, "hetc train: --val-every / --val-batches need --val-data FILE\n");
+        return -1;
+    }
+    if (t->val_data && !t->val_every) t->val_every = 10;
+    if (t->val_data && !t->val_batches) t->val_batches = 10;
+    if (t->val_every < 0 || t->val_batches < 0) {
+        fprintf(stderr, "hetc train: --val-every and --val-batches must be at least 1\n");
+        return -1;
+    }
     if (strcmp(t->optimizer, "adamw") && strcmp(t->optimizer, "sgd")) {
         fprintf(stderr, "hetc train: --optimizer must be adamw or sgd, not '%s'\n", t->optimizer);
         return -1;
@@ -159,6 +183,35 @@ static void safe_name(char *dst, size_t n, const char *src) {
     snprintf(dst, n, "%s", src);
     for (char *c = dst; *c; c++)
         if (*c == '/' || *c == ':') *c = '_';
+}
+
+/* The executor arenas of the train and update runs, bytes. */
+static double train_arena_bytes(const TrainState *st) {
+    HxRunStats a, b;
+    hexec_run_stats(st->run, &a);
+    hexec_run_stats(st->urun, &b);
+    return (double)(a.arena_bytes + b.arena_bytes);
+}
+
+/* Validation loss: the mean loss over the first `nb` microbatches of the
+ * validation file with the parameters as they are (llm.c / nanoGPT's
+ * evaluation).  The executor runs forward and backward as one graph, so the
+ * gradients are computed and discarded (zeroed before, accumulated with
+ * scale 0; the next step zeroes them again): the update never sees them. */
+static int val_loss(TrainState *st, RtDataLoader *vdl, int64_t nb, IrTensor *const *in,
+                    double *out, IrError *err) {
+    char rerr[RT_ERRLEN];
+    double sum = 0;
+    train_state_zero_grads(st);
+    for (int64_t b = 0; b < nb; b++) {
+        double l;
+        if (rt_data_batch(vdl, b, in[0]->data, in[1]->data, rerr))
+            return ir_errorf(err, "--val-data: %s", rerr);
+        if (train_state_forward_backward(st, in, 2, 0.0f, &l, err)) return -1;
+        sum += l;
+    }
+    *out = nb ? sum / (double)nb : NAN;
+    return 0;
 }
 
 static int dump_first(const char *dir, TrainState *st, double loss, IrError *err) {
@@ -236,8 +289,11 @@ int cmd_train(int argc, char **argv) {
     }
     int rc = 1;
     char rerr[RT_ERRLEN] = "";
-    RtDataLoader dl;
+    RtDataLoader dl, vdl;
     memset(&dl, 0, sizeof dl);
+    memset(&vdl, 0, sizeof vdl);
+    RtMetrics met;
+    memset(&met, 0, sizeof met);
     TrainState st;
     memset(&st, 0, sizeof st);
     co.report_params = !t.quiet;
@@ -258,6 +314,39 @@ int cmd_train(int argc, char **argv) {
     if (rt_data_open_format(&dl, t.data, fmt, co.batch, co.seq, 0, 1, rerr)) {
         fprintf(stderr, "hetc train: %s: %s\n", t.data, rerr);
         goto done;
+    }
+    /* token ids must index the model's vocabulary (an id past it is a clear
+     * error naming the file, not a read outside the embedding) */
+    dl.vocab = graph_token_vocab(g, input_binds_token_input(g));
+    if (dl.vocab > 0 && rt_data_check_vocab(&dl, dl.vocab, rerr)) {
+        fprintf(stderr, "hetc train: %s\n", rerr);
+        goto done;
+    }
+    if (t.val_data) {
+        if (rt_data_open_format(&vdl, t.val_data, fmt, co.batch, co.seq, 0, 1, rerr)) {
+            fprintf(stderr, "hetc train: --val-data %s: %s\n", t.val_data, rerr);
+            goto done;
+        }
+        vdl.vocab = dl.vocab;
+        if (vdl.vocab > 0 && rt_data_check_vocab(&vdl, vdl.vocab, rerr)) {
+            fprintf(stderr, "hetc train: --val-data: %s\n", rerr);
+            goto done;
+        }
+        if (t.val_batches > vdl.nbatches) t.val_batches = vdl.nbatches;
+    }
+    {
+        char mdef[4200], merr[512];
+        /* default: beside the checkpoints; --no-checkpoint writes no files
+         * unless --metrics names one */
+        const char *mp = t.metrics ? t.metrics : t.no_ckpt ? "none" : NULL;
+        if (!mp) {
+            snprintf(mdef, sizeof mdef, "%s/metrics.jsonl", t.ckpt_dir);
+            mp = mdef;
+        }
+        if (strcmp(mp, "none") && rt_metrics_open(&met, mp, NULL, 0, merr, sizeof merr)) {
+            fprintf(stderr, "hetc train: --metrics: %s\n", merr);
+            goto done;
+        }
     }
     OptimOpts oo;
     optim_opts_default(&oo);
@@ -281,6 +370,7 @@ int cmd_train(int argc, char **argv) {
     IrTensor *in[2] = {ir_tensor_new(ids->name, IR_I64, &ids->shape),
                        ir_tensor_new("targets", IR_I64, &tg->shape)};
     int64_t tok_per_step = co.batch * co.seq * t.accum;
+    double step_flops = graph_flops(g) * (double)t.accum;
     double t0 = now_s();
     if (!t.quiet)
         printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, data %s "
@@ -331,6 +421,32 @@ int cmd_train(int argc, char **argv) {
                    dt > 0 ? (double)tok_per_step / dt : 0.0, eta);
         fflush(stdout);
         int last = step + 1 == t.steps;
+        double vl = NAN;
+        if (t.val_data && (last || (step + 1) % t.val_every == 0)) {
+            if (val_loss(&st, &vdl, t.val_batches, in, &vl, &err)) {
+                fprintf(stderr, "hetc train: validation at step %lld: %s\n", (long long)step + 1,
+                        err.msg);
+                rc = 1;
+                break;
+            }
+            printf("step %5lld/%lld | val loss %.9g (%lld batches of %s)\n", (long long)step + 1,
+                   (long long)t.steps, vl, (long long)t.val_batches, t.val_data);
+            fflush(stdout);
+        }
+        /* one process on the host: no plan, no device peak, so no MFU (the
+         * FLOPs are there for a user's own peak) */
+        RtStageTimes one = {.stage = 0, .ranks = 1, .compute_s = dt,
+                            .arena_bytes = train_arena_bytes(&st),
+                            .peak_rss_bytes = rt_peak_rss_bytes()};
+        RtStepMetrics sm = {.step = step + 1, .loss = loss, .grad_norm = norm, .lr = lr,
+                            .step_s = dt, .tokens = tok_per_step, .val_loss = vl,
+                            .flops = step_flops, .stages = &one, .nstages = 1};
+        if (rt_metrics_step(&met, &sm)) {
+            fprintf(stderr, "hetc train: --metrics: cannot write the line of step %lld\n",
+                    (long long)step + 1);
+            rc = 1;
+            break;
+        }
         if (!t.no_ckpt && (last || (t.ckpt_every > 0 && (step + 1) % t.ckpt_every == 0)) &&
             train_state_save(&st, t.ckpt_dir, step + 1, &err)) {
             fprintf(stderr, "hetc train: checkpoint: %s\n", err.msg);
@@ -344,7 +460,19 @@ int cmd_train(int argc, char **argv) {
     }
     ir_tensor_free(in[0]);
     ir_tensor_free(in[1]);
+    {
+        char merr[512];
+        if (met.f && rt_metrics_close(&met, merr, sizeof merr)) {
+            fprintf(stderr, "hetc train: --metrics: %s\n", merr);
+            rc = 1;
+        }
+    }
 done:
+    if (met.f) {
+        char merr[512];
+        rt_metrics_close(&met, merr, sizeof merr);
+    }
+    rt_data_close(&vdl);
     train_state_free(&st);
     rt_data_close(&dl);
     if (g) ir_graph_free(g);

@@ -156,6 +156,9 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         lo.token_dtype = IR_UNDEF;
         lo.direct = !a->interpret_nodes;
         lo.cuda = a->backend_cuda; /* device arenas: codegen/lower_node_cuda.c's table */
+        /* the generated fused kernels are host loops; their NVPTX lowering is
+         * not launched by the CUDA runtime yet (docs/CUDA.md) */
+        lo.fuse = !a->no_fuse && !a->backend_cuda;
         LeProgram prog;
         MemPlan mp;
         char *config = NULL;
@@ -168,10 +171,14 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         char *links = link_lines(p, ps, s);
         char idline[40];
         snprintf(idline, sizeof idline, "build %016llx\n", (unsigned long long)cs->build_id);
-        char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + 1);
+        char *mlines = compile_metrics_lines(cs, ps, s);
+        size_t mlen = mlines ? strlen(mlines) : 0;
+        char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + mlen + 1);
         strcpy(extra, shared);
         strcat(extra, links);
         strcat(extra, idline);
+        if (mlines) strcat(extra, mlines);
+        free(mlines);
         char *cfg = config_with(config, extra);
         free(links);
         free(extra);
@@ -201,6 +208,16 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         eo.link_args = link;
         eo.opt_level = 1;
         int erc = le_emit_program(&prog, &eo, err);
+        if (!erc && a->emit_llvm && lst.kernels) { /* DIR/stage_K.fused.txt */
+            char fpath[4200];
+            snprintf(fpath, sizeof fpath, "%s/stage_%d.fused.txt", cs->out_dir, s);
+            FILE *ff = fopen(fpath, "w");
+            if (!ff) erc = ir_errorf(err, "cannot write %s: %s", fpath, strerror(errno));
+            else {
+                lower_stage_print_fused(&prog, &ps[s], ff);
+                if (fclose(ff)) erc = ir_errorf(err, "cannot write %s", fpath);
+            }
+        }
         unlink(obj);
         /* durable before the build directory is swapped in (build_dir.h) */
         int efd = erc ? -1 : open(tmp, O_RDONLY | O_CLOEXEC);
@@ -220,6 +237,9 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         /* what is still interpreted (issue 15): a line per stage after the table */
         fprintf(kern, "stage %d: %d nodes as direct kernel calls, %d interpreted (hetrt_node)%s%s\n",
                 s, lst.direct, lst.interp, lst.interp ? ": " : "", lst.interp_ops);
+        if (lst.fused)
+            fprintf(kern, "  fused: %d of them in %d generated elementwise kernels\n", lst.fused,
+                    lst.kernels);
         if (lst.interp && lst.why[0]) fprintf(kern, "  first: %s\n", lst.why);
         lower_stats_free(&lst);
         lower_stage_free(&prog);

@@ -217,6 +217,17 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         snprintf(k->b, sizeof k->b, "%s", cJSON_GetArrayItem(bt, 1)->valuestring);
         k->cpu_mediated = tr && !strcmp(tr->valuestring, "cpu-mediated");
     }
+    /* cluster.meshes[].peak_flops: the metrics' MFU denominator (optional) */
+    const cJSON *ms = cl ? cJSON_GetObjectItemCaseSensitive(cl, "meshes") : NULL;
+    for (int m = 0; cJSON_IsArray(ms) && m < cJSON_GetArraySize(ms); m++) {
+        const cJSON *o = cJSON_GetArrayItem(ms, m);
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "name");
+        const cJSON *pk = cJSON_GetObjectItemCaseSensitive(o, "peak_flops");
+        if (!cJSON_IsString(nm) || !cJSON_IsNumber(pk) || !(pk->valuedouble > 0)) continue;
+        for (int s = 0; s < p->nstages; s++)
+            if (!strcmp(p->stages[s].mesh, nm->valuestring))
+                p->stages[s].peak_flops = pk->valuedouble;
+    }
     rc = 0;
 done:
     cJSON_Delete(root);

@@ -17,6 +17,7 @@ typedef struct CpStage {
     int warmup;                  /* N_i: forward microbatches before the first backward */
     char mesh[64], device[64];
     double mem_pred;             /* predicted bytes per device (0: unknown) */
+    double peak_flops;           /* the mesh's device peak FLOP/s (cluster.meshes; 0: unknown) */
 } CpStage;
 
 /* A cluster link of plan.json's "cluster.links" (every mesh pair is there:

@@ -15,6 +15,7 @@ typedef struct CompileArgs {
     int64_t steps, warmup;
     int emit_llvm;
     int interpret_nodes; /* --interpret-nodes: every node through hetrt_node (no direct calls) */
+    int no_fuse;         /* --no-fuse: one kernel call per node, no generated kernels */
     int backend_cuda; /* --backend=cuda: link hetrt_stage_cuda (docs/CUDA.md) */
 } CompileArgs;
 void compile_args_default(CompileArgs *a);
@@ -27,6 +28,8 @@ typedef struct CompileStages {
     uint64_t build_id;         /* the `build` config record of every stage */
     int nlayers;
     const LayerIndex *layers;  /* node name -> layer, from the planner's graph */
+    const char *plan_path;     /* plan.json: its timeline.json beside it gives the last
+                                * stage's `ptl` records (NULL: none) */
     /* results */
     double t_graphs, t_init, t_lower;
 } CompileStages;
@@ -38,6 +41,15 @@ void compile_stages_free(CompileStages *cs);
 #include "partition.h"
 /* Memory plan, lowering, emission and link of every stage (compile_emit.c). */
 int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err);
+/* Stage s's metrics config records (vocab, flops, peak_flops, ptl):
+ * compile_metrics.c.  Malloc'd text, NULL when out of memory. */
+char *compile_metrics_lines(const CompileStages *cs, const PartStage *ps, int s);
+/* The vocabulary size the token ids `ids` (and the "targets" input) index
+ * in g; 0 when no Embedding / Gather / loss reads them. */
+int64_t graph_token_vocab(const IrGraph *g, const IrValue *ids);
+/* FLOPs of one run of g: op_cost's figure summed over its nodes (forward
+ * and backward nodes alike; a node without static shapes counts 0). */
+double graph_flops(const IrGraph *g);
 /* 1 if this hetc can link CUDA stage binaries (--backend=cuda). */
 int compile_have_cuda(void);
 

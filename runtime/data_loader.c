@@ -226,6 +226,23 @@ static int read_rows(const RtDataLoader *dl, int64_t step, char *err)
         }
         done += (size_t)r;
     }
+    /* Token ids must index the model's vocabulary: an id past it would read
+     * outside the embedding (or the loss's logits row).  The file, the
+     * batch, the token's position in the file and the id are named. */
+    for (int64_t i = 0; dl->vocab > 0 && i < dl->rows * dl->T + 1; i++) {
+        const unsigned char *b = (const unsigned char *)(dl->buf + i); /* little-endian */
+        unsigned t = (unsigned)(b[0] | b[1] << 8);
+        if (t < dl->vocab)
+            continue;
+        if (err)
+            snprintf(err, RT_ERRLEN,
+                     "%s: token id %u at token %lld (batch %lld) is not below the model's "
+                     "vocabulary size %lld: the file was tokenized for another vocabulary "
+                     "(tools/prepare_data.py --vocab-size, or a model with a larger vocabulary)",
+                     dl->path, (unsigned)t, (long long)(first + i), (long long)idx,
+                     (long long)dl->vocab);
+        return -1;
+    }
     return 0;
 }
 
@@ -259,6 +276,44 @@ int rt_data_batch_i32(const RtDataLoader *dl, int64_t step, int32_t *inputs, int
         targets[i] = tok_at(dl, i + 1);
     }
     return 0;
+}
+
+int rt_data_check_vocab(const RtDataLoader *dl, int64_t vocab, char *err)
+{
+    enum { CHUNK = 1 << 16 };
+    unsigned char *b = malloc(2 * CHUNK);
+    if (!b) {
+        snprintf(err, RT_ERRLEN, "%s: out of memory", dl->path);
+        return -1;
+    }
+    int rc = 0;
+    for (int64_t at = 0; at < dl->ntok && !rc;) {
+        size_t want = (size_t)(dl->ntok - at < CHUNK ? dl->ntok - at : CHUNK) * 2;
+        ssize_t r = pread(dl->fd, b, want, (off_t)(dl->tok_off + (size_t)at * 2));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || r % 2) {
+            snprintf(err, RT_ERRLEN, "%s: cannot read token %lld: %s", dl->path, (long long)at,
+                     r < 0 ? strerror(errno) : "the file ends early");
+            rc = -1;
+            break;
+        }
+        for (ssize_t i = 0; i < r / 2; i++) {
+            unsigned t = (unsigned)(b[2 * i] | b[2 * i + 1] << 8);
+            if (t < vocab)
+                continue;
+            snprintf(err, RT_ERRLEN,
+                     "%s: token id %u at token %lld is not below the model's vocabulary size "
+                     "%lld: the file was tokenized for another vocabulary "
+                     "(tools/prepare_data.py --vocab-size, or a model with a larger vocabulary)",
+                     dl->path, t, (long long)(at + i), (long long)vocab);
+            rc = -1;
+            break;
+        }
+        at += r / 2;
+    }
+    free(b);
+    return rc;
 }
 
 void rt_data_close(RtDataLoader *dl)

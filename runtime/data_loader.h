@@ -56,6 +56,8 @@ typedef struct RtDataLoader {
     int dp_rank, dp_size;
     int64_t rows;           /* rows this rank reads: B / dp_size */
     int64_t nbatches;       /* whole global batches in the file */
+    int64_t vocab;          /* > 0: every token read must be below it (set by the caller
+                               after opening: the model's vocabulary size) */
 } RtDataLoader;
 
 /* Open and validate `path` for global batches of B x T split over dp_size
@@ -79,6 +81,10 @@ int rt_data_batch(const RtDataLoader *dl, int64_t step, int64_t *inputs, int64_t
                   char *err);
 int rt_data_batch_i32(const RtDataLoader *dl, int64_t step, int32_t *inputs, int32_t *targets,
                       char *err);
+/* Every token of the file below vocab (a whole-file scan at start-up: a bad
+ * id fails before training, not when its batch comes).  0, or -1 with a
+ * message naming the file, the token's position and the id. */
+int rt_data_check_vocab(const RtDataLoader *dl, int64_t vocab, char *err);
 void rt_data_close(RtDataLoader *dl);
 const char *rt_token_format_name(RtTokenFormat f);
 

@@ -516,29 +516,14 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
 
 /* ---------------------------------------------------------------- timeline */
 
-static const char *kind_word(char k)
-{
-    switch (k) {
-    case 'F': return "F";
-    case 'B': return "B";
-    case 'S': return "send";   /* forward boundary i -> i+1, on stage i */
-    case 'R': return "gsend";  /* backward gradient i+1 -> i, on stage i+1 (the sender) */
-    case 'A': return "sync";
-    default: return "?";
-    }
-}
-
 static int is_compute(char k)
 {
-    return k == 'F' || k == 'B';
+    return tl_svg_is_compute(k);
 }
 
 static void event_name(const TimelineEvent *e, char *buf, size_t cap)
 {
-    if (e->kind == 'A' || e->mb < 0)
-        snprintf(buf, cap, "%s", kind_word(e->kind));
-    else
-        snprintf(buf, cap, "%s%d", kind_word(e->kind), e->mb);
+    tl_svg_event_name(e, buf, cap);
 }
 
 static void stage_label(const Plan *p, const ClusterSpec *c, int s, char *buf, size_t cap)
@@ -617,39 +602,11 @@ int timeline_write_json(FILE *f, const Plan *p, const ClusterSpec *c,
     return ferror(f) ? -1 : 0;
 }
 
-static void xml_text(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&apos;", f); break;
-        default:
-            if ((unsigned char)*s >= 0x20 || *s == '\t')
-                fputc(*s, f);
-        }
-    }
-}
-
-/* A "nice" axis step (1, 2 or 5 x 10^k) giving about `want` ticks. */
-static double nice_step(double span, int want)
-{
-    double raw = span / want;
-    double p = pow(10, floor(log10(raw)));
-    double m = raw / p;
-    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
-}
-
+/* The drawer is common/timeline_svg.h: the stage runtime draws a run's
+ * measured timeline (trace.svg) with it, beside this predicted one. */
 int timeline_write_svg(FILE *f, const Plan *p, const ClusterSpec *c,
                        const TimelineEvent *ev, int nev)
 {
-    const double left = 230, right = 20, top = 50, row_h = 44, plot_w = 1100;
-    int nst = p->nstages;
-    for (int i = 0; i < nev; i++)
-        if (ev[i].stage + 1 > nst)
-            nst = ev[i].stage + 1;
     double t0 = 0, t1 = 0;
     for (int i = 0; i < nev; i++) {
         if (ev[i].start < t0)
@@ -659,85 +616,26 @@ int timeline_write_svg(FILE *f, const Plan *p, const ClusterSpec *c,
     }
     if (!(t1 > t0))
         t1 = t0 + 1e-3;
-    double scale = plot_w / (t1 - t0);   /* px per second */
-    double width = left + plot_w + right;
-    double height = top + nst * row_h + 50;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-               "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
-            width, height, width, height);
-    fputs("<style>.F{fill:#4e79a7}.B{fill:#f28e2b}.S{fill:#59a14f}.R{fill:#76b7b2}.A{fill:#b07aa1}"
-          ".lbl{fill:#fff;font-size:10px;text-anchor:middle}</style>\n", f);
-    fprintf(f, "<rect class=\"bg\" x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n",
-            width, height);
-    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\">hetc timeline: %s, B = %d, one iteration "
-               "(%.3f ms)</text>\n", schedule_name(p->schedule), p->microbatches, (t1 - t0) * 1e3);
-    /* Legend */
-    static const struct { char k; const char *label; } legend[] = {
-        {'F', "forward"}, {'B', "backward"}, {'S', "send activation"}, {'R', "send gradient"},
-        {'A', "DP all-reduce"}};
-    double lx = left;
-    for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++) {
-        fprintf(f, "<rect class=\"legend %c\" x=\"%.0f\" y=\"28\" width=\"14\" height=\"10\"/>"
-                   "<text x=\"%.0f\" y=\"37\">%s</text>\n",
-                legend[i].k, lx, lx + 18, legend[i].label);
-        lx += 18 + 7.5 * strlen(legend[i].label) + 16;
+    char title[160];
+    snprintf(title, sizeof title, "hetc timeline: %s, B = %d, one iteration (%.3f ms)",
+             schedule_name(p->schedule), p->microbatches, (t1 - t0) * 1e3);
+    int nst = p->nstages;
+    char (*lab)[256] = calloc((size_t)(nst > 0 ? nst : 1), sizeof *lab);
+    const char **labels = calloc((size_t)(nst > 0 ? nst : 1), sizeof *labels);
+    if (!lab || !labels) {
+        free(lab);
+        free(labels);
+        return -1;
     }
-    fprintf(f, "<text x=\"%.0f\" y=\"37\" fill=\"#666\">gaps = bubbles</text>\n", lx);
-    /* Rows: a light band per stage; compute boxes on top, comm bars below. */
     for (int s = 0; s < nst; s++) {
-        char label[256];
-        double y = top + s * row_h;
-        stage_label(p, c, s, label, sizeof label);
-        fprintf(f, "<rect class=\"row\" x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.1f\" "
-                   "fill=\"%s\"/>\n",
-                left, y + 2, plot_w, row_h - 4, s % 2 ? "#f4f4f4" : "#ececec");
-        fprintf(f, "<text x=\"8\" y=\"%.1f\">", y + row_h / 2 + 4);
-        xml_text(f, label);
-        fputs("</text>\n", f);
+        stage_label(p, c, s, lab[s], sizeof lab[s]);
+        labels[s] = lab[s];
     }
-    for (int i = 0; i < nev; i++) {
-        const TimelineEvent *e = &ev[i];
-        double x = left + (e->start - t0) * scale;
-        double w = (e->end - e->start) * scale;
-        if (w < 0.5)
-            w = 0.5;   /* keep zero-length events visible */
-        double y = top + e->stage * row_h;
-        char name[64];
-        event_name(e, name, sizeof name);
-        if (is_compute(e->kind)) {
-            fprintf(f, "<rect class=\"ev %c\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" "
-                       "stroke=\"#fff\" stroke-width=\"0.5\"><title>%s</title></rect>\n",
-                    e->kind, x, y + 5, w, row_h - 20, name);
-            if (w >= 14 && e->mb >= 0)
-                fprintf(f, "<text class=\"lbl\" x=\"%.2f\" y=\"%.1f\">%d</text>\n", x + w / 2,
-                        y + 5 + (row_h - 20) / 2 + 4, e->mb);
-        } else {
-            /* Two lanes under the boxes: activations (and the all-reduce)
-             * above, gradients below, as the two directions of a link run
-             * at the same time. */
-            char k = e->kind == 'S' || e->kind == 'R' || e->kind == 'A' ? e->kind : 'S';
-            fprintf(f, "<rect class=\"ev %c\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"4\">"
-                       "<title>%s</title></rect>\n",
-                    k, x, y + row_h - (k == 'R' ? 8 : 13), w, name);
-        }
-    }
-    /* Time axis */
-    double ay = top + nst * row_h + 6;
-    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#000\"/>\n", left, ay,
-            left + plot_w, ay);
-    double span_ms = (t1 - t0) * 1e3;
-    double step = nice_step(span_ms, 10);
-    for (double t = 0; t <= span_ms + 1e-9 * span_ms; t += step) {
-        double x = left + t / 1e3 * scale;
-        fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#000\"/>"
-                   "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
-                x, ay, x, ay + 5, x, ay + 18, t);
-    }
-    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"middle\">time (ms)</text>\n",
-            left + plot_w / 2, ay + 36);
-    fputs("</svg>\n", f);
-    return ferror(f) ? -1 : 0;
+    TlSvgPanel panel = {.title = NULL, .labels = labels, .nrows = nst, .ev = ev, .nev = nev};
+    int rc = tl_svg_write(f, title, &panel, 1, 0);
+    free(lab);
+    free(labels);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- files */

@@ -15,17 +15,13 @@
 
 #include "planner.h"
 #include "schedule.h"
+#include "timeline_svg.h"
 
 /* One interval of the timeline.  kind: 'F' forward, 'B' backward,
  * 'S' send of the forward boundary i -> i+1 (on stage i's outgoing link),
  * 'R' send of the backward gradient i+1 -> i (recorded on stage i+1, the
  * sender), 'A' DP gradient all-reduce of the stage. */
-typedef struct TimelineEvent {
-    int stage;
-    char kind;
-    int mb;
-    double start, end;
-} TimelineEvent;
+typedef TlSvgEvent TimelineEvent; /* common/timeline_svg.h: {stage, kind, mb, start, end} */
 
 typedef struct SimResult {
     double iter_time;        /* end of the last event */

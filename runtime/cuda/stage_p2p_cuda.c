@@ -269,10 +269,7 @@ static void describe(StageRt *rt, const StageXfer *x, int send, char *what, size
              (long long)rt->step + 1, send ? "to" : "from", x->peer);
 }
 
-int32_t hetrt_send(int32_t xfer, const void *src) {
-    StageRt *rt = hetrt_stage_rt;
-    CudaLink *l = nccl_link(rt, xfer, 1);
-    if (!l) return hetrt_send_mediated(xfer, src);
+static int32_t nccl_send(StageRt *rt, CudaLink *l, int32_t xfer, const void *src) {
     CudaBe *b = be_of(rt);
     const StageXfer *x = &rt->cfg.xfers[xfer];
     char what[160];
@@ -295,10 +292,7 @@ int32_t hetrt_send(int32_t xfer, const void *src) {
     return 0;
 }
 
-int32_t hetrt_recv(int32_t xfer, void *dst) {
-    StageRt *rt = hetrt_stage_rt;
-    CudaLink *l = nccl_link(rt, xfer, 0);
-    if (!l) return hetrt_recv_mediated(xfer, dst);
+static int32_t nccl_recv(StageRt *rt, CudaLink *l, int32_t xfer, void *dst) {
     CudaBe *b = be_of(rt);
     const StageXfer *x = &rt->cfg.xfers[xfer];
     char what[160];
@@ -311,4 +305,33 @@ int32_t hetrt_recv(int32_t xfer, void *dst) {
     /* the host waits (deadline, NCCL errors), as the MPI path's receive does:
      * the compute stream's later work then sees the rows */
     return cuda_wait_stream(rt, b->recv_stream, l->dir[x->peer == l->lo ? 0 : 1].comm, what);
+}
+
+/* Metrics and --trace (runtime/stage/stage_metrics.c), as the mediated
+ * path's transfer() counts them: the host time of the call -- enqueueing a
+ * send, waiting for a receive's rows -- is communication (send) or bubble
+ * (receive), not compute. */
+static int32_t timed(StageRt *rt, int32_t xfer, int send, int32_t rc, double t0) {
+    double t1 = stage_now();
+    const StageXfer *x = &rt->cfg.xfers[xfer];
+    if (send) rt->met.in_fn_send += t1 - t0;
+    else rt->met.in_fn_recv += t1 - t0;
+    stage_span(rt, send ? (x->grad ? 'R' : 'S') : 'W', rt->micro, t0, t1);
+    return rc;
+}
+
+int32_t hetrt_send(int32_t xfer, const void *src) {
+    StageRt *rt = hetrt_stage_rt;
+    CudaLink *l = nccl_link(rt, xfer, 1);
+    if (!l) return hetrt_send_mediated(xfer, src); /* timed in stage_exec.c */
+    double t0 = stage_now();
+    return timed(rt, xfer, 1, nccl_send(rt, l, xfer, src), t0);
+}
+
+int32_t hetrt_recv(int32_t xfer, void *dst) {
+    StageRt *rt = hetrt_stage_rt;
+    CudaLink *l = nccl_link(rt, xfer, 0);
+    if (!l) return hetrt_recv_mediated(xfer, dst);
+    double t0 = stage_now();
+    return timed(rt, xfer, 0, nccl_recv(rt, l, xfer, dst), t0);
 }

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,6 +345,35 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
             return fail(err, errlen, ln, "expected 'build HEX16' (nonzero)");
         return 0;
     }
+    if (!strcmp(k, "vocab")) {
+        if (nf != 2 || get_i64(f[1], &v) || v < 1 || v > 65536)
+            return fail(err, errlen, ln, "expected 'vocab N' with 1 <= N <= 65536 (uint16 tokens)");
+        c->vocab = v;
+        return 0;
+    }
+    if (!strcmp(k, "flops") || !strcmp(k, "peak_flops")) { /* metrics: MFU */
+        char *end;
+        double x = nf == 2 ? strtod(f[1], &end) : -1;
+        if (nf != 2 || end == f[1] || *end || !(x >= 0) || !isfinite(x))
+            return fail(err, errlen, ln, "expected '%s X' (X >= 0)", k);
+        if (!strcmp(k, "flops")) c->flops_mb = x;
+        else c->peak_flops = x;
+        return 0;
+    }
+    if (!strcmp(k, "ptl")) { /* a predicted timeline event: ptl STAGE KIND MB START END */
+        char *e1, *e2;
+        int st, mb;
+        double t0 = nf == 6 ? strtod(f[4], &e1) : 0, t1 = nf == 6 ? strtod(f[5], &e2) : 0;
+        if (nf != 6 || get_int(f[1], &st) || st < 0 || strlen(f[2]) != 1 || get_int(f[3], &mb) ||
+            *e1 || *e2 || !(t1 >= t0))
+            return fail(err, errlen, ln, "expected 'ptl STAGE KIND MB START END'");
+        TlSvgEvent *p = realloc(c->ptl, (size_t)(c->nptl + 1) * sizeof *p);
+        if (!p) return fail(err, errlen, ln, "out of memory");
+        c->ptl = p;
+        p[c->nptl++] = (TlSvgEvent){.stage = st, .kind = f[2][0], .mb = mb, .start = t0,
+                                    .end = t1};
+        return 0;
+    }
     if (!strcmp(k, "zero")) {
         if (nf != 2 || get_i64(f[1], &v) || v < 0 || v > 2)
             return fail(err, errlen, ln, "expected 'zero 0|1|2'");
@@ -464,6 +494,7 @@ void stage_config_free(StageConfig *c) {
     free(c->xfers);
     free(c->shared);
     free(c->dp);
+    free(c->ptl);
     stage_tp_config_free(c);
     memset(c, 0, sizeof *c);
 }

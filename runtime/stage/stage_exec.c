@@ -75,15 +75,28 @@ static int32_t transfer(int32_t xfer, void *dst, const void *src, int send) {
      * TP degree, spread over all TP ranks' links (seed 002). */
     /* Sends are deferred (staged copies, completed once per step), so that
      * two stages sending to each other at once never wait on each other. */
+    /* Metrics: the time spent here is taken out of the running stage
+     * function's compute (stage_main.c run_fn) and counted as
+     * communication (a send) or bubble (a receive blocks until the peer
+     * has produced the value); --trace records the span. */
+    double t0 = stage_now();
+    int rc;
     if (send) {
-        if (host && stage_be_get(rt, host, src, nb)) return 1;
-        return rt_redistribute_rows_isend(&rt->ctx, me, host ? host : src, x->peer, x->rows,
-                                          (size_t)x->row_bytes, xfer_tag(rt, x), what, &rt->sendq);
+        rc = host && stage_be_get(rt, host, src, nb);
+        if (!rc)
+            rc = rt_redistribute_rows_isend(&rt->ctx, me, host ? host : src, x->peer, x->rows,
+                                            (size_t)x->row_bytes, xfer_tag(rt, x), what,
+                                            &rt->sendq) != 0;
+    } else {
+        rc = rt_redistribute_rows(&rt->ctx, x->peer, NULL, me, host ? host : dst, x->rows,
+                                  (size_t)x->row_bytes, xfer_tag(rt, x), what) != 0;
+        if (!rc && host) rc = stage_be_put(rt, dst, host, nb) != 0;
     }
-    if (rt_redistribute_rows(&rt->ctx, x->peer, NULL, me, host ? host : dst, x->rows,
-                             (size_t)x->row_bytes, xfer_tag(rt, x), what))
-        return 1;
-    return host ? stage_be_put(rt, dst, host, nb) : 0;
+    double t1 = stage_now();
+    if (send) rt->met.in_fn_send += t1 - t0;
+    else rt->met.in_fn_recv += t1 - t0;
+    stage_span(rt, send ? (x->grad ? 'R' : 'S') : 'W', rt->micro, t0, t1);
+    return rc;
 }
 
 int32_t hetrt_recv(int32_t xfer, void *dst) { return transfer(xfer, dst, NULL, 0); }
@@ -96,12 +109,14 @@ int32_t hetrt_tokens(int32_t which, void *dst, int32_t dtype) {
         rt_log_error("hetrt_tokens: bad request (which %d, dtype %d)", which, dtype);
         return 1;
     }
-    int64_t n = rt->dl.rows * rt->dl.T;
-    int64_t mb = rt->step * rt->cfg.accum + rt->micro;
-    if (rt->dl.nbatches > 0) mb %= rt->dl.nbatches;
+    /* a validation forward (stage_main.c) reads --val-data's batch val_batch */
+    const RtDataLoader *dl = rt->in_val ? &rt->vdl : &rt->dl;
+    int64_t n = dl->rows * dl->T;
+    int64_t mb = rt->in_val ? rt->val_batch : rt->step * rt->cfg.accum + rt->micro;
+    if (dl->nbatches > 0) mb %= dl->nbatches;
     if (rt->tok_mb != mb) {
         char err[RT_ERRLEN];
-        if (rt_data_batch(&rt->dl, mb, rt->tok_in, rt->tok_tg, err)) {
+        if (rt_data_batch(dl, mb, rt->tok_in, rt->tok_tg, err)) {
             rt_log_error("hetrt_tokens: batch %lld: %s", (long long)mb, err);
             return 1;
         }

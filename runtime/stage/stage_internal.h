@@ -11,7 +11,9 @@
 #include "data_loader.h"
 #include "lr_schedule.h"
 #include "rt.h"
+#include "rt_metrics.h"
 #include "stage_abi.h"
+#include "timeline_svg.h"
 
 /* ------------------------------------------------------------ config */
 typedef struct StageParam {
@@ -82,6 +84,17 @@ typedef struct StageConfig {
     int ntpshards;
     int zero;                /* ZeRO level of this stage (`zero` record), 0 without */
     uint64_t build_id;       /* hetc compile's build id (`build` record), 0 without */
+    /* Metrics (records written by hetc compile; absent in older binaries):
+     * `vocab V` the model's vocabulary (token ids must be below it),
+     * `flops F` FLOPs one rank of this stage executes per microbatch
+     * (forward + backward, op_cost over its train graph), `peak_flops P`
+     * the peak FLOP/s of the plan's device this stage's ranks stand for,
+     * `ptl S K MB T0 T1` one predicted timeline event (the plan's
+     * simulated iteration; last stage only). */
+    int64_t vocab;           /* 0: unknown */
+    double flops_mb, peak_flops;
+    TlSvgEvent *ptl;
+    int nptl;
 } StageConfig;
 
 /* Parse the "hetc-stage 1" text (docs/STAGE_ABI.md).  Unknown record kinds
@@ -97,6 +110,34 @@ int stage_tp_check(StageConfig *c, char *err, size_t errlen); /* after the last 
 void stage_tp_config_free(StageConfig *c);
 /* This stage's TP degree (1 without a `tp` record). */
 int stage_tp_degree(const StageConfig *c);
+
+/* ------------------------------------------------------------ metrics, trace */
+/* A predicted timeline event (`ptl` record): common/timeline_svg.h. */
+typedef TlSvgEvent StageTlEv;
+
+/* One measured span (stage_metrics.c).  kind: 'F' forward, 'B' backward,
+ * 'S' activation send, 'R' gradient send, 'W' blocked in a receive,
+ * 'Q' completing the step's sends, 'A' gradient all-reduce, 'U' update,
+ * 'V' a validation forward (its sends and receives: 's', 'r', 'w'). */
+typedef struct StageSpan {
+    double t0, t1;  /* s since the run's common origin */
+    int32_t step;   /* 1-based */
+    int16_t mb;
+    char kind;
+    char pad;
+} StageSpan;
+
+typedef struct StageMet {
+    int metrics, trace;       /* enabled */
+    int root;                 /* world rank of the printer */
+    double origin;            /* monotonic clock at the start barrier */
+    double in_fn_send, in_fn_recv; /* send / recv time inside the running stage function */
+    double compute, comm, bubble;  /* this step's sums */
+    StageSpan *spans;
+    int64_t nspans, cap;
+    int64_t dropped;
+    RtMetrics out;            /* the printer's metrics.jsonl */
+} StageMet;
 
 /* ------------------------------------------------------------ runtime state */
 typedef struct StageRt {
@@ -125,6 +166,10 @@ typedef struct StageRt {
     void *be;                 /* the backend's state (stage_backend_*.c) */
     void *stage_buf;          /* host staging for device backends (boundary rows, tokens) */
     size_t stage_buf_bytes;
+    StageMet met;             /* metrics and --trace (stage_metrics.c) */
+    RtDataLoader vdl;         /* --val-data, when given */
+    int in_val;               /* 1: hetrt_tokens reads vdl batch val_batch */
+    int64_t val_batch;
 } StageRt;
 
 /* The one runtime state of this process (the hetrt_* entries take no
@@ -220,6 +265,20 @@ void stage_tp_slice(const StageTpShard *t, int rank, const float *full, float *l
                     int64_t outer, int64_t inner);
 void stage_tp_place(const StageTpShard *t, int rank, const float *local, float *full,
                     int64_t outer, int64_t inner);
+
+/* stage_metrics.c */
+double stage_now(void);
+/* Record span [t0, t1] of kind k (microbatch mb, -1 none) when tracing. */
+void stage_span(StageRt *rt, char k, int mb, double t0, double t1);
+/* After MPI is up, on every rank (a collective): learn the printer's rank,
+ * set the common clock origin. */
+int stage_met_setup(StageRt *rt);
+/* At the end of each step, on every rank (a gather when metrics are on):
+ * the printer writes the step's metrics line.  val_loss NAN: none. */
+int stage_met_step(StageRt *rt, const RtStepMetrics *base, double step_s);
+/* At the end of the run, on every rank: the printer writes trace.json and
+ * trace.svg beside `trace_dir`'s files (gathering every rank's spans). */
+int stage_met_finish(StageRt *rt, const char *trace_json, const char *trace_svg);
 
 /* stage_ckpt.c */
 int stage_ckpt_load(StageRt *rt, const char *ckpt_path, int with_opt);

@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,11 @@
 
 typedef struct StageOpts {
     const char *data, *ckpt_dir, *init_dir;
+    const char *metrics;       /* --metrics FILE ("none": off; NULL: CKPT_DIR/metrics.jsonl) */
+    const char *val_data;      /* --val-data FILE */
+    int64_t val_every, val_batches;
+    int trace, print_schedule;
+    char metrics_default[PATH_MAX + 16];
     int64_t steps, ckpt_every;
     int64_t lr_horizon; /* --lr-horizon (0: the compiled --steps) */
     int resume, quiet, overwrite, print_build_id;
@@ -52,6 +58,20 @@ static void usage(FILE *f, const char *prog) {
             "                           run's checkpoints, deleting them\n"
             "  --init DIR               initial parameters (default: init/ beside the binary)\n"
             "  --quiet                  only the final step line\n"
+            "  --metrics FILE           one JSON line per step (loss, grad norm, lr, tokens/s,\n"
+            "                           MFU, per-stage compute / comm / bubble time, memory)\n"
+            "                           and loss.svg beside it (default:\n"
+            "                           CHECKPOINT_DIR/metrics.jsonl; 'none': off)\n"
+            "  --trace                  record every rank's F/B/send/recv/all-reduce spans:\n"
+            "                           trace.json (Chrome / Perfetto) and trace.svg (the last\n"
+            "                           step under the plan's predicted timeline) beside --metrics\n"
+            "  --val-data FILE          validation tokens (same format as --data)\n"
+            "  --val-every N            validation loss every N steps and after the last\n"
+            "                           (default with --val-data: 10)\n"
+            "  --val-batches N          batches of the validation file per evaluation\n"
+            "                           (default 10, at most the file's)\n"
+            "  --print-schedule         print this stage's schedule table (F/B per microbatch)\n"
+            "                           and exit\n"
             "  --build-id               print the hetc compile build id of this binary and exit\n"
             "  --help                   this text\n",
             prog);
@@ -93,11 +113,20 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
             o->quiet = 1;
             continue;
         }
+        if (!strcmp(a, "--trace")) {
+            o->trace = 1;
+            continue;
+        }
+        if (!strcmp(a, "--print-schedule")) { /* before MPI, like --build-id */
+            o->print_schedule = 1;
+            return 0;
+        }
         const char *names[] = {"--data", "--steps", "--checkpoint-dir", "--checkpoint-every",
-                               "--init", "--data-format", "--lr-horizon"};
+                               "--init", "--data-format", "--lr-horizon", "--metrics",
+                               "--val-data", "--val-every", "--val-batches"};
         int k = -1;
         const char *v = NULL;
-        for (int j = 0; j < 7; j++) {
+        for (int j = 0; j < 11; j++) {
             size_t n = strlen(names[j]);
             if (!strncmp(a, names[j], n) && (a[n] == 0 || a[n] == '=')) {
                 k = j;
@@ -128,11 +157,27 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
                 return -1;
             }
             break;
+        case 7: o->metrics = v; break;
+        case 8: o->val_data = v; break;
+        case 9:
+        case 10:
+            if (parse_i64(names[k], v, k == 9 ? &o->val_every : &o->val_batches)) return -1;
+            if (k == 9 ? o->val_every < 1 : o->val_batches < 1) {
+                fprintf(stderr, "stage: %s must be at least 1\n", names[k]);
+                return -1;
+            }
+            break;
         default:
             fprintf(stderr, "stage: unknown option '%s' (see --help)\n", a);
             return -1;
         }
     }
+    if ((o->val_every || o->val_batches) && !o->val_data) {
+        fprintf(stderr, "stage: --val-every / --val-batches need --val-data FILE\n");
+        return -1;
+    }
+    if (o->val_data && !o->val_every) o->val_every = 10;
+    if (o->val_data && !o->val_batches) o->val_batches = 10;
     if (!o->data && !o->print_build_id) {
         fprintf(stderr, "stage: --data TOKENS.bin is required (see --help)\n");
         return -1;
@@ -169,15 +214,34 @@ static const HetcStageFn *find_fn(const HetcStageDesc *d, const char *name) {
 /* defined by a stage module whose direct kernel calls report errors */
 extern char hetc_kernel_err[HETC_KERNEL_ERRLEN] __attribute__((weak));
 
-static void run_fn(StageRt *rt, const HetcStageFn *f, void *slot, const char *when) {
-    int32_t st = f->fn(rt->arena.base, slot);
-    if (st == 0) return;
+static void run_fn_failed(StageRt *rt, const HetcStageFn *f, int32_t st, const char *when) {
     const char *callee = st >= 1 && st <= f->ncalls && f->calls ? f->calls[st - 1] : "?";
     /* a kernel called directly says why in hetc_kernel_err (hetrt_* calls
      * printed their reason already) */
     const char *why = strncmp(callee, "hetrt_", 6) && hetc_kernel_err ? hetc_kernel_err : "";
     STAGE_DIE("stage %d: %s: call %d (%s) failed %s%s%.*s", rt->cfg.stage, f->name, st, callee,
               when, why[0] ? ": " : "", HETC_KERNEL_ERRLEN, why);
+}
+
+static void run_fn(StageRt *rt, const HetcStageFn *f, void *slot, const char *when) {
+    int32_t st = f->fn(rt->arena.base, slot);
+    if (st == 0) return;
+    run_fn_failed(rt, f, st, when);
+}
+
+/* run_fn with metrics: the function's time less the sends and receives it
+ * made (stage_exec.c transfer) is compute; span kind k for --trace. */
+static void run_fn_timed(StageRt *rt, const HetcStageFn *f, void *slot, const char *when,
+                         char k, int mb) {
+    StageMet *m = &rt->met;
+    m->in_fn_send = m->in_fn_recv = 0;
+    double t0 = stage_now();
+    run_fn(rt, f, slot, when);
+    double t1 = stage_now();
+    m->compute += (t1 - t0) - m->in_fn_send - m->in_fn_recv;
+    m->comm += m->in_fn_send;
+    m->bubble += m->in_fn_recv;
+    stage_span(rt, k, mb, t0, t1);
 }
 
 /* The node interpreter (interp/, runtime/abi/stage_interp.h) is linked
@@ -198,6 +262,48 @@ static void open_interp(StageRt *rt) {
     if (hetrt_interp_open(&env, err, sizeof err))
         STAGE_DIE("stage %d: node interpreter: %s", rt->cfg.stage, err);
     rt->interp_up = 1;
+}
+
+/* Forward-only passes over --val-batches batches of --val-data, with the
+ * parameters as they are (no gradient, no update): like llm.c / nanoGPT's
+ * validation.  Each pass runs the schedule's microbatch ids 0..accum-1 (so
+ * the transfer tags are the training ones) over data batch val_batch; the
+ * last stage's losses are summed over its DP group and averaged.  Every
+ * rank calls it at the same step.  Returns the mean loss (0 off the last
+ * stage). */
+static double val_loss(StageRt *rt, int64_t nbatches) {
+    const HetcStageDesc *d = rt->desc;
+    const StageConfig *c = &rt->cfg;
+    const HetcStageFn *fwd = find_fn(d, "forward");
+    double saved = rt->step_loss, sum = 0;
+    char when[96];
+    rt->in_val = 1;
+    rt->tok_mb = -1;
+    int64_t done = 0;
+    for (int64_t b = 0; b < nbatches; done++) {
+        rt->step_loss = 0;
+        for (int e = 0; e < d->nsched && b < nbatches; e++) {
+            const HetcSchedEntry *se = &d->sched[e];
+            if (se->kind != HETC_SCHED_F) continue;
+            rt->micro = se->microbatch;
+            rt->val_batch = b++;
+            void *slot = rt->arena.base + d->slot_base +
+                         (int64_t)(se->microbatch % d->nslots) * d->slot_bytes;
+            snprintf(when, sizeof when, "in validation batch %lld", (long long)rt->val_batch);
+            double t0 = stage_now();
+            run_fn(rt, fwd, slot, when);
+            stage_span(rt, 'V', se->microbatch, t0, stage_now());
+        }
+        if (rt_send_queue_wait(&rt->ctx, &rt->sendq, "validation sends"))
+            STAGE_DIE("stage %d: validation sends failed", c->stage);
+        double l = 0;
+        if (stage_sync_loss(rt, &l)) STAGE_DIE("validation loss sum failed");
+        sum += l * (double)c->accum; /* stage_sync_loss divides by accum */
+    }
+    rt->in_val = 0;
+    rt->tok_mb = -1;
+    rt->step_loss = saved;
+    return done ? sum / (double)nbatches : 0;
 }
 
 static void write_scalars(StageRt *rt, double lr, int64_t step, double norm) {
@@ -370,13 +476,20 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
                          (int64_t)(se->microbatch % d->nslots) * d->slot_bytes;
             snprintf(when, sizeof when, "at step %lld, microbatch %d", (long long)k + 1,
                      se->microbatch);
-            run_fn(rt, f, slot, when);
+            run_fn_timed(rt, f, slot, when, se->kind == HETC_SCHED_F ? 'F' : 'B', se->microbatch);
         }
         snprintf(when, sizeof when, "sends of step %lld", (long long)k + 1);
+        double tq = now_s();
         if (rt_send_queue_wait(&rt->ctx, &rt->sendq, when))
             STAGE_DIE("stage %d: %s failed", c->stage, when);
+        double ta = now_s();
+        rt->met.comm += ta - tq;
+        stage_span(rt, 'Q', -1, tq, ta);
         double norm = 0, loss = 0;
         if (stage_sync_grads(rt, &norm)) STAGE_DIE("gradient sync of step %lld failed", (long long)k + 1);
+        double tu = now_s();
+        rt->met.comm += tu - ta;
+        stage_span(rt, 'A', -1, ta, tu);
         double lr = rt_lr_at(&sched, k);
         write_scalars(rt, lr, k + 1, norm);
         snprintf(when, sizeof when, "at step %lld", (long long)k + 1);
@@ -385,7 +498,11 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
         if (upd) run_fn(rt, upd, NULL, when); /* no microbatch: no slot (STAGE_ABI.md) */
         if (stage_zero_post_update(rt))
             STAGE_DIE("ZeRO parameter all-gather of step %lld failed", (long long)k + 1);
+        double tl = now_s();
+        rt->met.compute += tl - tu; /* the ZeRO slice copies and all-gather count here too */
+        stage_span(rt, 'U', -1, tu, tl);
         if (stage_sync_loss(rt, &loss)) STAGE_DIE("loss sum of step %lld failed", (long long)k + 1);
+        rt->met.comm += now_s() - tl;
         double te = now_s(), el = te - t0, dt = te - ts;
         double eta = el / (double)(k - start + 1) * (double)(o->steps - k - 1);
         if (printer && (!o->quiet || k + 1 == o->steps)) {
@@ -396,6 +513,18 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
             fflush(stdout);
         }
         int last = k + 1 == o->steps;
+        double vl = NAN;
+        if (o->val_data && (last || (k + 1) % o->val_every == 0)) {
+            vl = val_loss(rt, o->val_batches);
+            if (printer) {
+                printf("step %5lld/%lld | val loss %.9g (%lld batches of %s)\n", (long long)k + 1,
+                       (long long)o->steps, vl, (long long)o->val_batches, o->val_data);
+                fflush(stdout);
+            }
+        }
+        RtStepMetrics sm = {.step = k + 1, .loss = loss, .grad_norm = norm, .lr = lr,
+                            .tokens = tok_per_step, .val_loss = vl};
+        if (stage_met_step(rt, &sm, dt)) STAGE_DIE("metrics of step %lld failed", (long long)k + 1);
         if (last || (o->ckpt_every > 0 && (k + 1) % o->ckpt_every == 0)) {
             if (stage_ckpt_save(rt, o->ckpt_dir, k + 1))
                 STAGE_DIE("checkpoint of step %lld in '%s' failed", (long long)k + 1, o->ckpt_dir);
@@ -440,6 +569,14 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     int pr = parse_args(argc, argv, &o);
     if (pr) return pr > 0 ? 0 : 2;
     check_desc(desc);
+    if (o.print_schedule) { /* the compiled table, for tools and the trace test */
+        printf("stage %d schedule:", desc->stage);
+        for (int e = 0; e < desc->nsched; e++)
+            printf(" %c%d", desc->sched[e].kind == HETC_SCHED_F ? 'F' : 'B',
+                   desc->sched[e].microbatch);
+        printf("\n");
+        return 0;
+    }
     if (!o.init_dir) o.init_dir = default_init(&o);
 
     static StageRt rt; /* the process's one runtime state (hetrt_* read it) */
@@ -500,6 +637,14 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
                             rt.ctx.dp_size, derr))
         STAGE_DIE("--data: %s", derr);
     rt.dl_open = 1;
+    rt.dl.vocab = c->vocab;
+    if (o.val_data) {
+        if (rt_data_open_format(&rt.vdl, o.val_data, o.data_format, c->rows, c->seq,
+                                rt.ctx.dp_rank, rt.ctx.dp_size, derr))
+            STAGE_DIE("--val-data: %s", derr);
+        rt.vdl.vocab = c->vocab;
+        if (o.val_batches > rt.vdl.nbatches) o.val_batches = rt.vdl.nbatches;
+    }
     size_t ntok = (size_t)(rt.dl.rows * c->seq);
     rt.tok_in = calloc(ntok + 1, sizeof *rt.tok_in);
     rt.tok_tg = calloc(ntok + 1, sizeof *rt.tok_tg);
@@ -546,11 +691,39 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         fflush(stdout);
     }
     if (printer) warn_past_horizon(c, &o);
+    /* metrics.jsonl (and the trace files) beside each other, by default in
+     * the checkpoint directory: the run's output folder */
+    const char *mpath = o.metrics;
+    if (!mpath) {
+        snprintf(o.metrics_default, sizeof o.metrics_default, "%s/metrics.jsonl", o.ckpt_dir);
+        mpath = o.metrics_default;
+    }
+    rt.met.metrics = strcmp(mpath, "none") != 0;
+    rt.met.trace = o.trace;
+    if (stage_met_setup(&rt)) STAGE_DIE("stage %d: metrics setup failed", c->stage);
+    if (printer && rt.met.metrics &&
+        rt_metrics_open(&rt.met.out, mpath, NULL, o.resume ? start : 0, err, sizeof err))
+        STAGE_DIE("--metrics: %s", err);
     if (start >= o.steps && printer)
         printf("checkpoint step %lld >= --steps %lld: nothing to run\n", (long long)start,
                (long long)o.steps);
     step_loop(&rt, &o, start, printer);
     fflush(stdout);
+    if (rt.met.metrics && printer && rt_metrics_close(&rt.met.out, err, sizeof err))
+        STAGE_DIE("--metrics: %s", err);
+    if (o.trace) {
+        /* beside metrics.jsonl (or in the checkpoint directory with --metrics none) */
+        char tj[PATH_MAX + 32], ts[PATH_MAX + 32];
+        const char *base = rt.met.metrics ? mpath : o.metrics_default;
+        if (!rt.met.metrics)
+            snprintf(o.metrics_default, sizeof o.metrics_default, "%s/x", o.ckpt_dir);
+        const char *slash = strrchr(base, '/');
+        int n = slash ? (int)(slash - base + 1) : 0;
+        snprintf(tj, sizeof tj, "%.*strace.json", n, base);
+        snprintf(ts, sizeof ts, "%.*strace.svg", n, base);
+        if (stage_met_finish(&rt, tj, ts)) STAGE_DIE("--trace: writing the trace failed");
+        if (printer && !o.quiet) printf("trace: %s, %s\n", tj, ts);
+    }
 
     rt_send_queue_free(&rt.sendq);
     stage_sync_teardown(&rt);
@@ -559,6 +732,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     free(rt.tok_in);
     free(rt.tok_tg);
     rt_data_close(&rt.dl);
+    rt_data_close(&rt.vdl);
     stage_be_arena_free(&rt);
     stage_be_teardown(&rt);
     free(rt.stage_buf);

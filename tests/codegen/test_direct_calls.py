@@ -35,6 +35,22 @@ KERN_RE = re.compile(r"^stage (\d+): (\d+) nodes as direct kernel calls, (\d+) i
                      re.M)
 
 
+FUSED_RE = re.compile(r"^stage (\d+): .*\n  fused: (\d+) of them in (\d+) generated", re.M)
+
+
+def fused_counts(out):
+    """stages.txt's `  fused: F of them in G generated ...` lines: {stage: (F, G)}."""
+    txt = open(os.path.join(out, "stages.txt")).read()
+    return {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in FUSED_RE.finditer(txt)}
+
+
+def ll_fused_loops(out, stage):
+    """generated kernels' baseline loops (@fused_sK_*.rows) defined in stage_K.ll: one per
+    kernel (the kernel itself may be inlined into its caller, its loop functions are not)"""
+    ll = open(os.path.join(out, "stage_%d.ll" % stage)).read()
+    return len(re.findall(r"^define internal void @fused_s%d_[tu]_\d+\.rows\(" % stage, ll, re.M))
+
+
 def kernel_counts(out):
     """stages.txt's `stage K: D nodes as direct ..., I interpreted` lines."""
     txt = open(os.path.join(out, "stages.txt")).read()
@@ -107,6 +123,14 @@ def main():
                 name, s, direct, interp, total))
             if want_none:
                 t.check(interp == 0, "%s stage %d: %d nodes interpreted" % (name, s, interp))
+            # generated kernels: as many loops in the code as hetc reports, none
+            # without direct calls (the losses below compare them with the executor)
+            nf, nk = fused_counts(d).get(s, (0, 0))
+            t.check(ll_fused_loops(d, s) == nk and (nk == 0) == (nf == 0),
+                    "%s stage %d: %d generated kernels reported, %d in the code" % (
+                        name, s, nk, ll_fused_loops(d, s)))
+            t.check(ll_fused_loops(i, s) == 0 and not fused_counts(i),
+                    "%s stage %d: --interpret-nodes has generated kernels" % (name, s))
         if want_none:
             check_holds(t, name, d, i, sorted(kd))
         rd, ri = t.launch(d, steps), t.launch(i, steps)

@@ -20,11 +20,17 @@
  * reduce-scatter - so a later read of it would fail), the slice sizes
  * from part_zero_len, and zero 2's gradient bytes recomputed here:
  * the accumulators are the aligned zlen slices, 1/dp of zero 1's.
- * Usage: test_memplan GPT_TINY.onnx */
+ * Fused (fuse.h, memplan_build_fused): the same checks on plans whose
+ * elementwise groups run as one call (reading the group's external inputs,
+ * writing its outputs; values kept in registers have no buffer and must
+ * never be read by another call): gpt_tiny's update graph (its unfused
+ * optimizer chains) and, when given, a second model's train graph.
+ * Usage: test_memplan GPT_TINY.onnx [MODEL.onnx] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse.h"
 #include "memplan.h"
 #include "optimizer.h"
 #include "stage_abi.h"
@@ -185,6 +191,12 @@ static int accesses(const MemPlan *mp, const PartStage *st, int fn, const MpActi
     switch (a->kind) {
     case MP_NODE: {
         IrNode *nd = g->nodes[a->index];
+        const FuseGroup *gr = fuse_group_at(mp->fuse[graph], a->index);
+        if (gr) { /* the group's kernel */
+            for (int k = 0; k < gr->nins; k++) o[n++] = (Acc){gr->ins[k], graph, 0};
+            for (int k = 0; k < gr->nouts; k++) o[n++] = (Acc){gr->outs[k], graph, 1};
+            break;
+        }
         for (int k = 0; k < nd->nin; k++)
             if (nd->in[k]) o[n++] = (Acc){nd->in[k], graph, 0};
         for (int k = 0; k < nd->nout; k++)
@@ -218,19 +230,25 @@ static void run_fn(Shadow *s, const MemPlan *mp, const PartStage *st, int fn, in
         int n = a->kind == MP_NODE ? 0 : accesses(mp, st, fn, a, acc);
         if (a->kind == MP_NODE) { /* nodes can have many operands */
             IrNode *nd = (fn == MP_FN_UPDATE ? st->update : st->train)->nodes[a->index];
-            for (int k = 0; k < nd->nin; k++)
-                if (nd->in[k]) {
-                    const IrValue *v = nd->in[k];
+            const FuseGroup *gr = fuse_group_at(mp->fuse[fn == MP_FN_UPDATE], a->index);
+            /* a fused group: its kernel reads the external inputs, writes the outputs */
+            IrValue *const *ins = gr ? gr->ins : nd->in, *const *outs = gr ? gr->outs : nd->out;
+            int nins = gr ? gr->nins : nd->nin, nouts = gr ? gr->nouts : nd->nout;
+            for (int k = 0; k < nins; k++)
+                if (ins[k]) {
+                    const IrValue *v = ins[k];
                     const MpLoc *l = memplan_loc(mp, st, fn == MP_FN_UPDATE, v);
-                    if (l && l->region != HETC_BUF_CONST)
+                    CHECK(l && l->region != HETC_BUF_NONE, "%s: '%s' read without a buffer",
+                          where, v->name);
+                    if (l && l->region != HETC_BUF_CONST && l->region != HETC_BUF_NONE)
                         sh_read(s, addr(mp, st, fn == MP_FN_UPDATE, v, slot), l->bytes,
                                 v->producer ? write_tag(mp, st, fn == MP_FN_UPDATE, v)
                                             : read_tag(mp, fn == MP_FN_UPDATE, v),
                                 v->name);
                 }
-            for (int k = 0; k < nd->nout; k++)
-                if (nd->out[k]) {
-                    const IrValue *v = nd->out[k];
+            for (int k = 0; k < nouts; k++)
+                if (outs[k]) {
+                    const IrValue *v = outs[k];
                     const MpLoc *l = memplan_loc(mp, st, fn == MP_FN_UPDATE, v);
                     CHECK(l && l->region != HETC_BUF_CONST && l->region != HETC_BUF_NONE,
                           "output '%s' unplaced", v->name);
@@ -402,7 +420,9 @@ static void intervals(const MemPlan *mp, const PartStage *st, int fn, int64_t *s
 static void counts(const MemPlan *mp, const PartStage *st) {
     int want[3] = {0, 0, st->update->nnodes}, got[3] = {0}, accum = 0, zero = 0, copy = 0,
         ncopy = 0;
-    for (int i = 0; i < st->train->nnodes; i++) want[st->train->nodes[i]->phase == IR_PHASE_BWD]++;
+    for (int i = 0; i < st->train->nnodes; i++)
+        want[st->train->nodes[i]->phase == IR_PHASE_BWD] += !fuse_skipped(mp->fuse[0], i);
+    for (int i = 0; i < st->update->nnodes; i++) want[2] -= fuse_skipped(mp->fuse[1], i);
     for (int f = 0; f < 3; f++)
         for (int i = 0; i < mp->nacts[f]; i++) {
             MpActKind k = mp->acts[f][i].kind;
@@ -427,13 +447,35 @@ static void counts(const MemPlan *mp, const PartStage *st) {
           "place)", accum, zero, copy, mp->nparams, ncopy, ninplace);
 }
 
-static void check_stage(const PartStage *st, const char *what) {
+/* fused: plan with the stage's fused groups (as lower_stage builds them);
+ * returns the nodes fused */
+static int check_stage_fused(const PartStage *st, const char *what, int fused) {
     MemPlan mp;
     IrError err = {{0}};
-    if (memplan_build(st, 2, &mp, &err)) {
-        CHECK(0, "%s: memplan: %s", what, err.msg);
-        return;
+    FuseGraph fg[2];
+    memset(fg, 0, sizeof fg);
+    if (fused) {
+        int *ord = memplan_update_order(st->update);
+        int *pos = calloc((size_t)st->update->nnodes + 1, sizeof *pos);
+        for (int i = 0; i < st->update->nnodes; i++) pos[ord[i]] = i;
+        CHECK(fuse_graph(st->train, NULL, "t", &fg[0], &err) == 0, "%s: fuse", what);
+        CHECK(fuse_graph(st->update, pos, "u", &fg[1], &err) == 0, "%s: fuse", what);
+        free(ord), free(pos);
     }
+    if (memplan_build_fused(st, 2, fused ? &fg[0] : NULL, fused ? &fg[1] : NULL, &mp, &err)) {
+        CHECK(0, "%s: memplan: %s", what, err.msg);
+        fuse_free(&fg[0]), fuse_free(&fg[1]);
+        return 0;
+    }
+    int nf = fg[0].nfused + fg[1].nfused, reg = 0;
+    for (int g = 0; g < 2; g++) /* register-only values: no buffer */
+        for (int v = 0; v < fg[g].nvalues_graph; v++)
+            if (fg[g].internal[v]) {
+                reg++;
+                const MpLoc *l = memplan_loc(&mp, st, g, (g ? st->update : st->train)->values[v]);
+                CHECK(l && l->region == HETC_BUF_NONE, "%s: register value placed", what);
+            }
+    if (fused) printf("%s: %d nodes fused, %d values without a buffer\n", what, nf, reg);
     regions(&mp, st);
     int64_t bsum = 0, usum = 0, fsum = 0;
     intervals(&mp, st, MP_FN_FORWARD, &fsum);
@@ -448,7 +490,11 @@ static void check_stage(const PartStage *st, const char *what) {
            (long long)mp.fwd_scratch_bytes, (long long)fsum, (long long)mp.bwd_scratch_bytes,
            (long long)bsum, (long long)mp.upd_scratch_bytes, (long long)usum);
     memplan_free(&mp);
+    fuse_free(&fg[0]), fuse_free(&fg[1]);
+    return nf;
 }
+
+static void check_stage(const PartStage *st, const char *what) { check_stage_fused(st, what, 0); }
 
 /* error paths: a message naming the value / stage */
 static void errors(void) {
@@ -624,8 +670,8 @@ static void zero_slices(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s GPT_TINY.onnx\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s GPT_TINY.onnx [MODEL.onnx]\n", argv[0]);
         return 2;
     }
     IrError err = {{0}};
@@ -636,6 +682,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         check_stage(&st, sgd ? "gpt_tiny 1 stage sgd" : "gpt_tiny 1 stage adamw");
+        int nf = check_stage_fused(&st, sgd ? "gpt_tiny 1 stage sgd, fused" : "gpt_tiny 1 stage adamw, fused", 1);
+        CHECK(nf > 0, "gpt_tiny (%s): nothing fused", sgd ? "sgd" : "adamw");
         fixture_free(&st);
     }
     /* recompute: the backward re-runs forward nodes (partition_recompute.c);
@@ -676,6 +724,18 @@ int main(int argc, char **argv) {
     check_stage(&two[1], "two-stage split, stage 1");
     fixture_free(&two[0]);
     fixture_free(&two[1]);
+    if (argc == 3) { /* a model with elementwise chains in its train graph */
+        PartStage st;
+        if (fixture_one_stage(&st, argv[2], 2, 16, 0, &err)) {
+            fprintf(stderr, "FAIL fixture %s: %s\n", argv[2], err.msg);
+            return 1;
+        }
+        check_stage(&st, argv[2]);
+        char what[600];
+        snprintf(what, sizeof what, "%s, fused", argv[2]);
+        CHECK(check_stage_fused(&st, what, 1) > 0, "%s: nothing fused", argv[2]);
+        fixture_free(&st);
+    }
     errors();
     zero_slices();
     printf("%lld live scratch pairs checked\n", (long long)overlaps_checked);

@@ -69,6 +69,34 @@ int main(void) {
     CHECK(c.nshared == 1 && c.shared[0].nstages == 3 && c.shared[0].stages[2] == 2);
     stage_config_free(&c);
 
+    /* issue 19's metrics records: vocab, flops, peak_flops, ptl */
+    {
+        static const char *HEAD = "hetc-stage 1\nstage 0\nstages 1\ndp 1\nrows 2\nlocal_rows 2\n"
+                                  "seq 4\naccum 1\nlayers 1\n";
+        char text[1024];
+        snprintf(text, sizeof text, "%svocab 512\nflops 1.5e9\npeak_flops 3.12e14\n"
+                 "ptl 0 F 1 0 0.5\nptl 0 A -1 1 2.25\nend\n", HEAD);
+        CHECK(stage_config_parse(text, &c, err, sizeof err) == 0);
+        CHECK(c.vocab == 512 && c.flops_mb == 1.5e9 && c.peak_flops == 3.12e14);
+        CHECK(c.nptl == 2 && c.ptl[0].kind == 'F' && c.ptl[0].mb == 1 && c.ptl[0].end == 0.5);
+        CHECK(c.ptl[1].kind == 'A' && c.ptl[1].mb == -1 && c.ptl[1].start == 1 &&
+              c.ptl[1].end == 2.25);
+        stage_config_free(&c);
+        static const struct { const char *line, *needle; } bad[] = {
+            {"vocab 0", "line 10: expected 'vocab N'"},
+            {"vocab 70000", "uint16"},
+            {"flops -1", "expected 'flops X'"},
+            {"peak_flops nan", "expected 'peak_flops X'"},
+            {"ptl 0 F 1 2 1", "expected 'ptl STAGE KIND MB START END'"},
+            {"ptl 0 FB 1 0 1", "ptl STAGE"},
+            {"ptl 0 F 1 0", "ptl STAGE"},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            snprintf(text, sizeof text, "%s%s\nend\n", HEAD, bad[i].line);
+            CHECK(parse_err(text, bad[i].needle));
+        }
+    }
+
     /* tensor parallelism: `tp` and `tpshard` (ranges for rank 0) */
     static const char *TP =
         "hetc-stage 1\nstage 1\nstages 2\ndp 1 2\nrows 4\nlocal_rows 2\nseq 2\naccum 1\n"

@@ -135,7 +135,8 @@ def check_model(model, refname, accum=1, passes=None):
     if rel(before, theirs) < 1e-3:
         fails.append("%s: exported logits equal the untrained model's" % model)
     # checkpoint: checksums, and the weights are the exported ones
-    steps_dirs = sorted(os.listdir(ck))
+    # (the run's metrics.jsonl and loss.svg live beside the step directories)
+    steps_dirs = sorted(x for x in os.listdir(ck) if x not in ("metrics.jsonl", "loss.svg"))
     if steps_dirs != ["step-%06d" % hp["steps"]]:
         fails.append("%s: checkpoint dirs %s" % (model, steps_dirs))
         return
