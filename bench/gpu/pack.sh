@@ -268,14 +268,17 @@ check() {
   # shows any OpenMPI file loaded from the system.
   local hide=0 log; log=$(mktemp)
   [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null && hide=1
+  # sanitizer settings pass (a sanitizer build's ctest sets them)
+  local keep=() v
+  for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && keep+=("$v=${!v}"); done
   packed() {  # packed 'COMMAND': run COMMAND (a bash string) the GPU machine's way
     local script=". '$G/env.sh'; $1"
     if ((hide)); then
       unshare -m bash -c 'for d in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 \
           /usr/share/openmpi /etc/openmpi; do [ -d "$d" ] && mount -t tmpfs none "$d"; done
-        exec env -i PATH=/usr/bin:/bin HOME=/tmp bash -c "$0"' "$script"
+        exec env -i PATH=/usr/bin:/bin HOME=/tmp "$@" bash -c "$0"' "$script" "${keep[@]+"${keep[@]}"}"
     else
-      env -i PATH=/usr/bin:/bin HOME=/tmp LD_DEBUG=files bash -c "$script"
+      env -i PATH=/usr/bin:/bin HOME=/tmp LD_DEBUG=files "${keep[@]+"${keep[@]}"}" bash -c "$script"
     fi
   }
   sysload() {  # what of the system's OpenMPI the job loaded (LD_DEBUG lines)
