@@ -31,6 +31,12 @@ typedef struct HxOpEntry {
      * output i, and does not rely on a zeroed output.  The executor
      * (hostexec_run.c) uses it when input i is dead after the node. */
     unsigned inplace;
+    /* bit i: the kernel writes every element of output i whatever its
+     * buffer held, so the executor need not zero it first (the kernels'
+     * contract is zeroed outputs; an output neither marked here nor taken
+     * in place is zeroed).  HETC_HX_POISON=1 fills such outputs with NaN
+     * bytes instead, so a wrong mark shows (tests/train train_poison). */
+    unsigned overwrite;
 } HxOpEntry;
 #define HX_ALL (~0u)
 

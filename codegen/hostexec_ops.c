@@ -13,6 +13,7 @@
 
 #include "hk.h"
 #include "hk_train.h"
+#include "hk_ws.h"
 #include "hostexec_train.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -383,7 +384,10 @@ static int run_norm(HxCall *c) {
     int64_t n = hk_numel(rank - axis, x->shape.dims + axis);
     int64_t outer = hk_numel(axis, x->shape.dims);
     double eps = ir_attr_float(c->n, "epsilon", 1e-5);
-    float *scale = ir_xmalloc((size_t)(n ? n : 1) * sizeof(float) * 2), *bias = scale + (n ? n : 1);
+    /* scale and bias as rows of n: kernel scratch, allocated once (hk_ws.h) */
+    float *scale = hk_ws(HK_WS_ADAPTER, (size_t)(n ? n : 1) * sizeof(float) * 2);
+    if (!scale) return ir_errorf(c->err, "out of memory for %lld-element scale and bias rows", (long long)n);
+    float *bias = scale + (n ? n : 1);
     int rc = norm_param(c, 1, rank - axis, x->shape.dims + axis, scale);
     int hb = c->n->op == IR_OP_LAYER_NORM && has_in(c, 2);
     if (!rc && hb) rc = norm_param(c, 2, rank - axis, x->shape.dims + axis, bias);
@@ -392,7 +396,6 @@ static int run_norm(HxCall *c) {
             hk_layernorm_f32(c->in[0], scale, hb ? bias : NULL, outer, n, eps, c->out[0]);
         else hk_rmsnorm_f32(c->in[0], scale, outer, n, eps, c->out[0]);
     }
-    free(scale);
     return rc;
 }
 
@@ -688,83 +691,84 @@ static int chk_is_nan(const IrNode *n, int k, char *w, size_t wl) {
 }
 
 /* ---------------------------------------------------------------- the table */
-#define BIN(K) {run_binary, chk_binary, K, 0, 0, 1} /* in place: out[j] after a[j], b[j] */
-#define UN(K) {run_unary, chk_unary, K, 0, 1, 1}
+#define BIN(K) {run_binary, chk_binary, K, 0, 0, 1, 1} /* in place: out[j] after a[j], b[j] */
+#define UN(K) {run_unary, chk_unary, K, 0, 1, 1, 1}
+#define OW_ALL HX_ALL /* overwrite: every output */
 static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_ADD] = BIN(HK_ADD), [IR_OP_SUB] = BIN(HK_SUB), [IR_OP_MUL] = BIN(HK_MUL),
     [IR_OP_DIV] = BIN(HK_DIV), [IR_OP_POW] = BIN(HK_POW), [IR_OP_MOD] = BIN(HK_MOD),
-    [IR_OP_MAX] = {run_variadic, chk_binary, HK_MAX, 0, HX_ALL},
-    [IR_OP_MIN] = {run_variadic, chk_binary, HK_MIN, 0, HX_ALL},
+    [IR_OP_MAX] = {run_variadic, chk_binary, HK_MAX, 0, HX_ALL, 0, 1},
+    [IR_OP_MIN] = {run_variadic, chk_binary, HK_MIN, 0, HX_ALL, 0, 1},
     [IR_OP_EQUAL] = BIN(HK_EQ), [IR_OP_LESS] = BIN(HK_LT), [IR_OP_LESS_OR_EQUAL] = BIN(HK_LE),
     [IR_OP_GREATER] = BIN(HK_GT), [IR_OP_GREATER_OR_EQUAL] = BIN(HK_GE),
     [IR_OP_AND] = BIN(HK_AND), [IR_OP_OR] = BIN(HK_OR), [IR_OP_XOR] = BIN(HK_XOR),
-    [IR_OP_WHERE] = {run_where, chk_where, 0, 0, 6},
+    [IR_OP_WHERE] = {run_where, chk_where, 0, 0, 6, 0, 1},
     [IR_OP_NEG] = UN(HK_NEG), [IR_OP_ABS] = UN(HK_ABS), [IR_OP_SQRT] = UN(HK_SQRT),
     [IR_OP_RECIPROCAL] = UN(HK_RECIP), [IR_OP_EXP] = UN(HK_EXP), [IR_OP_LOG] = UN(HK_LOG),
     [IR_OP_SIN] = UN(HK_SIN), [IR_OP_COS] = UN(HK_COS), [IR_OP_TANH] = UN(HK_TANH),
     [IR_OP_SIGMOID] = UN(HK_SIGMOID), [IR_OP_ERF] = UN(HK_ERF), [IR_OP_RELU] = UN(HK_RELU),
     [IR_OP_FLOOR] = UN(HK_FLOOR), [IR_OP_CEIL] = UN(HK_CEIL), [IR_OP_NOT] = UN(HK_NOT),
     [IR_OP_IS_NAN] = {run_is_nan, chk_is_nan, 0},
-    [IR_OP_CAST] = {run_cast, chk_cast, 0},
-    [IR_OP_CLIP] = {run_clip, chk_clip, 0, 0, HX_ALL},
-    [IR_OP_IDENTITY] = {run_copy, NULL, 0, 0, 1},
+    [IR_OP_CAST] = {run_cast, chk_cast, 0, 0, 0, 0, 1},
+    [IR_OP_CLIP] = {run_clip, chk_clip, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_IDENTITY] = {run_copy, NULL, 0, 0, 1, 0, 1},
     /* one process = one TP rank: the group sum is the value itself */
-    [IR_OP_TP_ALL_REDUCE] = {run_copy, NULL, 0, 0, 1},
-    [IR_OP_TP_COPY] = {run_copy, NULL, 0, 0, 1},
-    [IR_OP_DROPOUT] = {run_dropout, chk_dropout, 0, 0, 1},
-    [IR_OP_MATMUL] = {run_matmul, chk_matmul, 0, 0, 3},
-    [IR_OP_GEMM] = {run_gemm, chk_f32, 0, 0, HX_ALL},
-    [IR_OP_REDUCE_MEAN] = {run_reduce, chk_numeric, HK_RMEAN, 0, 1},
-    [IR_OP_REDUCE_SUM] = {run_reduce, chk_numeric, HK_RSUM, 0, 1},
-    [IR_OP_REDUCE_MAX] = {run_reduce, chk_numeric, HK_RMAX, 0, 1},
-    [IR_OP_SOFTMAX] = {run_softmax, chk_float, 0, 0, 1},
-    [IR_OP_LOG_SOFTMAX] = {run_softmax, chk_float, 1, 0, 1},
-    [IR_OP_RESHAPE] = {run_copy, NULL, 0, 0, 1},
-    [IR_OP_TRANSPOSE] = {run_transpose, NULL, 0, 0, 1},
-    [IR_OP_SPLIT] = {run_split, NULL, 0, 0, 1},
-    [IR_OP_CONCAT] = {run_concat, NULL, 0, 0, HX_ALL},
-    [IR_OP_SLICE] = {run_slice, NULL, 0, 0, 1},
-    [IR_OP_SQUEEZE] = {run_copy, NULL, 0, 0, 1},
-    [IR_OP_UNSQUEEZE] = {run_copy, NULL, 0, 0, 1},
-    [IR_OP_EXPAND] = {run_expand, NULL, 0, 0, 1},
-    [IR_OP_FLATTEN] = {run_copy, NULL, 0, 0, 1},
+    [IR_OP_TP_ALL_REDUCE] = {run_copy, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_TP_COPY] = {run_copy, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_DROPOUT] = {run_dropout, chk_dropout, 0, 0, 1, 0, OW_ALL},
+    [IR_OP_MATMUL] = {run_matmul, chk_matmul, 0, 0, 3, 0, 1},
+    [IR_OP_GEMM] = {run_gemm, chk_f32, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_REDUCE_MEAN] = {run_reduce, chk_numeric, HK_RMEAN, 0, 1, 0, 1},
+    [IR_OP_REDUCE_SUM] = {run_reduce, chk_numeric, HK_RSUM, 0, 1, 0, 1},
+    [IR_OP_REDUCE_MAX] = {run_reduce, chk_numeric, HK_RMAX, 0, 1, 0, 1},
+    [IR_OP_SOFTMAX] = {run_softmax, chk_float, 0, 0, 1, 0, 1},
+    [IR_OP_LOG_SOFTMAX] = {run_softmax, chk_float, 1, 0, 1, 0, 1},
+    [IR_OP_RESHAPE] = {run_copy, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_TRANSPOSE] = {run_transpose, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_SPLIT] = {run_split, NULL, 0, 0, 1, 0, OW_ALL},
+    [IR_OP_CONCAT] = {run_concat, NULL, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_SLICE] = {run_slice, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_SQUEEZE] = {run_copy, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_UNSQUEEZE] = {run_copy, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_EXPAND] = {run_expand, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_FLATTEN] = {run_copy, NULL, 0, 0, 1, 0, 1},
     [IR_OP_SHAPE] = {run_shape, NULL, 0, 1},
     [IR_OP_CONSTANT_OF_SHAPE] = {run_constant_of_shape, NULL, 0},
     [IR_OP_RANGE] = {run_range, chk_range, 0},
-    [IR_OP_TRILU] = {run_trilu, NULL, 0, 0, 1},
-    [IR_OP_GATHER] = {run_gather, NULL, 0, 0, 1},
+    [IR_OP_TRILU] = {run_trilu, NULL, 0, 0, 1, 0, 1},
+    [IR_OP_GATHER] = {run_gather, NULL, 0, 0, 1, 0, 1},
     [IR_OP_CUMSUM] = {run_cumsum, chk_numeric, 0, 0, 1},
     [IR_OP_GATHER_ND] = {run_gather_nd, NULL, 0, 0, 1},
     [IR_OP_TILE] = {run_tile, NULL, 0, 0, 1},
     [IR_OP_GATHER_ELEMENTS] = {run_gather_elements, NULL, 0, 0, 1},
     [IR_OP_SCATTER_ND] = {run_scatter_nd, NULL, 0, 0, 5},
-    [IR_OP_LINEAR] = {run_linear, chk_f32, 0, 0, HX_ALL},
-    [IR_OP_LAYER_NORM] = {run_norm, chk_f32, 0, 0, HX_ALL},
-    [IR_OP_RMS_NORM] = {run_norm, chk_f32, 0, 0, HX_ALL},
-    [IR_OP_GELU] = {run_unary, chk_float, HK_GELU, 0, 1},
-    [IR_OP_SILU] = {run_unary, chk_float, HK_SILU, 0, 1},
-    [IR_OP_ATTENTION] = {run_attention, chk_f32, 0, 0, HX_ALL},
-    [IR_OP_EMBEDDING] = {run_embedding, chk_f32, 0, 0, 1},
+    [IR_OP_LINEAR] = {run_linear, chk_f32, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_LAYER_NORM] = {run_norm, chk_f32, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_RMS_NORM] = {run_norm, chk_f32, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_GELU] = {run_unary, chk_float, HK_GELU, 0, 1, 0, 1},
+    [IR_OP_SILU] = {run_unary, chk_float, HK_SILU, 0, 1, 0, 1},
+    [IR_OP_ATTENTION] = {run_attention, chk_f32, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_EMBEDDING] = {run_embedding, chk_f32, 0, 0, 1, 0, 1},
     /* training ops: codegen/hostexec_train.c */
-    [IR_OP_CROSS_ENTROPY] = {hxt_run_cross_entropy, hxt_chk_f32, 0, 0, 1},
-    [IR_OP_CROSS_ENTROPY_GRAD] = {hxt_run_cross_entropy_grad, hxt_chk_f32, 0, 0, 5},
+    [IR_OP_CROSS_ENTROPY] = {hxt_run_cross_entropy, hxt_chk_f32, 0, 0, 1, 0, 1},
+    [IR_OP_CROSS_ENTROPY_GRAD] = {hxt_run_cross_entropy_grad, hxt_chk_f32, 0, 0, 5, 0, 1},
     [IR_OP_VOCAB_CE_STATS] = {hxt_run_vocab_ce_stats, hxt_chk_f32, 0, 0, 5},
     [IR_OP_VOCAB_CROSS_ENTROPY] = {hxt_run_vocab_cross_entropy, hxt_chk_f32, 0, 0, 13},
     [IR_OP_VOCAB_CROSS_ENTROPY_GRAD] = {hxt_run_vocab_cross_entropy_grad, hxt_chk_f32, 0, 0, 29},
-    [IR_OP_LINEAR_GRAD] = {hxt_run_linear_grad, hxt_chk_f32, 0, 0, HX_ALL},
-    [IR_OP_LAYER_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL},
-    [IR_OP_RMS_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL},
-    [IR_OP_ATTENTION_GRAD] = {hxt_run_attention_grad, hxt_chk_f32, 0, 0, HX_ALL},
-    [IR_OP_UNARY_GRAD] = {hxt_run_unary_grad, hxt_chk_f32, 0, 0, HX_ALL},
-    [IR_OP_SOFTMAX_GRAD] = {hxt_run_softmax_grad, hxt_chk_f32, 0, 0, HX_ALL},
-    [IR_OP_EMBEDDING_GRAD] = {hxt_run_embedding_grad, hxt_chk_f32, 0, 0, 5},
-    [IR_OP_SUM_TO_SHAPE] = {hxt_run_sum_to_shape, hxt_chk_f32, 0, 0, 1},
+    [IR_OP_LINEAR_GRAD] = {hxt_run_linear_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, OW_ALL},
+    [IR_OP_LAYER_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, OW_ALL},
+    [IR_OP_RMS_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, OW_ALL},
+    [IR_OP_ATTENTION_GRAD] = {hxt_run_attention_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, OW_ALL},
+    [IR_OP_UNARY_GRAD] = {hxt_run_unary_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_SOFTMAX_GRAD] = {hxt_run_softmax_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_EMBEDDING_GRAD] = {hxt_run_embedding_grad, hxt_chk_f32, 0, 0, 5, 0, 1},
+    [IR_OP_SUM_TO_SHAPE] = {hxt_run_sum_to_shape, hxt_chk_f32, 0, 0, 1, 0, 1},
     [IR_OP_SLICE_GRAD] = {hxt_run_slice_grad, hxt_chk_f32, 0, 0, 1},
     [IR_OP_GATHER_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
     [IR_OP_GATHER_ND_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
     [IR_OP_GATHER_ELEMENTS_GRAD] = {hxt_run_gather_grad, hxt_chk_f32, 0, 0, 1},
     /* P m v G lr (clip_scale) f32 like P'; P' m' v' may take P m v's buffers */
-    [IR_OP_ADAMW] = {hxt_run_adamw, hxt_chk_f32, 0, 0, 0x5f, 0x7},
+    [IR_OP_ADAMW] = {hxt_run_adamw, hxt_chk_f32, 0, 0, 0x5f, 0x7, OW_ALL},
 };
 
 const HxOpEntry *hx_op_entry(IrOp op) {

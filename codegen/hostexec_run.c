@@ -14,9 +14,10 @@
  * step for graph outputs), as codegen/memplan.c places a stage's scratch,
  * so the arena is the live set's peak rather than the sum of all values.
  * The arena is allocated on the first step and reused afterwards; each
- * output that is not in place is zeroed before its node runs (the kernels'
- * contract), which touches memory already mapped instead of faulting in
- * fresh pages as a calloc per output did. */
+ * output that is neither in place nor marked as fully overwritten by its
+ * kernel (HxOpEntry.overwrite) is zeroed before its node runs (the
+ * kernels' contract), which touches memory already mapped instead of
+ * faulting in fresh pages as a calloc per output did. */
 #include "firstfit.h"
 #include "hostexec_internal.h"
 
@@ -28,6 +29,7 @@
 #define HX_ALIGN 64
 
 enum { ST_EXTERN = 0, ST_ARENA = 1 };
+enum { PREP_ZERO = 0, PREP_INPLACE = 1, PREP_OVERWRITE = 2 };
 
 typedef struct HxStor {
     int kind;        /* ST_EXTERN / ST_ARENA */
@@ -43,7 +45,12 @@ struct HxRun {
     IrGraph *g;
     int nids;
     int *stor_of;          /* by value id: storage index, -1 none */
-    signed char *inplace;  /* by value id: 1 if the producer writes over its input's buffer */
+    /* by value id: what the executor does to an output before its node:
+     * PREP_ZERO zero it (the kernels' contract), PREP_INPLACE nothing (the
+     * producer writes over its input's buffer), PREP_OVERWRITE nothing (the
+     * op's entry marks that its kernel writes every element) */
+    signed char *inplace;
+    int poison; /* HETC_HX_POISON=1: fill PREP_OVERWRITE outputs with NaN bytes (tests) */
     size_t *nbytes;        /* by value id */
     unsigned char *fed;    /* by value id: a graph input given this step */
     HxStor *stor;
@@ -133,6 +140,8 @@ HxRun *hexec_run_new(IrGraph *g, const HxRunOpts *o, IrError *err) {
     r->nids = nv;
     r->stor_of = ir_xmalloc(((size_t)nv + 1) * sizeof *r->stor_of);
     r->inplace = ir_xcalloc((size_t)nv + 1, 1);
+    const char *poison = getenv("HETC_HX_POISON");
+    r->poison = poison && !strcmp(poison, "1");
     r->nbytes = ir_xcalloc((size_t)nv + 1, sizeof *r->nbytes);
     r->fed = ir_xcalloc((size_t)nv + 1, 1);
     r->stor = ir_xcalloc((size_t)nv + 1, sizeof *r->stor);
@@ -202,12 +211,13 @@ HxRun *hexec_run_new(IrGraph *g, const HxRunOpts *o, IrError *err) {
             if (can_take(r, n, e, j, i, last_use, keep)) {
                 int s = r->stor_of[y->id] = r->stor_of[n->in[j]->id];
                 if (r->stor[s].kind == ST_ARENA && r->stor[s].last < last) r->stor[s].last = last;
-                r->inplace[y->id] = 1;
+                r->inplace[y->id] = PREP_INPLACE;
                 r->st.inplace++;
                 if (r->stor[s].kind == ST_EXTERN) r->st.donated++;
             } else {
                 r->stor_of[y->id] = new_stor(r, (HxStor){.kind = ST_ARENA, .first = i,
                                                          .last = last, .size = sz});
+                if (j < 32 && (e->overwrite & (1u << j))) r->inplace[y->id] = PREP_OVERWRITE;
             }
         }
     }
@@ -302,7 +312,10 @@ int hexec_run_step(HxRun *r, IrTensor *const *inputs, int ninputs, IrError *err)
         for (int j = 0; j < n->nout; j++) {
             IrValue *y = n->out[j];
             r->out[j] = y ? r->stor[r->stor_of[y->id]].ptr : NULL;
-            if (y && !r->inplace[y->id] && r->nbytes[y->id]) memset(r->out[j], 0, r->nbytes[y->id]);
+            if (!y || !r->nbytes[y->id]) continue;
+            if (r->inplace[y->id] == PREP_ZERO) memset(r->out[j], 0, r->nbytes[y->id]);
+            else if (r->inplace[y->id] == PREP_OVERWRITE && r->poison)
+                memset(r->out[j], 0xff, r->nbytes[y->id]); /* NaN in every float lane */
         }
         HxCall c = {.n = n, .in = r->in, .out = r->out, .k = e->k, .err = err};
         if (e->run(&c)) return node_error(n, err);

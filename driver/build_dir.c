@@ -126,7 +126,8 @@ static int fsync_entry(const char *path, const struct stat *st, int flag, struct
  * (a stale stage_K of a larger plan, an object file of a killed link). */
 static int hetc_output(const char *name) {
     static const char *const exact[] = {"launch.sh", "srun.conf", "job.sbatch", "hostfile",
-                                        "stages.txt", "plan.json", "plan.txt", "init", NULL};
+                                        "stages.txt", "plan.json", "plan.txt", "init", "elastic.env",
+                                        NULL};
     for (int i = 0; exact[i]; i++)
         if (!strcmp(name, exact[i])) return 1;
     if (!strcmp(name, "timeline.json") || !strcmp(name, "timeline.svg")) return 1;

@@ -14,6 +14,7 @@
 #include "build_dir.h"
 #include "cli.h"
 #include "cmd_plan.h"
+#include "compile_elastic.h"
 #include "compile_launch.h"
 #include "compile_opts.h"
 #include "compile_plan.h"
@@ -376,7 +377,8 @@ int cmd_compile(int argc, char **argv) {
         compile_stages_free(&cs);
         goto done;
     }
-    if (compile_write_launchers(out, final, &plan, build_id, &err)) {
+    if (compile_write_launchers(out, final, &plan, build_id, &err) ||
+        compile_write_elastic_env(out, argc, argv, model, cluster, &plan, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
         compile_stages_free(&cs);
         goto done;

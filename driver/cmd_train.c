@@ -17,6 +17,8 @@
 #include "compile_opts.h"
 #include "compile_stage.h"
 #include "data_loader.h"
+#include "hk_parallel.h"
+#include "hk_sgemm.h"
 #include "hk_train.h"
 #include "hostexec.h"
 #include "loss.h"
@@ -246,6 +248,11 @@ static void print_exec_stats(const TrainState *st, int64_t allocs1) {
            (long long)b.arena_bytes, (long long)b.value_bytes, b.inplace, b.donated);
     printf("exec: allocations: %lld in step 1, %lld in steps 2..%lld\n", (long long)allocs1,
            (long long)(a.allocs + b.allocs - allocs1), (long long)st->step);
+    /* which OpenBLAS kernel ran (OPENBLAS_CORETYPE picks it on some machines) */
+    char blas[256];
+    hk_blas_info(blas, sizeof blas);
+    printf("exec: %d kernel threads; BLAS %s (single-threaded under the kernel pool)\n",
+           hk_parallel_threads(), blas);
 }
 
 int cmd_train(int argc, char **argv) {

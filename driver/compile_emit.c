@@ -105,7 +105,7 @@ int compile_have_cuda(void) { return HETC_STAGE_HAVE_CUDA; }
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
-int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
+int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrError *err) {
     const CompPlan *p = cs->plan;
     const CompileArgs *a = cs->args;
     int S = p->nstages, B = p->microbatches, rc = -1;
@@ -131,7 +131,12 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
                  "training dtype on the device)\n", a->backend_cuda ? "cuda" : "host");
     fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
                  "  arena MiB  planner GiB\n");
-    for (int s = 0; s < S; s++) {
+    for (int u = 0; u < 2 * S; u++) {
+        int s = u % S, lo_var = u >= S;
+        if (lo_var && !lo_ps[s].train)
+            continue;
+        PartStage *st = lo_var ? &lo_ps[s] : &ps[s];
+        const char *sfx = lo_var ? "_lo" : ""; /* the DP ranks with one row less */
         LeSched *ls = malloc((size_t)2 * B * sizeof *ls);
         for (int i = 0; i < 2 * B; i++) {
             ls[i].kind = sch.actions[s][i].kind;
@@ -163,7 +168,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         MemPlan mp;
         char *config = NULL;
         LowerStats lst;
-        if (lower_stage_stats(&ps[s], &lo, &prog, &config, &mp, &lst, err)) {
+        if (lower_stage_stats(st, &lo, &prog, &config, &mp, &lst, err)) {
             free(ls);
             ir_error_prefix_stage(err, NULL, s);
             goto done;
@@ -171,7 +176,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         char *links = link_lines(p, ps, s);
         char idline[40];
         snprintf(idline, sizeof idline, "build %016llx\n", (unsigned long long)cs->build_id);
-        char *mlines = compile_metrics_lines(cs, ps, s);
+        char *mlines = compile_metrics_lines(cs, lo_var ? lo_ps : ps, s); /* flops at this binary's rows */
         size_t mlen = mlines ? strlen(mlines) : 0;
         char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + mlen + 1);
         strcpy(extra, shared);
@@ -184,9 +189,9 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
         free(extra);
         prog.config = cfg;
         char obj[4200], ll[4200], exe[4200], tmp[4300];
-        snprintf(obj, sizeof obj, "%s/stage_%d.o", cs->out_dir, s);
-        snprintf(ll, sizeof ll, "%s/stage_%d.ll", cs->out_dir, s);
-        snprintf(exe, sizeof exe, "%s/stage_%d", cs->out_dir, s);
+        snprintf(obj, sizeof obj, "%s/stage_%d%s.o", cs->out_dir, s, sfx);
+        snprintf(ll, sizeof ll, "%s/stage_%d%s.ll", cs->out_dir, s, sfx);
+        snprintf(exe, sizeof exe, "%s/stage_%d%s", cs->out_dir, s, sfx);
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", exe, (int)getpid());
         LeOptions eo;
         memset(&eo, 0, sizeof eo);
@@ -229,14 +234,17 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err) {
             erc = ir_errorf(err, "%s: cannot rename into place (%s)", exe, strerror(errno));
         if (erc)
             unlink(tmp);
-        fprintf(rep, "%5d  %5d  %5d  %10.2f  %9.2f  %9.2f  %12.2f  %11.2f  %9.2f  %11.3f\n", s,
-                dp[s], mp.nslots, mp.param_bytes / 1048576.0, mp.grad_bytes / 1048576.0,
+        char sname[24];
+        snprintf(sname, sizeof sname, "%d%s", s, lo_var ? "lo" : "");
+        fprintf(rep, "%5s  %5d  %5d  %10.2f  %9.2f  %9.2f  %12.2f  %11.2f  %9.2f  %11.3f\n", sname,
+                lo_var ? dp[s] - (int)(lo.rows % dp[s]) : lo.rows % dp[s] ? (int)(lo.rows % dp[s]) : dp[s],
+                mp.nslots, mp.param_bytes / 1048576.0, mp.grad_bytes / 1048576.0,
                 mp.opt_bytes / 1048576.0, mp.slot_bytes / 1048576.0,
                 mp.scratch_bytes / 1048576.0, mp.arena_bytes / 1048576.0,
                 gib(p->stages[s].mem_pred));
         /* what is still interpreted (issue 15): a line per stage after the table */
-        fprintf(kern, "stage %d: %d nodes as direct kernel calls, %d interpreted (hetrt_node)%s%s\n",
-                s, lst.direct, lst.interp, lst.interp ? ": " : "", lst.interp_ops);
+        fprintf(kern, "stage %s: %d nodes as direct kernel calls, %d interpreted (hetrt_node)%s%s\n",
+                sname, lst.direct, lst.interp, lst.interp ? ": " : "", lst.interp_ops);
         if (lst.fused)
             fprintf(kern, "  fused: %d of them in %d generated elementwise kernels\n", lst.fused,
                     lst.kernels);

@@ -59,6 +59,14 @@ static const char LAUNCH_HEAD[] =
     "#   launch.sh --slurm ...           srun --multi-prog with srun.conf, inside an allocation;\n"
     "#                                   outside one: sbatch job.sbatch ... (HETC_SBATCH_ARGS)\n"
     "#   launch.sh --dry-run ...         print the command and exit\n"
+    "#   launch.sh --elastic [--elastic-dir DIR] --checkpoint-dir CK ...\n"
+    "#                                   when a rank or mesh is lost: re-plan and recompile on\n"
+    "#                                   the surviving meshes (DIR/build_K, default DIR is this\n"
+    "#                                   build's path + .elastic) and resume from CK's newest\n"
+    "#                                   complete checkpoint; DIR/elastic.log, DIR/recovery.json\n"
+    "#                                   (detect / re-plan / compile / reload s), DIR/losses.txt\n"
+    "#                                   (each step's line once). Test hook: HETC_FAULT_INJECT=\n"
+    "#                                   stage:S,step:N makes stage S's ranks exit at step N.\n"
     "# Without --hostfile it runs a virtual cluster on this machine (ranks oversubscribed).\n"
     "# Environment: MPIRUN (default mpirun), HETRT_TIMEOUT_S (per-operation timeout, s),\n"
     "# HETRT_LOCK_WAIT_S (how long to wait for the checkpoint directory's lock, s),\n"
@@ -68,13 +76,16 @@ static const char LAUNCH_HEAD[] =
     "# HETC_SBATCH_ARGS (sbatch options when --slurm submits job.sbatch).\n"
     "set -euo pipefail\n"
     "here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
-    "hostfile=\"\" slurm=0 dry=0 check=\"\" args=()\n"
+    "hostfile=\"\" slurm=0 dry=0 check=\"\" elastic=0 edir=\"\" args=()\n"
     "while (($#)); do\n"
     "  case \"$1\" in\n"
     "    --hostfile) [ $# -ge 2 ] || { echo \"launch.sh: --hostfile needs a file\" >&2; exit 2; }\n"
     "                hostfile=$2; shift 2 ;;\n"
     "    --slurm) slurm=1; shift ;;\n"
     "    --dry-run) dry=1; shift ;;\n"
+    "    --elastic) elastic=1; shift ;;\n"
+    "    --elastic-dir) [ $# -ge 2 ] || { echo \"launch.sh: --elastic-dir needs a directory\" >&2; exit 2; }\n"
+    "                   edir=$2; shift 2 ;;\n"
     "    --check-stage) check=${2:-}; shift $(($# >= 2 ? 2 : 1)) ;;  # on every node, before the job\n"
     "    -h|--help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' \"$0\" | sed 's/^# \\{0,1\\}//'; exit 0 ;;\n"
     "    *) args+=(\"$1\"); shift ;;\n"
@@ -82,6 +93,16 @@ static const char LAUNCH_HEAD[] =
     "done\n";
 
 static int stage_ranks(const CpStage *st) { return st->dp * (st->tp > 1 ? st->tp : 1); }
+
+/* Ranks of stage s that run stage_S_lo: where dp does not divide the
+ * microbatch rows, the DP ranks from rows % dp on hold one row less
+ * (rt_row_split), each with its TP ranks. */
+static int lo_ranks(const CompPlan *plan, int s) {
+    const CpStage *st = &plan->stages[s];
+    int64_t rows = plan->global_batch / plan->microbatches;
+    int rem = (int)(rows % st->dp);
+    return rem ? (st->dp - rem) * (st->tp > 1 ? st->tp : 1) : 0;
+}
 
 /* Index of stage s's mesh among the plan's meshes in order of first use
  * (the hostfile template's lines). */
@@ -100,6 +121,174 @@ static int mesh_index(const CompPlan *plan, int s) {
     return k;
 }
 
+/* launch.sh --elastic (docs/STAGES.md "Elastic recovery"): a supervisor
+ * around this build's own launch.sh.  When the job fails it (a) names the
+ * lost rank from mpirun's report (or the HETC_FAULT_INJECT test hook's
+ * line), maps it through stages / stage_mesh to its mesh and makes sure no
+ * rank of the job is left, (b) writes the cluster without that mesh,
+ * (c) recompiles (hetc compile: re-plan + compile, as elastic.env recorded
+ * the original compile) into a new build, (d) relaunches it with --resume
+ * (the layer-wise checkpoints load under any plan) and (e) writes the step
+ * record (losses.txt: each step's line once, from the attempt whose state
+ * survived) and recovery.json (detect, re-plan, compile, reload seconds).
+ * A lost mesh is the unit of loss: a mesh is a hostfile line or Slurm node,
+ * what a preempted spot instance takes away (AutoHet 001, section IV). */
+static const char LAUNCH_ELASTIC[] =
+    "if ((elastic)); then\n"
+    "  export LC_NUMERIC=C\n"
+    "  if ((slurm || dry)); then echo \"launch.sh --elastic: not with --slurm or --dry-run (it relaunches the job itself)\" >&2; exit 2; fi\n"
+    "  ck=\"\"\n"
+    "  for ((i = 0; i < ${#args[@]}; i++)); do\n"
+    "    case \"${args[i]}\" in\n"
+    "      --checkpoint-dir) ck=${args[i + 1]:-} ;;\n"
+    "      --checkpoint-dir=*) ck=${args[i]#*=} ;;\n"
+    "    esac\n"
+    "  done\n"
+    "  [ -n \"$ck\" ] || { echo \"launch.sh --elastic needs --checkpoint-dir DIR: the survivors resume from its newest complete checkpoint\" >&2; exit 2; }\n"
+    "  [ -r \"$here/elastic.env\" ] || { echo \"launch.sh --elastic: $here/elastic.env is missing: re-run hetc compile into $here\" >&2; exit 2; }\n"
+    "  edir=${edir:-$here.elastic}\n"
+    "  mkdir -p \"$edir\" || exit 2\n"
+    "  edir=$(cd \"$edir\" && pwd)\n"
+    "  rm -rf \"$edir\"/hostfile_* \"$edir\"/attempt_*.log \"$edir\"/compile_*.log \"$edir\"/build_* \"$edir\"/cluster_*.yaml \"$edir/losses.txt\" \"$edir/recovery.json\"\n"
+    "  elog=$edir/elastic.log\n"
+    "  : > \"$elog\"\n"
+    "  say() { echo \"launch.sh --elastic: $*\" | tee -a \"$elog\" >&2; }\n"
+    "  sub() { awk -v a=\"$1\" -v b=\"$2\" 'BEGIN { printf \"%.3f\", a - b }'; }\n"
+    "  # drop mesh $1 from cluster.yaml $2: its item under meshes: and every links: item naming it\n"
+    "  drop_mesh() {\n"
+    "    awk -v m=\"$1\" '\n"
+    "      function flush() {\n"
+    "        if (buf != \"\" && !drop) { printf \"%s%s\", hdr, buf; hdr = \"\"; kept += sec == \"meshes\" }\n"
+    "        buf = \"\"; drop = 0\n"
+    "      }\n"
+    "      function unq(s) { gsub(/^[[:space:]\"\\047]+|[[:space:]\"\\047]+$/, \"\", s); return s }\n"
+    "      function names(l,   s, a, n, i) {\n"
+    "        if (sec == \"meshes\" && l ~ /^[[:space:]]*(-[[:space:]]*)?name:/) {\n"
+    "          s = l; sub(/^[[:space:]]*(-[[:space:]]*)?name:/, \"\", s); sub(/#.*/, \"\", s); return unq(s) == m\n"
+    "        }\n"
+    "        if (sec == \"links\" && l ~ /between:[[:space:]]*\\[/) {\n"
+    "          s = l; sub(/.*between:[[:space:]]*\\[/, \"\", s); sub(/\\].*/, \"\", s); n = split(s, a, \",\")\n"
+    "          for (i = 1; i <= n; i++) if (unq(a[i]) == m) return 1\n"
+    "        }\n"
+    "        return 0\n"
+    "      }\n"
+    "      # links: whose every item named the mesh goes too (an empty links: is not a list)\n"
+    "      /^[A-Za-z_]/ { flush(); hdr = \"\"; sec = $0; sub(/:.*/, \"\", sec); ind = -1; if (sec == \"links\" && $0 ~ /^links:[[:space:]]*(#.*)?$/) hdr = $0 \"\\n\"; else print; next }\n"
+    "      sec == \"meshes\" || sec == \"links\" {\n"
+    "        if (match($0, /^[[:space:]]*-/) && (ind < 0 || RLENGTH - 1 == ind)) { flush(); ind = RLENGTH - 1; dropped += names($0) && sec == \"meshes\"; buf = $0 \"\\n\"; drop = names($0); next }\n"
+    "        if (ind >= 0) { buf = buf $0 \"\\n\"; if (names($0)) { drop = 1; dropped += sec == \"meshes\" }; next }\n"
+    "      }\n"
+    "      { print }\n"
+    "      END { flush(); if (!dropped) exit 3; if (!kept) exit 4 }' \"$2\"\n"
+    "  }\n"
+    "  cur=$here att=1 a=(\"${args[@]}\") recs=() pend=\"\" hf=$hostfile\n"
+    "  [ -z \"$hf\" ] || [ -r \"$hf\" ] || { echo \"launch.sh: --hostfile $hf: cannot read it\" >&2; exit 2; }\n"
+    "  while :; do\n"
+    "    alog=$edir/attempt_$att.log\n"
+    "    t_start=$EPOCHREALTIME\n"
+    "    set +e\n"
+    "    hfa=(); [ -z \"$hf\" ] || hfa=(--hostfile \"$hf\")\n"
+    "    \"$cur/launch.sh\" \"${hfa[@]+\"${hfa[@]}\"}\" \"${a[@]}\" 2>&1 | while IFS= read -r l; do\n"
+    "      printf '%s\\n' \"$l\"; printf '%s\\t%s\\n' \"$EPOCHREALTIME\" \"$l\" >> \"$alog\"\n"
+    "    done\n"
+    "    rc=${PIPESTATUS[0]}\n"
+    "    set -e\n"
+    "    t_end=$EPOCHREALTIME\n"
+    "    if [ -n \"$pend\" ]; then  # the recovery that started this attempt: its reload time and step\n"
+    "      rl=$(awk -F'\\t' '$2 ~ /^resuming from / { print $1; exit }' \"$alog\")\n"
+    "      from=$(sed -nE 's/^[0-9.]+\\tresuming from .* \\(step ([0-9]+)\\)$/\\1/p' \"$alog\" | head -n 1)\n"
+    "      reload=$(sub \"${rl:-$t_end}\" \"$t_start\")\n"
+    "      recs+=(\"${pend/@RELOAD@/$reload}\")\n"
+    "      recs[-1]=${recs[-1]/@FROM@/${from:-0}}\n"
+    "      say \"attempt $att resumed from step ${from:-0} of $ck; reload ${reload} s (start of the job to its checkpoint loaded)\"\n"
+    "      pend=\"\"\n"
+    "    fi\n"
+    "    ((rc == 0)) && break\n"
+    "    # (a) detect: the first lost rank in mpirun's (or the fault hook's) words; the job is over\n"
+    "    lost=$(sed -nE 's/.*Process name: \\[\\[[0-9]+,[0-9]+\\],([0-9]+)\\].*/\\1/p; s/.*process rank ([0-9]+) with PID.*/\\1/p; s/.*\\[hetrt rank ([0-9]+)\\] HETC_FAULT_INJECT.*/\\1/p' \"$alog\" | head -n 1)\n"
+    "    if [ -z \"$lost\" ]; then\n"
+    "      say \"the job failed (exit $rc) with no lost rank named in its output ($alog): not re-planning\"\n"
+    "      exit \"$rc\"\n"
+    "    fi\n"
+    "    mapfile -t left < <(pgrep -f \"$cur/stage_\" || true)  # ranks the launcher left behind\n"
+    "    if ((${#left[@]})); then  # TERM, up to 1 s to go, then KILL\n"
+    "      kill -TERM \"${left[@]}\" 2> /dev/null || true\n"
+    "      for ((w = 0; w < 20; w++)); do\n"
+    "        up=0; for x in \"${left[@]}\"; do kill -0 \"$x\" 2> /dev/null && up=1; done\n"
+    "        ((up)) || break; sleep 0.05\n"
+    "      done\n"
+    "      kill -KILL \"${left[@]}\" 2> /dev/null || true\n"
+    "      say \"stopped ${#left[@]} rank(s) of $cur the launcher left running\"\n"
+    "    fi\n"
+    "    t_det=$EPOCHREALTIME\n"
+    "    t_loss=$(sed -nE 's/.*HETC_FAULT_INJECT: .* at ([0-9.]+)$/\\1/p' \"$alog\" | head -n 1)\n"
+    "    [ -n \"$t_loss\" ] || t_loss=$(awk -F'\\t' '$2 ~ /Process name:|process rank [0-9]+ with PID|exited on signal|non-zero status|^Primary job/ { print $1; exit }' \"$alog\")\n"
+    "    detect=$(sub \"$t_det\" \"${t_loss:-$t_end}\")\n"
+    "    eval \"$(grep -E '^(stages|stage_mesh)=' \"$cur/launch.sh\")\"\n"
+    "    . \"$cur/elastic.env\"\n"
+    "    r0=0 ls=-1\n"
+    "    for s in \"${!stages[@]}\"; do\n"
+    "      if ((lost < r0 + stages[s])); then ls=$s; break; fi\n"
+    "      r0=$((r0 + stages[s]))\n"
+    "    done\n"
+    "    if ((ls < 0)); then say \"lost rank $lost is not a rank of $cur's plan (${#stages[@]} stages): not re-planning\"; exit \"$rc\"; fi\n"
+    "    mesh=${hetc_mesh_names[stage_mesh[ls]]}\n"
+    "    failed=$(sed -nE 's/^[0-9.]+\\tstep +([0-9]+)\\/.*/\\1/p' \"$alog\" | tail -n 1)\n"
+    "    failed=$((${failed:-0} + 1))\n"
+    "    say \"rank $lost (stage $ls, mesh $mesh) lost in step $failed (exit $rc); the job stopped; detect ${detect} s\"\n"
+    "    # (b) re-plan on the survivors: the lost rank's mesh leaves the cluster\n"
+    "    ncl=$edir/cluster_$att.yaml\n"
+    "    drc=0; drop_mesh \"$mesh\" \"$hetc_cluster\" > \"$ncl\" || drc=$?\n"
+    "    if ((drc == 4)); then say \"no mesh survives the loss of mesh $mesh (cluster $hetc_cluster): nothing to resume on\"; exit 1; fi\n"
+    "    if ((drc)); then say \"cannot remove mesh $mesh from $hetc_cluster (expects a '- name: $mesh' item under meshes:)\"; exit 1; fi\n"
+    "    nb=$edir/build_$att\n"
+    "    say \"re-planning and recompiling on the survivors ($ncl) into $nb\"\n"
+    "    t0=$EPOCHREALTIME\n"
+    "    if ! \"$hetc_bin\" compile \"$hetc_model\" \"$ncl\" \"${hetc_compile_args[@]}\" -o \"$nb\" > \"$edir/compile_$att.log\" 2>&1; then\n"
+    "      grep -E '^hetc|error' \"$edir/compile_$att.log\" | tail -n 5 | while IFS= read -r l; do say \"  $l\"; done\n"
+    "      say \"the model cannot be planned or compiled on the survivors ($ncl: the cluster without mesh $mesh; $edir/compile_$att.log): giving up\"\n"
+    "      exit 1\n"
+    "    fi\n"
+    "    t1=$EPOCHREALTIME\n"
+    "    all=$(sub \"$t1\" \"$t0\")\n"
+    "    replan=$(sed -nE 's/.*\\(plan ([0-9.]+) s\\).*/\\1/p' \"$edir/compile_$att.log\" | tail -n 1)\n"
+    "    compile=$(sub \"$all\" \"${replan:-0}\")\n"
+    "    say \"re-plan ${replan:-?} s, compile ${compile} s (hetc compile $all s)\"\n"
+    "    if [ -n \"$hf\" ]; then  # host line k is mesh k: the survivors' hostfile in the new plan's mesh order\n"
+    "      mapfile -t hl < <(grep -vE '^[[:space:]]*(#|$)' \"$hf\")\n"
+    "      declare -A hostof=()\n"
+    "      for k in \"${!hetc_mesh_names[@]}\"; do hostof[${hetc_mesh_names[k]}]=${hl[k]:-}; done\n"
+    "      . \"$nb/elastic.env\"\n"
+    "      for n in \"${hetc_mesh_names[@]}\"; do\n"
+    "        [ -n \"${hostof[$n]:-}\" ] || { say \"mesh $n of the survivors' plan has no line in $hf: cannot place it\"; exit 1; }\n"
+    "        echo \"${hostof[$n]}\"\n"
+    "      done > \"$edir/hostfile_$att\"\n"
+    "      hf=$edir/hostfile_$att\n"
+    "    fi\n"
+    "    pend=$(printf '{\"attempt\": %d, \"lost_rank\": %d, \"lost_stage\": %d, \"lost_mesh\": \"%s\", \"failed_in_step\": %d, \"resumed_from_step\": @FROM@, \"cluster\": \"%s\", \"build\": \"%s\", \"detect_s\": %s, \"replan_s\": %s, \"compile_s\": %s, \"reload_s\": @RELOAD@}' \\\n"
+    "      \"$((att + 1))\" \"$lost\" \"$ls\" \"$mesh\" \"$failed\" \"$ncl\" \"$nb\" \"$detect\" \"${replan:-0}\" \"$compile\")\n"
+    "    # (d) resume on the new build from the newest complete checkpoint; the fault hook fires once\n"
+    "    unset HETC_FAULT_INJECT\n"
+    "    a=()\n"
+    "    for x in \"${args[@]}\"; do [ \"$x\" = --overwrite-checkpoints ] || [ \"$x\" = --resume ] || a+=(\"$x\"); done\n"
+    "    a+=(--resume)\n"
+    "    cur=$nb att=$((att + 1))\n"
+    "  done\n"
+    "  # (e) the record and the recovery times\n"
+    "  for ((k = 1; k <= att; k++)); do\n"
+    "    upto=\"\"\n"
+    "    if ((k < att)); then upto=$(sed -nE 's/^[0-9.]+\\tresuming from .* \\(step ([0-9]+)\\)$/\\1/p' \"$edir/attempt_$((k + 1)).log\" | head -n 1); upto=${upto:-0}; fi\n"
+    "    awk -F'\\t' -v k=\"$k\" -v upto=\"$upto\" '$2 ~ /^step +[0-9]+\\// { n = $2; sub(/^step +/, \"\", n); sub(/\\/.*/, \"\", n); if (upto == \"\" || n + 0 <= upto + 0) print $2 \" | attempt \" k }' \"$edir/attempt_$k.log\"\n"
+    "  done > \"$edir/losses.txt\"\n"
+    "  {\n"
+    "    printf '{\"attempts\": %d, \"exit\": %d, \"losses\": \"%s\", \"recoveries\": [' \"$att\" \"$rc\" \"$edir/losses.txt\"\n"
+    "    for ((k = 0; k < ${#recs[@]}; k++)); do ((k)) && printf ', '; printf '\\n  %s' \"${recs[k]}\"; done\n"
+    "    printf '\\n]}\\n'\n"
+    "  } > \"$edir/recovery.json\"\n"
+    "  ((${#recs[@]})) && say \"recovered ${#recs[@]} time(s): $edir/recovery.json; the step record: $edir/losses.txt\"\n"
+    "  exit \"$rc\"\n"
+    "fi\n";
+
 /* launch.sh after the plan's arrays (stages, stage_mesh, world, layout,
  * build_id).  --hostfile and --slurm first check, within a bounded time,
  * that every host answers and that every node can run its stage binaries
@@ -109,23 +298,28 @@ static int mesh_index(const CompPlan *plan, int s) {
 static const char LAUNCH_BODY[] =
     "node_name() { echo \"${SLURMD_NODENAME:-$(hostname)}\"; }\n"
     "# stage_$1 runnable here and of this compile, or a message naming it and this node\n"
+    "# (and stage_$1_lo, the binary of its DP ranks with one row less, where it has one)\n"
     "check_stage() {\n"
-    "  local got\n"
-    "  if [ ! -x \"$here/stage_$1\" ]; then\n"
-    "    echo \"launch.sh: node $(node_name): stage binary $here/stage_$1 is missing or not executable\" >&2\n"
+    "  local got f\n"
+    "  for f in \"stage_$1\" $( ((${lo_ranks[$1]:-0})) && echo \"stage_$1_lo\"); do\n"
+    "  if [ ! -x \"$here/$f\" ]; then\n"
+    "    echo \"launch.sh: node $(node_name): stage binary $here/$f is missing or not executable\" >&2\n"
     "    return 1\n"
     "  fi\n"
-    "  got=$(\"$here/stage_$1\" --build-id 2>/dev/null) || got=unknown\n"
+    "  got=$(\"$here/$f\" --build-id 2>/dev/null) || got=unknown\n"
     "  if [ \"$got\" != \"$build_id\" ]; then\n"
-    "    echo \"launch.sh: node $(node_name): $here/stage_$1 is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2\n"
+    "    echo \"launch.sh: node $(node_name): $here/$f is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2\n"
     "    return 1\n"
     "  fi\n"
+    "  done\n"
     "}\n"
     "if [ -n \"$check\" ]; then check_stage \"$check\" || exit 1; exit 0; fi\n"
     "for s in \"${!stages[@]}\"; do\n"
-    "  [ -x \"$here/stage_$s\" ] || { echo \"launch.sh: missing stage binary $here/stage_$s (re-run hetc to rebuild it)\" >&2; exit 1; }\n"
-    "  got=$(\"$here/stage_$s\" --build-id 2>/dev/null) || got=unknown\n"
-    "  [ \"$got\" = \"$build_id\" ] || { echo \"launch.sh: $here/stage_$s is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2; exit 1; }\n"
+    "  for f in \"stage_$s\" $( ((lo_ranks[s])) && echo \"stage_${s}_lo\"); do\n"
+    "  [ -x \"$here/$f\" ] || { echo \"launch.sh: missing stage binary $here/$f (re-run hetc to rebuild it)\" >&2; exit 1; }\n"
+    "  got=$(\"$here/$f\" --build-id 2>/dev/null) || got=unknown\n"
+    "  [ \"$got\" = \"$build_id\" ] || { echo \"launch.sh: $here/$f is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2; exit 1; }\n"
+    "  done\n"
     "done\n"
     "tmo=${HETC_CONNECT_TIMEOUT_S:-30}\n"
     "tmp=$(mktemp -d)\n"
@@ -202,9 +396,11 @@ static const char LAUNCH_BODY[] =
     "  [ -n \"${HETC_THREADS:-}\" ] && cmd+=(-x HETC_THREADS)\n"
     "  [ -n \"${HETRT_TIMEOUT_S:-}\" ] && cmd+=(-x HETRT_TIMEOUT_S)\n"
     "  [ -n \"${HETRT_LOCK_WAIT_S:-}\" ] && cmd+=(-x HETRT_LOCK_WAIT_S)\n"
+    "  [ -n \"${HETC_FAULT_INJECT:-}\" ] && cmd+=(-x HETC_FAULT_INJECT)\n"
     "  for s in \"${!stages[@]}\"; do\n"
     "    ((s)) && cmd+=(:) && pre+=(:)\n"
-    "    cmd+=(-np \"${stages[$s]}\" \"$here/stage_$s\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "    cmd+=(-np \"$((stages[s] - lo_ranks[s]))\" \"$here/stage_$s\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "    ((lo_ranks[s])) && cmd+=(: -np \"${lo_ranks[$s]}\" \"$here/stage_${s}_lo\" \"${args[@]+\"${args[@]}\"}\")\n"
     "    pre+=(-np \"${stages[$s]}\" \"$here/launch.sh\" --check-stage \"$s\")\n"
     "  done\n"
     "  [ -n \"$hostfile\" ] || pre=()  # one machine: checked above\n"
@@ -327,6 +523,11 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
     for (int s = 0; s < plan->nstages; s++)
         bprintf(&b, "%s%d", s ? " " : "", stage_ranks(&plan->stages[s]));
     bprintf(&b, ")\n");
+    /* uneven DP: the last ranks of such a stage run stage_S_lo (one row less) */
+    bprintf(&b, "lo_ranks=(");
+    for (int s = 0; s < plan->nstages; s++)
+        bprintf(&b, "%s%d", s ? " " : "", lo_ranks(plan, s));
+    bprintf(&b, ")  # ranks of each stage that run stage_S_lo (DP ranks with one row less)\n");
     /* mesh k = line k of the hostfile template = node k of a Slurm job */
     bprintf(&b, "stage_mesh=(");
     for (int s = 0; s < plan->nstages; s++)
@@ -341,7 +542,7 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
             widest);
     bprintf(&b, "build_id=%016llx  # this hetc compile's: every stage binary must carry it\n",
             (unsigned long long)build_id);
-    bprintf(&b, "%s", LAUNCH_BODY);
+    bprintf(&b, "%s%s", LAUNCH_ELASTIC, LAUNCH_BODY);
     char path[4200];
     snprintf(path, sizeof path, "%s/launch.sh", dir);
     int rc = compile_write_file(path, b.s, 0755, err);
@@ -356,11 +557,14 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
         int d = stage_ranks(&plan->stages[s]);
         char abs[4096]; /* final_dir may not exist yet: the build is swapped in later */
         build_dir_abs(final_dir, abs, sizeof abs);
-        if (d == 1)
-            bprintf(&c, "%d %s/stage_%d\n", r0, abs, s);
-        else
-            bprintf(&c, "%d-%d %s/stage_%d\n", r0, r0 + d - 1, abs, s);
-        r0 += d;
+        for (int v = 0; v < 2; v++) { /* stage_S, then stage_S_lo's ranks */
+            int n = v ? lo_ranks(plan, s) : d - lo_ranks(plan, s);
+            if (n == 1)
+                bprintf(&c, "%d %s/stage_%d%s\n", r0, abs, s, v ? "_lo" : "");
+            else if (n > 1)
+                bprintf(&c, "%d-%d %s/stage_%d%s\n", r0, r0 + n - 1, abs, s, v ? "_lo" : "");
+            r0 += n;
+        }
     }
     snprintf(path, sizeof path, "%s/srun.conf", dir);
     rc = compile_write_file(path, c.s, 0644, err);

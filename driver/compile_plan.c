@@ -53,6 +53,44 @@ static void copy_str(char *dst, size_t n, const cJSON *o, const char *key) {
     snprintf(dst, n, "%s", cJSON_IsString(x) ? x->valuestring : "");
 }
 
+/* stages[].rows (version 2): each DP rank's rows of a microbatch.  They must
+ * sum to the microbatch's rows, and the stage binaries run one layout:
+ * rt_row_split's, the first rows % dp ranks one row more (stage_S, the rest
+ * stage_S_lo); a plan asking for another split (a share proportional to a
+ * device's speed beyond that) is refused naming the stage. */
+static int check_rows(const cJSON *o, int dp, int64_t rows, const char *path, const char *where,
+                      IrError *err) {
+    const cJSON *rw = cJSON_GetObjectItemCaseSensitive(o, "rows");
+    if (!rw)
+        return 0;
+    char want[256], got[256];
+    size_t nw = 0, ng = 0;
+    int64_t sum = 0, differ = 0;
+    for (int r = 0; r < dp; r++) {
+        int64_t n = (int64_t)cJSON_GetArrayItem(rw, r)->valuedouble;
+        int64_t e = rows / dp + (r < rows % dp ? 1 : 0);
+        sum += n;
+        differ |= n != e;
+        if (nw < sizeof want - 24)
+            nw += (size_t)snprintf(want + nw, sizeof want - nw, "%s%lld", r ? ", " : "",
+                                   (long long)e);
+        if (ng < sizeof got - 24)
+            ng += (size_t)snprintf(got + ng, sizeof got - ng, "%s%lld", r ? ", " : "",
+                                   (long long)n);
+    }
+    if (sum != rows)
+        return ir_errorf(err, "%s: %s\"rows\" [%s] sum to %lld, not the %lld rows of a "
+                         "microbatch (global_batch / microbatches)", path, where, got,
+                         (long long)sum, (long long)rows);
+    if (differ)
+        return ir_errorf(err, "%s: %s\"rows\" [%s]: the stage binaries do not run this per-rank "
+                         "split yet (heterogeneous data parallelism with rows in proportion to "
+                         "each device's speed); they split a microbatch's %lld rows over the %d "
+                         "DP ranks as [%s] (the first rows %% dp ranks one row more): give that "
+                         "or leave \"rows\" out", path, where, got, (long long)rows, dp, want);
+    return 0;
+}
+
 int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
     memset(p, 0, sizeof *p);
     p->seq = -1;
@@ -77,8 +115,9 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
     int64_t i64 = 0;
     if (num(root, "version", &v, path, "", err))
         goto done;
-    if (v != 1) {
-        ir_errorf(err, "%s: plan version %g is not supported (this hetc reads version 1)", path, v);
+    if (v != 1 && v != 2) { /* 2 adds stages[].rows */
+        ir_errorf(err, "%s: plan version %g is not supported (this hetc reads versions 1 and 2)",
+                  path, v);
         goto done;
     }
     if (num(root, "microbatches", &v, path, "", err))
@@ -180,15 +219,18 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         c->mem_pred = cJSON_IsNumber(mp) ? mp->valuedouble : 0;
         copy_str(c->mesh, sizeof c->mesh, o, "mesh");
         copy_str(c->device, sizeof c->device, o, "device");
-        if ((p->global_batch / p->microbatches) % c->dp) {
-            ir_errorf(err, "%s: %s\"dp\" %d does not divide the %lld rows of a microbatch "
-                      "(global_batch / microbatches): the stage binaries split a microbatch's "
-                      "rows evenly over a stage's DP ranks; uneven per-rank rows need "
-                      "heterogeneous data parallelism's row shares (plan with hetc compile, "
-                      "which keeps dp dividing the rows, or a larger --microbatch)", path, where,
-                      c->dp, (long long)(p->global_batch / p->microbatches));
+        /* dp need not divide the rows (heterogeneous DP: the first rows % dp
+         * ranks take one row more, stage_S_lo runs the rest), but every DP
+         * rank needs a row */
+        if ((p->global_batch / p->microbatches) < c->dp) {
+            ir_errorf(err, "%s: %s\"dp\" %d exceeds the %lld rows of a microbatch "
+                      "(global_batch / microbatches): a DP rank would hold no row (plan with a "
+                      "larger --microbatch or fewer DP ranks)", path, where, c->dp,
+                      (long long)(p->global_batch / p->microbatches));
             goto done;
         }
+        if (check_rows(o, c->dp, p->global_batch / p->microbatches, path, where, err))
+            goto done;
     }
     /* cluster.links: the transport of each stage boundary (optional: a
      * hand-written plan without them gets CPU-mediated links) */

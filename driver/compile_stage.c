@@ -136,8 +136,12 @@ int compile_stages(CompileStages *cs, IrError *err) {
     const CompPlan *p = cs->plan;
     int S = p->nstages, rc = -1;
     int64_t rows = p->global_batch / p->microbatches;
-    IrGraph **gs = calloc((size_t)S, sizeof *gs);   /* per stage; shared by equal dp */
-    PartStage *ps = calloc((size_t)S, sizeof *ps);
+    /* [u] for u < S: stage u at DP rank 0's rows; [S + s]: stage s at the
+     * last DP rank's rows when dp does not divide them (uneven DP); a graph
+     * is shared by equal row counts */
+    IrGraph **gs = calloc((size_t)S * 2, sizeof *gs);
+    PartStage *ps = calloc((size_t)S * 2, sizeof *ps), *pl = ps + S;
+    int64_t *nrows = calloc((size_t)S * 2, sizeof *nrows);
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
     int *dp = malloc((size_t)S * sizeof *dp), *tp = malloc((size_t)S * sizeof *tp);
     PartRecompute *recompute = malloc((size_t)S * sizeof *recompute);
@@ -175,15 +179,26 @@ int compile_stages(CompileStages *cs, IrError *err) {
     spec.optim.clip = cs->args->clip;
 
     double t = now_s();
-    for (int s = 0; s < S; s++) {
-        for (int q = 0; q < s && !gs[s]; q++)
-            if (dp[q] == dp[s])
-                gs[s] = gs[q];
-        if (!gs[s] && !(gs[s] = stage_graph(cs, rows / dp[s], err))) {
-            ir_error_prefix(err, "stage %d (local batch %lld)", s, (long long)(rows / dp[s]));
+    for (int u = 0; u < 2 * S; u++) {
+        int s = u % S, lo = u >= S;
+        if (lo && rows % dp[s] == 0)
+            continue; /* even rows: one binary serves the whole DP group */
+        if (rows < dp[s]) {
+            ir_errorf(err, "stage %d: dp %d over a microbatch of %lld rows leaves DP ranks "
+                      "without a row: give the stage at most %lld DP ranks or a larger "
+                      "--microbatch", s, dp[s], (long long)rows, (long long)rows);
             goto done;
         }
-        if (partition_stage(gs[s], &spec, s, &ps[s], err))
+        spec.dp_rank = lo ? dp[s] - 1 : 0;
+        nrows[u] = part_local_rows(rows, dp[s], spec.dp_rank);
+        for (int q = 0; q < u && !gs[u]; q++)
+            if (nrows[q] == nrows[u])
+                gs[u] = gs[q];
+        if (!gs[u] && !(gs[u] = stage_graph(cs, nrows[u], err))) {
+            ir_error_prefix(err, "stage %d (local batch %lld)", s, (long long)nrows[u]);
+            goto done;
+        }
+        if (partition_stage(gs[u], &spec, s, &ps[u], err))
             goto done;
     }
     cs->t_graphs = now_s() - t;
@@ -192,21 +207,22 @@ int compile_stages(CompileStages *cs, IrError *err) {
         goto done;
     cs->t_init = now_s() - t;
     t = now_s();
-    if (compile_emit_stages(cs, ps, err))
+    if (compile_emit_stages(cs, ps, pl, err))
         goto done;
     cs->t_lower = now_s() - t;
     rc = 0;
 done:
-    for (int s = 0; s < S; s++) {
-        partition_stage_free(&ps[s]);
-        int dup = 0;
-        for (int q = 0; q < s; q++)
-            dup |= gs[q] == gs[s];
+    for (int u = 0; u < 2 * S; u++) {
+        partition_stage_free(&ps[u]);
+        int dup = !gs[u];
+        for (int q = 0; q < u && !dup; q++)
+            dup |= gs[q] == gs[u];
         if (!dup)
-            ir_graph_free(gs[s]);
+            ir_graph_free(gs[u]);
     }
     free(ps);
     free(gs);
+    free(nrows);
     free(first);
     free(last);
     free(dp);

@@ -40,7 +40,10 @@ void compile_stages_free(CompileStages *cs);
 
 #include "partition.h"
 /* Memory plan, lowering, emission and link of every stage (compile_emit.c). */
-int compile_emit_stages(CompileStages *cs, PartStage *ps, IrError *err);
+/* ps[s]: stage s at DP rank 0's rows; lo[s]: where dp does not divide the
+ * microbatch rows, the same stage at one row less (the last DP ranks'),
+ * emitted as stage_S_lo (lo[s].train NULL where there is none). */
+int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo, IrError *err);
 /* Stage s's metrics config records (vocab, flops, peak_flops, ptl):
  * compile_metrics.c.  Malloc'd text, NULL when out of memory. */
 char *compile_metrics_lines(const CompileStages *cs, const PartStage *ps, int s);

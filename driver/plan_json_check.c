@@ -88,6 +88,19 @@ static int check_stage(const cJSON *o, int s, long long B, const cJSON *meshes, 
         if (whole_in(x, ints[i].lo, hi, path, key, err))
             return -1;
     }
+    /* version 2: each DP rank's rows of a microbatch (their sum: compile_plan.c) */
+    const cJSON *rw = cJSON_GetObjectItemCaseSensitive(o, "rows");
+    if (rw) {
+        int dp = (int)cJSON_GetObjectItemCaseSensitive(o, "dp")->valuedouble;
+        if (!cJSON_IsArray(rw) || cJSON_GetArraySize(rw) != dp)
+            return ir_errorf(err, "%s: stages[%d].\"rows\" must be an array of dp = %d row "
+                             "counts (one per DP rank)", path, s, dp);
+        for (int k = 0; k < dp; k++) {
+            snprintf(key, sizeof key, "stages[%d].\"rows\"[%d]", s, k);
+            if (whole_in(cJSON_GetArrayItem(rw, k), 0, PLAN_MAX_GLOBAL_BATCH, path, key, err))
+                return -1;
+        }
+    }
     const cJSON *rc = cJSON_GetObjectItemCaseSensitive(o, "recompute");
     snprintf(key, sizeof key, "stages[%d].\"recompute\"", s);
     if (str_or_absent(rc, 16, path, key, err))
@@ -133,9 +146,9 @@ int plan_json_check(const cJSON *root, const char *path, IrError *err)
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     if (!cJSON_IsNumber(ver))
         return ir_errorf(err, "%s: \"version\" must be a number", path);
-    if (ver->valuedouble != 1) /* the same words as compile_plan.c */
-        return ir_errorf(err, "%s: plan version %g is not supported (this hetc reads version 1)",
-                         path, ver->valuedouble);
+    if (ver->valuedouble != 1 && ver->valuedouble != 2) /* the same words as compile_plan.c */
+        return ir_errorf(err, "%s: plan version %g is not supported (this hetc reads versions 1 "
+                         "and 2)", path, ver->valuedouble);
     const cJSON *mb = cJSON_GetObjectItemCaseSensitive(root, "microbatches");
     if (whole_in(mb, 1, PLAN_MAX_MICROBATCHES, path, "\"microbatches\"", err))
         return -1;

@@ -343,7 +343,10 @@ int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *
     out->first_layer = spec->first_layer[s];
     out->last_layer = spec->last_layer[s];
     out->dp = spec->dp[s];
-    out->local_rows = spec->rows / spec->dp[s];
+    if (spec->dp_rank < 0 || spec->dp_rank >= spec->dp[s] || spec->rows < spec->dp[s])
+        return ir_errorf(err, "partition stage %d: DP rank %d of dp %d over %lld rows (every DP "
+                         "rank needs a row)", s, spec->dp_rank, spec->dp[s], (long long)spec->rows);
+    out->local_rows = part_local_rows(spec->rows, spec->dp[s], spec->dp_rank);
     out->recompute = spec->recompute ? spec->recompute[s] : PART_RC_NONE;
     out->tp = tp;
     out->tp_rank = spec->tp_rank;

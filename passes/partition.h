@@ -117,7 +117,17 @@ typedef struct PartSpec {
     const int *tp;                       /* [nstages] TP degree, or NULL: 1 everywhere */
     int tp_rank;                         /* which TP rank's graphs to build (0 .. tp[s]-1) */
     const int *zero;                     /* [nstages] ZeRO level 0..2, or NULL: 0 everywhere */
+    /* Heterogeneous DP: when dp[s] does not divide rows, the first rows % dp
+     * DP ranks run ceil(rows / dp) rows, the rest floor (rt_row_split); each
+     * count is its own binary.  dp_rank picks the DP rank whose rows to
+     * build (0: the larger count). */
+    int dp_rank;
 } PartSpec;
+
+/* Rows of DP rank r of dp in a microbatch of `rows` (rt_row_split's count). */
+static inline int64_t part_local_rows(int64_t rows, int dp, int r) {
+    return rows / dp + (r < rows % dp ? 1 : 0);
+}
 
 /* ZeRO slice length of a parameter of numel elements over dp ranks: the
  * largest rt_row_split share, ceil(numel / dp).  Every DP rank runs the same

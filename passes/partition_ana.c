@@ -40,9 +40,11 @@ static int check_spec(const PartSpec *sp, IrError *err) {
         if (s && sp->first_layer[s] != sp->last_layer[s - 1] + 1)
             return ir_errorf(err, "stage %d starts at layer %d, not after stage %d's last (%d)",
                              s, sp->first_layer[s], s - 1, sp->last_layer[s - 1]);
-        if (sp->dp[s] < 1 || sp->rows % sp->dp[s])
-            return ir_errorf(err, "stage %d: dp %d does not divide the %lld microbatch rows", s,
-                             sp->dp[s], (long long)sp->rows);
+        /* dp need not divide the rows (uneven DP: PartSpec.dp_rank), but
+         * every DP rank needs one */
+        if (sp->dp[s] < 1 || sp->rows < sp->dp[s])
+            return ir_errorf(err, "stage %d: dp %d exceeds the %lld microbatch rows (a DP rank "
+                             "would hold none)", s, sp->dp[s], (long long)sp->rows);
     }
     return 0;
 }

@@ -128,9 +128,9 @@ int rt_data_open_format(RtDataLoader *dl, const char *path, RtTokenFormat format
         snprintf(msg, sizeof msg, "data-parallel rank %d of %d is out of range", dp_rank, dp_size);
         return fail(err, path, msg);
     }
-    if (B % dp_size) {
-        snprintf(msg, sizeof msg, "batch of %lld rows does not split over %d data-parallel ranks",
-                 (long long)B, dp_size);
+    if (B < dp_size) {
+        snprintf(msg, sizeof msg, "batch of %lld rows leaves some of %d data-parallel ranks "
+                 "without a row", (long long)B, dp_size);
         return fail(err, path, msg);
     }
     int fd = input_open(path, err, err ? RT_ERRLEN : 0); /* a FIFO would block in open() */
@@ -170,7 +170,11 @@ int rt_data_open_format(RtDataLoader *dl, const char *path, RtTokenFormat format
     dl->T = T;
     dl->dp_rank = dp_rank;
     dl->dp_size = dp_size;
-    dl->rows = B / dp_size;
+    /* rank r's rows as every other split of a batch's rows (rt_row_split):
+     * uneven when dp_size does not divide B (heterogeneous DP, docs/STAGES.md) */
+    int64_t base = B / dp_size, rem = B % dp_size;
+    dl->row0 = (int64_t)dp_rank * base + (dp_rank < rem ? dp_rank : rem);
+    dl->rows = base + (dp_rank < rem ? 1 : 0);
     /* llm.c: shard_num_samples = (ntok - 1) / (B*T) across all processes */
     if (B > (INT64_MAX - 1) / T || dl->ntok < B * T + 1) {
         snprintf(msg, sizeof msg,
@@ -205,7 +209,7 @@ static int read_rows(const RtDataLoader *dl, int64_t step, char *err)
     if (bad_step(step, err))
         return -1;
     int64_t idx = step % dl->nbatches;
-    int64_t first = idx * dl->B * dl->T + (int64_t)dl->dp_rank * dl->rows * dl->T;
+    int64_t first = idx * dl->B * dl->T + dl->row0 * dl->T;
     size_t n = ((size_t)dl->rows * (size_t)dl->T + 1) * sizeof(uint16_t);
     size_t off = dl->tok_off + (size_t)first * sizeof(uint16_t), done = 0;
     while (done < n) {

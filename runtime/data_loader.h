@@ -25,8 +25,10 @@
  *  B*T, targets the last B*T (inputs shifted by one).
  *  Data parallel: B is the GLOBAL batch; rank r of P reads rows
  *  [r*B/P, (r+1)*B/P), i.e. B/P*T+1 tokens at idx*B*T + r*(B/P)*T, which
- *  is llm.c's local_batch_offset_bytes with its B set to B/P.  The rows of
- *  all ranks concatenated are the single-process batch.
+ *  is llm.c's local_batch_offset_bytes with its B set to B/P.  When P does
+ *  not divide B the split is rt_row_split's (the first B mod P ranks read
+ *  one row more; heterogeneous DP).  The rows of all ranks concatenated are
+ *  the single-process batch.
  */
 #ifndef HETC_RT_DATA_LOADER_H
 #define HETC_RT_DATA_LOADER_H
@@ -54,7 +56,8 @@ typedef struct RtDataLoader {
     RtTokenFormat format;
     int64_t B, T;           /* global batch rows, sequence length */
     int dp_rank, dp_size;
-    int64_t rows;           /* rows this rank reads: B / dp_size */
+    int64_t rows;           /* rows this rank reads: rt_row_split(B, dp_size, dp_rank) */
+    int64_t row0;           /* its first row in the batch */
     int64_t nbatches;       /* whole global batches in the file */
     int64_t vocab;          /* > 0: every token read must be below it (set by the caller
                                after opening: the model's vocabulary size) */

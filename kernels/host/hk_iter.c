@@ -186,8 +186,74 @@ static void copy_chunk(void *c, int64_t lo, int64_t hi) {
              j->src + (off[1] + lo * it.inner[1]) * j->esize, it.inner[1], hi - lo);
 }
 
+/* Transposed tiles: the output's last axis steps the source by cs != 1
+ * while its second-to-last steps it by 1 (a transpose of the last two
+ * axes, e.g. the tied LM head's [V, D] -> [D, V]).  Copied row by row that
+ * reads one element per cache line; here a task takes TILE_ROWS output
+ * rows of one batch and copies TILE_ROWS x TILE_COLS tiles, whose source
+ * cache lines (TILE_ROWS consecutive elements per column) are read from L1
+ * for every row of the tile, and whose rows are written contiguously.  A copy moves each element
+ * once, so any split gives the same bytes. */
+#define TILE_ROWS 16
+#define TILE_COLS 64 /* the tile's source lines stay in L1 across its rows */
+typedef struct TileJob {
+    size_t esize;
+    const char *src;
+    char *dst;
+    int nlead;                    /* leading (batch) axes */
+    const int64_t *dims, *strides; /* of the leading axes */
+    int64_t R, C, cs, base, rtiles;
+} TileJob;
+
+static void tile_tasks(void *c, int64_t lo, int64_t hi) {
+    const TileJob *j = c;
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t b = t / j->rtiles, r0 = (t % j->rtiles) * TILE_ROWS;
+        int64_t nr = j->R - r0 < TILE_ROWS ? j->R - r0 : TILE_ROWS;
+        int64_t so = j->base, rem = b; /* batch b's source offset */
+        for (int a = j->nlead - 1; a >= 0; a--) {
+            so += (rem % j->dims[a]) * j->strides[a];
+            rem /= j->dims[a];
+        }
+        int64_t C = j->C, cs = j->cs;
+        size_t es = j->esize;
+        char *d = j->dst + (size_t)((b * j->R + r0) * C) * es;
+        const char *s = j->src + (size_t)(so + r0) * es;
+#define TILE(T)                                                              \
+    {                                                                        \
+        T *o = (T *)(void *)d;                                               \
+        const T *in = (const T *)(const void *)s;                            \
+        for (int64_t i0 = 0; i0 < C; i0 += TILE_COLS) {                      \
+            int64_t i1 = C - i0 < TILE_COLS ? C : i0 + TILE_COLS;            \
+            for (int64_t r = 0; r < nr; r++)                                 \
+                for (int64_t i = i0; i < i1; i++) o[r * C + i] = in[i * cs + r]; \
+        }                                                                    \
+    }                                                                        \
+    break;
+        switch (es) {
+        case 4: TILE(uint32_t)
+        case 8: TILE(uint64_t)
+        case 2: TILE(uint16_t)
+        default: TILE(uint8_t)
+        }
+#undef TILE
+    }
+}
+
 void hk_strided_copy(size_t esize, int rank, const int64_t *dims, const void *src,
                      int64_t src_off, const int64_t *src_strides, void *dst) {
+    if (rank >= 2 && (esize == 1 || esize == 2 || esize == 4 || esize == 8) &&
+        src_strides[rank - 2] == 1 && src_strides[rank - 1] != 1 && dims[rank - 2] >= TILE_ROWS &&
+        dims[rank - 1] >= TILE_ROWS) {
+        int64_t R = dims[rank - 2], nb = hk_numel(rank - 2, dims);
+        TileJob j = {esize, src, dst, rank - 2, dims, src_strides, R, dims[rank - 1],
+                     src_strides[rank - 1], src_off, (R + TILE_ROWS - 1) / TILE_ROWS};
+        if (nb == 0) return;
+        int64_t per = TILE_ROWS * dims[rank - 1]; /* elements per task */
+        int64_t grain = (int64_t)(262144 / esize) / (per > 0 ? per : 1);
+        hk_parallel_for(nb * j.rtiles, grain > 0 ? grain : 1, tile_tasks, &j);
+        return;
+    }
     int64_t st[2][HK_MAX_RANK];
     hk_contig_strides(rank, dims, st[0]);
     for (int i = 0; i < rank; i++) st[1][i] = src_strides[i];

@@ -1,5 +1,5 @@
-/* Matrix products on OpenBLAS (which threads them itself), plus the fused
- * attention reference. */
+/* Matrix products on OpenBLAS (split across the kernel pool by hk_sgemm),
+ * plus the fused attention reference. */
 #include "hk.h"
 
 #include <cblas.h>
@@ -7,6 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "hk_parallel.h"
+#include "hk_sgemm.h"
+#include "hk_ws.h"
 
 /* One [M,K] x [K,N] product; BLAS for floats, loops for integers. */
 static void mm(HkDType dt, const void *a, const void *b, void *y, int64_t M, int64_t K,
@@ -18,8 +22,7 @@ static void mm(HkDType dt, const void *a, const void *b, void *y, int64_t M, int
     }
     switch (dt) {
     case HK_F32:
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
-                    (int)K, b, (int)N, 0.0f, y, (int)N);
+        hk_sgemm(0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, y, N);
         return;
     case HK_F64:
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0, a,
@@ -106,9 +109,7 @@ int hk_gemm_f32(const float *a, const float *b, const float *c, int rc, const in
         for (int64_t i = 0; i < M * N; i++) y[i] *= beta;
         return 0;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)M, (int)N, (int)K, alpha, a, (int)(ta ? M : K), b, (int)(tb ? K : N), beta,
-                y, (int)N);
+    hk_sgemm(ta, tb, M, N, K, alpha, a, (ta ? M : K), b, (tb ? K : N), beta, y, N);
     return 0;
 }
 
@@ -120,40 +121,59 @@ void hk_linear_f32(const float *x, const float *w, const float *bias, int64_t M,
             for (int64_t j = 0; j < N; j++) y[i * N + j] += bias[j];
 }
 
-int hk_attention_f32(const float *q, const float *k, const float *v, int64_t batch, int64_t T,
-                     int64_t S, int64_t D, int64_t Dv, int causal, float scale, float *y,
-                     char *err) {
-    if (T == 0 || Dv == 0 || batch == 0) return 0;
-    float *p = malloc((size_t)(T * (S ? S : 1)) * sizeof *p);
-    if (!p) {
-        if (err) snprintf(err, HK_ERRLEN, "out of memory for %lldx%lld attention scores",
-                          (long long)T, (long long)S);
-        return -1;
-    }
-    for (int64_t bi = 0; bi < batch; bi++) {
-        const float *qb = q + bi * T * D, *kb = k + bi * S * D, *vb = v + bi * S * Dv;
-        float *yb = y + bi * T * Dv;
+/* One head at a time per pool chunk (heads are independent: each output
+ * row belongs to one head, so the result does not depend on the threads);
+ * the [T,S] score rows are the running thread's part of the caller's
+ * scratch (hk_ws, hk_parallel_worker). */
+typedef struct AttnJob {
+    const float *q, *k, *v;
+    int64_t T, S, D, Dv;
+    int causal;
+    float scale;
+    float *y;
+    float *scratch; /* hk_parallel_threads() parts of T*S floats */
+} AttnJob;
+
+static void attn_heads(void *vctx, int64_t h0, int64_t h1) {
+    AttnJob *j = vctx;
+    int64_t T = j->T, S = j->S, D = j->D, Dv = j->Dv;
+    float *p = j->scratch + (size_t)hk_parallel_worker() * (size_t)(T * (S ? S : 1));
+    for (int64_t bi = h0; bi < h1; bi++) {
+        const float *qb = j->q + bi * T * D, *kb = j->k + bi * S * D, *vb = j->v + bi * S * Dv;
+        float *yb = j->y + bi * T * Dv;
         if (S > 0 && D > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)S, (int)D, scale, qb,
-                        (int)D, kb, (int)D, 0.0f, p, (int)S);
+            hk_sgemm(0, 1, T, S, D, j->scale, qb, D, kb, D, 0.0f, p, S);
         else memset(p, 0, (size_t)(T * S) * sizeof *p);
         for (int64_t i = 0; i < T; i++) {
             float *row = p + i * S;
             /* keys visible to query i: all, or j <= i + (S - T) */
-            int64_t lim = causal ? i + (S - T) + 1 : S;
+            int64_t lim = j->causal ? i + (S - T) + 1 : S;
             if (lim > S) lim = S;
             if (lim < 0) lim = 0;
             double m = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < lim; j++) m = row[j] > m ? row[j] : m;
-            for (int64_t j = 0; j < lim; j++) sum += exp((double)row[j] - m);
-            for (int64_t j = 0; j < S; j++)
-                row[j] = j < lim ? (float)(exp((double)row[j] - m) / sum) : 0.0f;
+            for (int64_t c = 0; c < lim; c++) m = row[c] > m ? row[c] : m;
+            for (int64_t c = 0; c < lim; c++) sum += exp((double)row[c] - m);
+            for (int64_t c = 0; c < S; c++)
+                row[c] = c < lim ? (float)(exp((double)row[c] - m) / sum) : 0.0f;
         }
         if (S > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)Dv, (int)S, 1.0f,
-                        p, (int)S, vb, (int)Dv, 0.0f, yb, (int)Dv);
+            hk_sgemm(0, 0, T, Dv, S, 1.0f, p, S, vb, Dv, 0.0f, yb, Dv);
         else memset(yb, 0, (size_t)(T * Dv) * sizeof *yb);
     }
-    free(p);
+}
+
+int hk_attention_f32(const float *q, const float *k, const float *v, int64_t batch, int64_t T,
+                     int64_t S, int64_t D, int64_t Dv, int causal, float scale, float *y,
+                     char *err) {
+    if (T == 0 || Dv == 0 || batch == 0) return 0;
+    AttnJob j = {q, k, v, T, S, D, Dv, causal, scale, y, NULL};
+    size_t part = (size_t)(T * (S ? S : 1));
+    j.scratch = hk_ws(HK_WS_ATTN, (size_t)hk_parallel_threads() * part * sizeof(float));
+    if (!j.scratch) {
+        if (err) snprintf(err, HK_ERRLEN, "out of memory for %lldx%lld attention scores",
+                          (long long)T, (long long)S);
+        return -1;
+    }
+    hk_parallel_for(batch, 1, attn_heads, &j);
     return 0;
 }

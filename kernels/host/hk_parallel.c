@@ -47,6 +47,7 @@ typedef struct Pool {
 } Pool;
 
 static Pool pool;
+static _Thread_local int worker_index; /* 0: not a pool worker */
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT, start_once = PTHREAD_ONCE_INIT;
 
 static int env_threads(void) {
@@ -93,7 +94,10 @@ static void run_chunks(Job *j, int worker) {
 }
 
 static void *worker(void *arg) {
-    (void)arg;
+    /* named, so tools can tell the pool's threads from a library's own
+     * (tests/train alloc_count.c counts the step loop's threads only) */
+    pthread_setname_np(pthread_self(), "hk-pool");
+    worker_index = (int)(intptr_t)arg;
     unsigned long seen = 0;
     for (;;) {
         unsigned long g;
@@ -121,12 +125,14 @@ static void start_workers(void) {
     int ok = 1;
     for (int i = 1; i < pool.nthreads; i++) {
         pthread_t t;
-        if (pthread_create(&t, &at, worker, NULL) != 0) break;
+        if (pthread_create(&t, &at, worker, (void *)(intptr_t)ok) != 0) break;
         ok++;
     }
     pthread_attr_destroy(&at);
     pool.nthreads = ok;
 }
+
+int hk_parallel_worker(void) { return worker_index; }
 
 int hk_parallel_threads(void) {
     pthread_once(&pool_once, pool_init);

@@ -23,6 +23,13 @@ typedef void (*HkRangeFn)(void *ctx, int64_t begin, int64_t end);
 void hk_parallel_for(int64_t n, int64_t grain, HkRangeFn fn, void *ctx);
 /* Threads the pool runs with (the caller included); starts nothing. */
 int hk_parallel_threads(void);
+/* Which of the pool's threads is calling: 1 .. hk_parallel_threads() - 1
+ * on a worker, 0 on any other thread (the caller of a job).  A kernel whose
+ * chunks need scratch takes one buffer of hk_parallel_threads() parts on
+ * the calling thread and gives each chunk the part of the thread running
+ * it: the buffer is then allocated by the same thread on the same call
+ * every step, whichever threads happen to take the chunks. */
+int hk_parallel_worker(void);
 
 /* Grains, in items, sized so one chunk is ~10-50 us of work: cheap
  * arithmetic, transcendental maps, and whole rows (pass the row length). */

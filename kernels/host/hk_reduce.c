@@ -4,6 +4,7 @@
 #include "hk.h"
 #include "hk_parallel.h"
 #include "hk_vmath.h"
+#include "hk_ws.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -140,8 +141,9 @@ int hk_reduce(HkRedOp op, HkDType dt, const void *x, int rank, const int64_t *di
     for (int i = 0; i < rank; i++)
         if (reduce[i]) s[1][i] = 0;
     int64_t ny = hk_numel(rank, ydims);
-    double *accd = fl ? calloc((size_t)(ny ? ny : 1), sizeof *accd) : NULL;
-    int64_t *acci = fl ? NULL : calloc((size_t)(ny ? ny : 1), sizeof *acci);
+    /* accumulators: this thread's scratch, allocated once (hk_ws.h) */
+    double *accd = fl ? hk_ws_zero(HK_WS_REDUCE, (size_t)(ny ? ny : 1) * sizeof *accd) : NULL;
+    int64_t *acci = fl ? NULL : hk_ws_zero(HK_WS_REDUCE, (size_t)(ny ? ny : 1) * sizeof *acci);
     if (!accd && !acci) {
         if (err) snprintf(err, HK_ERRLEN, "out of memory");
         return -1;
@@ -179,8 +181,6 @@ store:
         if (fl) st(dt, y, j, op == HK_RMEAN ? accd[j] / (double)count : accd[j]);
         else sti(dt, y, j, op == HK_RMEAN && count ? acci[j] / count : acci[j]);
     }
-    free(accd);
-    free(acci);
     return 0;
 }
 

@@ -1,5 +1,5 @@
 /* Backward of MatMul and Linear through cblas_sgemm. */
-#include <cblas.h>
+#include "hk_sgemm.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -25,11 +25,9 @@ static void grad_a(const float *b, const float *dc, int64_t M, int64_t N, int64_
 {
     int ldb = tb ? (int)K : (int)N;
     if (!ta) /* da[M,K] = dC[M,N] op(B)^T[N,K] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, (int)M, (int)K,
-                    (int)N, 1.0f, dc, (int)N, b, ldb, beta, da, (int)K);
+        hk_sgemm(0, !tb, M, K, N, 1.0f, dc, N, b, ldb, beta, da, K);
     else /* da[K,M] = op(B)[K,N] dC^T[N,M] */
-        cblas_sgemm(CblasRowMajor, tb ? CblasTrans : CblasNoTrans, CblasTrans, (int)K, (int)M,
-                    (int)N, 1.0f, b, ldb, dc, (int)N, beta, da, (int)M);
+        hk_sgemm(tb, 1, K, M, N, 1.0f, b, ldb, dc, N, beta, da, M);
 }
 
 static void grad_b(const float *a, const float *dc, int64_t M, int64_t N, int64_t K, int ta,
@@ -37,11 +35,9 @@ static void grad_b(const float *a, const float *dc, int64_t M, int64_t N, int64_
 {
     int lda = ta ? (int)M : (int)K;
     if (!tb) /* db[K,N] = op(A)^T[K,M] dC[M,N] */
-        cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)K, (int)N,
-                    (int)M, 1.0f, a, lda, dc, (int)N, beta, db, (int)N);
+        hk_sgemm(!ta, 0, K, N, M, 1.0f, a, lda, dc, N, beta, db, N);
     else /* db[N,K] = dC^T[N,M] op(A)[M,K] */
-        cblas_sgemm(CblasRowMajor, CblasTrans, ta ? CblasTrans : CblasNoTrans, (int)N, (int)K,
-                    (int)M, 1.0f, dc, (int)N, a, lda, beta, db, (int)K);
+        hk_sgemm(1, ta, N, K, M, 1.0f, dc, N, a, lda, beta, db, K);
 }
 
 int hk_matmul_backward_f32(const float *a, const float *b, const float *dc, int64_t batch,

@@ -6,6 +6,7 @@
 
 #include "hk_parallel.h"
 #include "hk_train.h"
+#include "hk_ws.h"
 #include "hk_vmath.h" /* HK_VECTOR_CLONES */
 
 static int bad(char *err, const char *msg)
@@ -55,12 +56,13 @@ void hk_layernorm_stats_f32(const float *x, int64_t outer, int64_t n, double eps
 }
 
 /* Parameter gradients sum over rows; a double scratch of n per output keeps
- * the row sums accurate before the single rounding to float. */
+ * the row sums accurate before the single rounding to float (this thread's
+ * HK_WS_NORM buffer: allocated once, not per call). */
 static double *param_scratch(int64_t n, int count, int64_t outer, char *err)
 {
     /* count sums of n, then per-row mean and rstd (2 * outer) */
-    double *s = calloc((size_t)(n > 0 ? n : 1) * (size_t)count + 2 * (size_t)(outer > 0 ? outer : 0),
-                       sizeof(double));
+    double *s = hk_ws_zero(HK_WS_NORM, sizeof(double) * ((size_t)(n > 0 ? n : 1) * (size_t)count +
+                                                         2 * (size_t)(outer > 0 ? outer : 0)));
     if (!s && err)
         snprintf(err, HK_ERRLEN, "norm backward: out of memory for %lld-element scratch",
                  (long long)n);
@@ -180,7 +182,6 @@ int hk_layernorm_backward_f32(const float *x, const float *scale, const float *d
         store_param(dscale, sg, n, accum);
     if (dbias)
         store_param(dbias, sb, n, accum);
-    free(ps);
     return 0;
 }
 
@@ -238,6 +239,5 @@ int hk_rmsnorm_backward_f32(const float *x, const float *scale, const float *dy,
         hk_parallel_for(col_chunks(n), col_grain(outer), ln_cols, &J);
     if (dscale)
         store_param(dscale, sg, n, accum);
-    free(sg);
     return 0;
 }

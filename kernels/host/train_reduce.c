@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "hk_train.h"
+#include "hk_ws.h"
 
 int hk_reduce_sum_to_shape_f32(const float *g, int grank, const int64_t *gdims, int rank,
                                const int64_t *dims, float *out, char *err)
@@ -34,7 +35,7 @@ int hk_reduce_sum_to_shape_f32(const float *g, int grank, const int64_t *gdims, 
     int64_t on = acc, gn = 1;
     for (int i = 0; i < grank; i++)
         gn *= gdims[i];
-    double *s = calloc((size_t)(on > 0 ? on : 1), sizeof(double));
+    double *s = hk_ws_zero(HK_WS_SUM_TO, sizeof(double) * (size_t)(on > 0 ? on : 1));
     if (!s) {
         if (err)
             snprintf(err, HK_ERRLEN, "reduce-sum-to-shape: out of memory");
@@ -65,6 +66,5 @@ int hk_reduce_sum_to_shape_f32(const float *g, int grank, const int64_t *gdims, 
     }
     for (int64_t k = 0; k < on; k++)
         out[k] = (float)s[k];
-    free(s);
     return 0;
 }

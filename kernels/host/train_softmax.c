@@ -8,6 +8,7 @@
 #include "hk_parallel.h"
 #include "hk_train.h"
 #include "hk_vmath.h"
+#include "hk_ws.h"
 
 static int bad(char *err, const char *msg)
 {
@@ -141,7 +142,7 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
     if (count < 0)
         return -1;
     /* the rows' log-sum-exps in parallel, then the loss summed in row order */
-    double *ls = malloc(sizeof(double) * (size_t)(N > 0 ? N : 1));
+    double *ls = hk_ws(HK_WS_CE, sizeof(double) * (size_t)(N > 0 ? N : 1));
     if (!ls)
         return bad(err, "cross entropy: out of memory");
     LseJob j = {logits, V, ls};
@@ -157,7 +158,6 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
             continue;
         total += l - logits[i * V + t];
     }
-    free(ls);
     /* torch's reduction="mean" divides by the counted rows: 0/0 = NaN when
      * every row is ignored. */
     *loss = count ? (float)(total / (double)count) : NAN;

@@ -12,7 +12,7 @@
 #include "atomic_file.h"
 #include "cost_model.h"   /* recompute_name */
 
-#define PLAN_FORMAT_VERSION 1
+#define PLAN_FORMAT_VERSION 2 /* 2: stages[].rows */
 #define GIB 1073741824.0
 
 /* ---------------------------------------------------------------- JSON writer */
@@ -216,6 +216,44 @@ static const DeviceSpec *mesh_dev(const ClusterSpec *c, int a)
 
 /* ---------------------------------------------------------------- plan.json */
 
+/* Each DP rank's rows of a microbatch of R rows (plan.json "rows", version
+ * 2).  A stage whose DP group spans meshes (parts) gives each part its share
+ * of the rows (largest remainder), split evenly over the part's ranks; any
+ * other stage splits them as the runtime does (rt_row_split: the first
+ * R mod dp ranks one row more). */
+static void stage_rows(const PlanStage *st, long R, long *out) {
+    int dp = st->dp, tp = st->tp > 1 ? st->tp : 1, n = 0;
+    for (int j = 0; st->nparts > 1 && j < st->nparts && j < PLAN_MAX_PARTS; j++)
+        n += st->parts[j].devices / tp;
+    if (st->nparts > 1 && n == dp) {
+        long got[PLAN_MAX_PARTS], left = R;
+        double rem[PLAN_MAX_PARTS];
+        int np = st->nparts < PLAN_MAX_PARTS ? st->nparts : PLAN_MAX_PARTS;
+        for (int j = 0; j < np; j++) {
+            double x = st->parts[j].share * (double)R;
+            got[j] = (long)x;
+            rem[j] = x - (double)got[j];
+            left -= got[j];
+        }
+        for (; left > 0; left--) { /* largest remainder first */
+            int b = 0;
+            for (int j = 1; j < np; j++)
+                b = rem[j] > rem[b] ? j : b;
+            got[b]++;
+            rem[b] = -1;
+        }
+        int r = 0;
+        for (int j = 0; j < np; j++) {
+            int k = st->parts[j].devices / tp;
+            for (int i = 0; i < k; i++)
+                out[r++] = got[j] / k + (i < got[j] % k ? 1 : 0);
+        }
+        return;
+    }
+    for (int r = 0; r < dp; r++)
+        out[r] = R / dp + (r < R % dp ? 1 : 0);
+}
+
 int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
                     const TimelineEvent *ev, int nev)
 {
@@ -338,6 +376,18 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
         jw_int(&w, st->sub.m);
         jw_close_inline(&w, sv);
         KINT(&w, "dp", st->dp);
+        if (info && info->global_batch > 0 && p->microbatches > 0 && st->dp > 1) {
+            long *rw = calloc((size_t)st->dp, sizeof *rw);
+            if (rw) {
+                stage_rows(st, (long)(info->global_batch / p->microbatches), rw);
+                jw_key(&w, "rows");
+                jw_open(&w, '[');
+                for (int r = 0; r < st->dp; r++)
+                    jw_int(&w, rw[r]);
+                jw_close(&w, ']');
+                free(rw);
+            }
+        }
         KINT(&w, "tp", st->tp);
         KINT(&w, "zero", st->zero);
         KSTR(&w, "recompute", recompute_name(st->recompute));

@@ -137,6 +137,10 @@ typedef struct StageMet {
     int64_t nspans, cap;
     int64_t dropped;
     RtMetrics out;            /* the printer's metrics.jsonl */
+    /* the printer's per-step gather and sums, allocated at its first step
+     * and reused (no allocation in the step loop after step 1) */
+    double *all, *step_sum;
+    RtStageTimes *st;
 } StageMet;
 
 /* ------------------------------------------------------------ runtime state */
@@ -276,6 +280,8 @@ int stage_met_setup(StageRt *rt);
 /* At the end of each step, on every rank (a gather when metrics are on):
  * the printer writes the step's metrics line.  val_loss NAN: none. */
 int stage_met_step(StageRt *rt, const RtStepMetrics *base, double step_s);
+/* frees what stage_met_step keeps between steps */
+void stage_met_free(StageRt *rt);
 /* At the end of the run, on every rank: the printer writes trace.json and
  * trace.svg beside `trace_dir`'s files (gathering every rank's spans). */
 int stage_met_finish(StageRt *rt, const char *trace_json, const char *trace_svg);

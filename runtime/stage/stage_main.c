@@ -454,6 +454,20 @@ static void warn_past_horizon(const StageConfig *c, const StageOpts *o) {
     fflush(stderr);
 }
 
+/* HETC_FAULT_INJECT=stage:S,step:N, a test hook of launch.sh --elastic
+ * (docs/STAGES.md): every rank of stage S exits with status 3 at the start
+ * of step N, as a lost mesh would, after saying so with the wall-clock time
+ * (the launcher's detect time starts there).  Returns the step, 0 when the
+ * hook is off or names another stage. */
+static int64_t fault_step(const StageRt *rt) {
+    const char *v = getenv("HETC_FAULT_INJECT");
+    long long s = -1, n = 0;
+    if (!v || !*v) return 0;
+    if (sscanf(v, "stage:%lld,step:%lld", &s, &n) != 2 || s < 0 || n < 1)
+        STAGE_DIE("HETC_FAULT_INJECT='%s': expected stage:S,step:N (S >= 0, N >= 1)", v);
+    return s == rt->cfg.stage ? (int64_t)n : 0;
+}
+
 static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
     const HetcStageDesc *d = rt->desc;
     const StageConfig *c = &rt->cfg;
@@ -462,9 +476,20 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
     RtLrSchedule sched = stage_lr_schedule(c, o);
     int64_t tok_per_step = c->rows * c->seq * c->accum;
     double t0 = now_s();
+    int64_t fault = fault_step(rt);
     for (int64_t k = start; k < o->steps; k++) {
         double ts = now_s();
         char when[96];
+        if (k + 1 == fault) {
+            struct timespec wall;
+            clock_gettime(CLOCK_REALTIME, &wall);
+            fprintf(stderr, "[hetrt rank %d] HETC_FAULT_INJECT: stage %d exits at step %lld "
+                    "(test hook) at %.6f\n", rt->ctx.world_rank, c->stage, (long long)k + 1,
+                    (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec);
+            fflush(stdout);
+            fflush(stderr);
+            _exit(3);
+        }
         rt->step = k;
         rt->step_loss = 0;
         zero_accumulators(rt);
@@ -626,9 +651,14 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         STAGE_DIE("the binary of stage %d runs on world rank %d, which the plan gives to stage "
                   "%d: launch the stages in order (mpirun -np d0 ./stage_0 : -np d1 ./stage_1 ...)",
                   c->stage, rt.ctx.world_rank, rt.ctx.stage);
-    if (c->local_rows * rt.ctx.dp_size != c->rows)
-        STAGE_DIE("stage %d: local_rows %lld x DP %d != rows %lld", c->stage,
-                  (long long)c->local_rows, rt.ctx.dp_size, (long long)c->rows);
+    int64_t row0, my_rows; /* this DP rank's rows: uneven when dp does not divide them */
+    rt_row_split(c->rows, rt.ctx.dp_size, rt.ctx.dp_rank, &row0, &my_rows);
+    if (c->local_rows != my_rows)
+        STAGE_DIE("stage %d: this binary runs %lld rows per microbatch, DP rank %d of %d holds "
+                  "%lld of the %lld rows: launch the stage's ranks with launch.sh (stage_%d_lo "
+                  "runs the ranks with one row less)", c->stage, (long long)c->local_rows,
+                  rt.ctx.dp_rank, rt.ctx.dp_size, (long long)my_rows, (long long)c->rows,
+                  c->stage);
     check_same_build(&rt, argv[0]);
     hetrt_stage_rt = &rt;
 
@@ -725,6 +755,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         if (printer && !o.quiet) printf("trace: %s, %s\n", tj, ts);
     }
 
+    stage_met_free(&rt);
     rt_send_queue_free(&rt.sendq);
     stage_sync_teardown(&rt);
     hetrt_stage_rt = NULL;

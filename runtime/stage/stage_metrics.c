@@ -77,18 +77,24 @@ int stage_met_step(StageRt *rt, const RtStepMetrics *base, double step_s) {
     m->compute = m->comm = m->bubble = 0;
     if (!m->metrics) return 0;
     int me = rt->ctx.world_rank, n = rt->ctx.world_size;
-    double *all = me == m->root ? calloc((size_t)n * M_N, sizeof *all) : NULL;
-    if (me == m->root && !all) return -1;
+    int S = c->nstages;
+    if (me == m->root && !m->all) {
+        m->all = calloc((size_t)n * M_N, sizeof *m->all);
+        m->st = calloc((size_t)S, sizeof *m->st);
+        m->step_sum = calloc((size_t)S, sizeof *m->step_sum);
+        if (!m->all || !m->st || !m->step_sum) return -1;
+    }
+    double *all = me == m->root ? m->all : NULL;
     if (MPI_Gather(v, M_N, MPI_DOUBLE, all, M_N, MPI_DOUBLE, m->root, MPI_COMM_WORLD) !=
         MPI_SUCCESS) {
-        free(all);
         rt_log_error("the metrics gather of step %lld failed", (long long)base->step);
         return -1;
     }
     if (me != m->root) return 0;
-    int S = c->nstages;
-    RtStageTimes *st = calloc((size_t)S, sizeof *st);
-    double *step_sum = calloc((size_t)S, sizeof *step_sum);
+    RtStageTimes *st = m->st;
+    double *step_sum = m->step_sum;
+    memset(st, 0, (size_t)S * sizeof *st);
+    memset(step_sum, 0, (size_t)S * sizeof *step_sum);
     RtStepMetrics sm = *base;
     sm.step_s = step_s; /* the printer's wall time of the step */
     sm.flops = 0, sm.peak_flops = 0;
@@ -123,10 +129,13 @@ int stage_met_step(StageRt *rt, const RtStepMetrics *base, double step_s) {
         rc = rt_metrics_step(&m->out, &sm);
         if (rc) rt_log_error("cannot write the metrics line of step %lld", (long long)sm.step);
     }
-    free(st);
-    free(step_sum);
-    free(all);
     return rc;
+}
+
+void stage_met_free(StageRt *rt) {
+    StageMet *m = &rt->met;
+    free(m->all), free(m->st), free(m->step_sum);
+    m->all = m->step_sum = NULL, m->st = NULL;
 }
 
 /* ------------------------------------------------------------ trace files */

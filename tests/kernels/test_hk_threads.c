@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "hk.h"
+#include "hk_sgemm.h"
 #include "hk_train.h"
 
 static FILE *dump;
@@ -464,6 +465,66 @@ static void case_linear_dbias(int64_t M, int64_t N) {
     free(dy), free(db), free(w), free(acc), free(wacc);
 }
 
+
+/* ------------------------------------------------------------ GEMM, attention */
+/* hk_sgemm (split across the pool in blocks that depend on the shape only)
+ * against a double-precision product, within the float error bound
+ * K * 2^-23 * sum_k |a_ik b_kj| (+ the output's own rounding); the dump
+ * then shows it is the same bits for every thread count. */
+static void case_gemm(int64_t M, int64_t N, int64_t K, int ta, int tb, float beta) {
+    float *a = fvec(M * K, -1, 1), *b = fvec(K * N, -1, 1), *c = fvec(M * N, -1, 1);
+    float *c0 = malloc(sizeof(float) * (size_t)(M * N > 0 ? M * N : 1));
+    memcpy(c0, c, sizeof(float) * (size_t)(M * N));
+    int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    hk_sgemm(ta, tb, M, N, K, 0.5f, a, lda, b, ldb, beta, c, N);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double x = a[ta ? k * lda + i : i * lda + k], y = b[tb ? j * ldb + k : k * ldb + j];
+                s += x * y;
+                mag += fabs(x * y);
+            }
+            double want = 0.5 * s + beta * c0[i * N + j];
+            double tol = (double)(K + 2) * 0x1p-23 * (0.5 * mag + fabs(beta * c0[i * N + j]));
+            if (fabs(c[i * N + j] - want) > tol) bad++;
+        }
+    printf("%-34s %lldx%lldx%lld t%d%d: %lld outside the error bound\n", "sgemm", (long long)M,
+           (long long)N, (long long)K, ta, tb, (long long)bad);
+    if (bad) failures++;
+    if (M * N > 0) fwrite(c, sizeof(float), (size_t)(M * N), dump);
+    free(a), free(b), free(c), free(c0);
+}
+
+/* Attention forward and backward over many heads (one head per pool chunk)
+ * equal the same kernels called one head at a time, bit for bit. */
+static void case_attention(int64_t H, int64_t T, int64_t D, int causal) {
+    int64_t nq = H * T * D;
+    float *q = fvec(nq, -1, 1), *k = fvec(nq, -1, 1), *v = fvec(nq, -1, 1), *dout = fvec(nq, -1, 1);
+    float *y = fzero(nq), *dq = fzero(nq), *dk = fzero(nq), *dv = fzero(nq);
+    float *y1 = fzero(nq), *dq1 = fzero(nq), *dk1 = fzero(nq), *dv1 = fzero(nq);
+    char err[256] = "";
+    float sc = 1.0f / sqrtf((float)D);
+    ok(hk_attention_f32(q, k, v, H, T, T, D, D, causal, sc, y, err), "attention", err);
+    ok(hk_attention_backward_f32(q, k, v, dout, H, T, T, D, D, causal, sc, dq, dk, dv, err),
+       "attention backward", err);
+    for (int64_t h = 0; h < H; h++) {
+        int64_t o = h * T * D;
+        ok(hk_attention_f32(q + o, k + o, v + o, 1, T, T, D, D, causal, sc, y1 + o, err),
+           "attention (one head)", err);
+        ok(hk_attention_backward_f32(q + o, k + o, v + o, dout + o, 1, T, T, D, D, causal, sc,
+                                     dq1 + o, dk1 + o, dv1 + o, err),
+           "attention backward (one head)", err);
+    }
+    check("attention heads", y, y1, nq, 0);
+    check("attention backward dq", dq, dq1, nq, 0);
+    check("attention backward dk", dk, dk1, nq, 0);
+    check("attention backward dv", dv, dv1, nq, 0);
+    free(q), free(k), free(v), free(dout), free(y), free(dq), free(dk), free(dv);
+    free(y1), free(dq1), free(dk1), free(dv1);
+}
+
 /* ------------------------------------------------------------ movement */
 static void case_transpose(int rank, const int64_t *dims, const int64_t *perm) {
     int64_t n = hk_numel(rank, dims), xs[HK_MAX_RANK], yd[HK_MAX_RANK], idx[HK_MAX_RANK] = {0};
@@ -522,8 +583,16 @@ int main(int argc, char **argv) {
     case_linear_dbias(1024, 3000 + 7); /* column blocks split across the pool, a partial one */
     case_linear_dbias(5, 3);
     case_linear_dbias(0, 65);
+    case_gemm(300, 700, 129, 0, 0, 0.0f); /* column blocks, a partial one */
+    case_gemm(700, 300, 129, 1, 1, 1.0f); /* row blocks, transposed operands, beta */
+    case_gemm(257, 259, 65, 0, 1, 0.0f);
+    case_gemm(9, 7, 5, 1, 0, 0.5f);       /* too small to split */
+    case_attention(6, 67, 16, 1);
+    case_attention(3, 33, 8, 0);
     { int64_t d[] = {67, 301, 3}, p[] = {2, 0, 1}; case_transpose(3, d, p); }
     { int64_t d[] = {257, 1031}, p[] = {1, 0}; case_transpose(2, d, p); }
+    { int64_t d[] = {5, 67, 301}, p[] = {0, 2, 1}; case_transpose(3, d, p); } /* batched tiles */
+    { int64_t d[] = {3, 40, 17, 20}, p[] = {2, 0, 3, 1}; case_transpose(4, d, p); } /* strided batches, a partial tile */
     { int64_t d[] = {4, 0, 3}, p[] = {2, 0, 1}; case_transpose(3, d, p); }
     fclose(dump);
     printf("%s (%d failures)\n", failures ? "FAIL" : "OK", failures);

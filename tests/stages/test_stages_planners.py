@@ -13,9 +13,8 @@ tests' batch shape: seq 64, microbatch 4, global batch 16):
   to 1e-5 relative; or refuses it, and then the plan records a form the
   binaries lack and the refusal names every such stage and each form it
   needs.  Which forms a stage needs is read from plan.json's keys ("parts",
-  "zero" on such a stage, "offload", "group", "pipe"; a "dp" that does not
-  divide the rows of a microbatch: uneven per-rank rows), not from the
-  message.
+  "zero" on such a stage, "offload", "group", "pipe"; a "dp" above the
+  rows of a microbatch: a DP rank without a row), not from the message.
   A plan that records no such form must compile; one that does must be
   refused.
 
@@ -84,10 +83,10 @@ def forms_of(plan):
 
 
 def uneven_rows(plan):
-    """The first stage whose dp does not divide a microbatch's rows (the binaries
-    split rows evenly), or None."""
+    """The first stage whose dp exceeds a microbatch's rows (a DP rank without
+    a row; a dp that does not divide them runs: uneven DP), or None."""
     rows = plan["global_batch"] // plan["microbatches"]
-    return next((k for k, s in enumerate(plan["stages"]) if rows % s["dp"]), None)
+    return next((k for k, s in enumerate(plan["stages"]) if s["dp"] > rows), None)
 
 
 def refusal_names_forms(label, err, plan):
@@ -95,7 +94,7 @@ def refusal_names_forms(label, err, plan):
     if not need and not whole and uneven_rows(plan) is not None:
         k = uneven_rows(plan)
         dp = plan["stages"][k]["dp"]
-        for wd in (f'stages[{k}]."dp" {dp} does not divide', "uneven per-rank rows"):
+        for wd in (f'stages[{k}]."dp" {dp} exceeds', "would hold no row"):
             check(wd in err, f"{label}: the refusal does not name {wd!r}: {err.strip()[-400:]}")
         return
     check(bool(need or whole), f"{label}: refused though plan.json records no form the "

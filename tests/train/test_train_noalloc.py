@@ -5,12 +5,11 @@ of the process); the difference of the two runs is what steps 3..5
 allocated, process-wide.  Checks:
 
   - the executor's own allocations (--exec-stats) after step 1 are 0;
-  - process-wide, steps 3..5 allocate less than one node output each on
-    average in bytes: fewer bytes per step than the training graph's node
-    outputs take together (the per-output calloc the executor did before
-    allocated all of them every step).  What remains is kernel scratch
-    (kernels/host reductions, norms, attention rows), printed here; with
-    HETC_NOALLOC_STRICT=1 any allocation in steps 3..5 fails the test;
+  - process-wide, steps 3..5 allocate nothing: the executor's arena is
+    planned once and the kernels' scratch is per-thread workspace that is
+    allocated on first use and reused (kernels/host/hk_ws.h); OpenBLAS
+    runs single-threaded under the kernel pool (hk_sgemm.h), with the
+    environment as it is;
   - both runs print the same losses for their common steps.
 
     test_train_noalloc.py HETC SOURCE_DIR ALLOC_COUNT_SO
@@ -24,7 +23,6 @@ import tempfile
 HETC, SRC, SO = sys.argv[1], sys.argv[2], sys.argv[3]
 MODEL = os.path.join(SRC, "examples/gpt_tiny.onnx")
 DATA = os.path.join(SRC, "examples/tiny_corpus.bin")
-STRICT = os.environ.get("HETC_NOALLOC_STRICT") == "1"
 tmp = tempfile.mkdtemp(prefix="hetc_noalloc_")
 CASES = {
     "adamw": [],
@@ -36,17 +34,28 @@ ALLOCS = re.compile(r"exec: allocations: (\d+) in step 1, (\d+) in steps 2\.\.(\
 LOSS = re.compile(r"^step\s+(\d+)/\d+ \| loss (\S+)", re.M)
 
 
+def counts(path, exe):
+    """(calls, bytes, big calls) of the one process named exe in the
+    counter's file (one line per process), and the file is removed."""
+    with open(path) as f:
+        rows = [l.split() for l in f if l.strip()]
+    os.remove(path)
+    mine = [r for r in rows if r[0] == exe]
+    if len(mine) != 1:
+        sys.exit(f"FAIL: expected one '{exe}' line in the allocation counts, got {rows}")
+    return tuple(int(x) for x in mine[0][1:4])
+
+
 def train(steps, extra):
     out = os.path.join(tmp, "count")
-    env = dict(os.environ, LD_PRELOAD=SO, HETC_ALLOC_COUNT_OUT=out, OPENBLAS_NUM_THREADS="1")
+    env = dict(os.environ, LD_PRELOAD=SO, HETC_ALLOC_COUNT_OUT=out)
     r = subprocess.run([HETC, "train", MODEL, "--data", DATA, "--steps", str(steps),
                         "--no-checkpoint", "--exec-stats", *extra],
                        capture_output=True, text=True, env=env)
     if r.returncode:
         print(r.stdout, r.stderr)
         sys.exit(f"hetc train failed ({' '.join(extra)})")
-    with open(out) as f:
-        calls, nbytes, big = (int(x) for x in f.read().split())
+    calls, nbytes, big = counts(out, os.path.basename(HETC))
     return r.stdout, calls, nbytes, big
 
 
@@ -66,11 +75,8 @@ for name, extra in CASES.items():
           f"(node outputs {outputs} B per step)")
     if ex_later:
         fails.append(f"{name}: the executor allocated {ex_later} time(s) after step 1")
-    if db / 3 >= outputs:
-        fails.append(f"{name}: steps 3..5 allocated {db / 3:.0f} B per step, as much as all "
-                     f"node outputs ({outputs} B): the step loop allocates its activations")
-    if STRICT and dc:
-        fails.append(f"{name}: steps 3..5 made {dc} allocation(s) (HETC_NOALLOC_STRICT)")
+    if dc:
+        fails.append(f"{name}: steps 3..5 made {dc} allocation(s) ({db} B) after step 1")
     l2, l5 = dict(LOSS.findall(o2)), dict(LOSS.findall(o5))
     if not l2 or any(l5.get(k) != v for k, v in l2.items()):
         fails.append(f"{name}: losses of the 2-step run {l2} differ from the 5-step run's {l5}")

@@ -599,6 +599,18 @@ def test_data():
                     np.concatenate([p["inputs"] for p in parts], 1), full["inputs"]) and
                     np.array_equal(np.concatenate([p["targets"] for p in parts], 1),
                                    full["targets"]), "rank rows differ from full batch")
+            # uneven DP: 3 ranks over B = 4 rows read 2, 1 and 1 rows (rt_row_split),
+            # together the single-process batch
+            parts = [run("data", {}, [B, T, r, 3, steps, 0, 1 - is_llmc], arg=path)
+                     for r in range(3)]
+            if full and all(parts):
+                expect("data uneven ranks: rows 2, 1, 1",
+                       [p["inputs"][0].size for p in parts] == [2 * T, T, T],
+                       str([p["inputs"].shape for p in parts]))
+                expect("data uneven ranks concatenate", np.array_equal(
+                    np.concatenate([p["inputs"] for p in parts], 1), full["inputs"]) and
+                    np.array_equal(np.concatenate([p["targets"] for p in parts], 1),
+                                   full["targets"]), "uneven rank rows differ from full batch")
         # exactly B*T+1 tokens: one batch, every step the same
         small = os.path.join(d, "small.bin")
         write_llmc(small, toks[:B * T + 1])
@@ -659,8 +671,8 @@ def test_data():
             rc, err, _ = run("data", {}, [B, T, 0, 1, 1, 0, int(path in raw)], arg=path, fail=True)
             expect(f"data error {os.path.basename(path)}",
                    rc == 3 and msg in err and path in err, f"rc={rc} {err.strip()}")
-        rc, err, _ = run("data", {}, [3, T, 0, 2, 1, 0], arg=llmc, fail=True)
-        expect("data B not divisible by dp", rc == 3 and "does not split" in err, err)
+        rc, err, _ = run("data", {}, [1, T, 0, 2, 1, 0], arg=llmc, fail=True)
+        expect("data B below dp", rc == 3 and "without a row" in err, err)
         rc, err, _ = run("data", {}, [B, T, 2, 2, 1, 0], arg=llmc, fail=True)
         expect("data rank out of range", rc == 3 and "out of range" in err, err)
 
