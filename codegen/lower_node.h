@@ -56,6 +56,13 @@ int lower_node_has_op(IrOp op);
 extern const LeExtern lower_node_externs[];
 extern const int lower_node_nexterns;
 
+/* The CUDA backend's table (lower_node_cuda.c): the same contract as
+ * lower_node, calls of runtime/cuda's hetrt_cu_* entries (stage_abi.h). */
+int lower_node_cuda(LnCtx *c);
+int lower_node_cuda_has_op(IrOp op);
+extern const LeExtern lower_node_cuda_externs[];
+extern const int lower_node_cuda_nexterns;
+
 /* Free what a call owns (LE_ARG_I64S arrays, LE_ARG_BYTES copies). */
 void lower_call_free(LeCall *c);
 

@@ -47,11 +47,13 @@ typedef struct LowerOpts {
     const PartStage *all_stages;
     int nall_stages;
     /* 1: each node whose op codegen/lower_node.c lowers becomes direct
-     * kernel calls (hk_* with constant shapes; host backend), the rest
-     * hetrt_node; 0: every node is hetrt_node (the CUDA backend, whose arena
-     * is device memory) */
+     * kernel calls (hk_* with constant shapes), the rest hetrt_node; 0:
+     * every node is hetrt_node (--interpret-nodes) */
     int direct;
-    /* with direct: 1 groups elementwise nodes into generated kernels
+    /* with direct: the CUDA backend's table (codegen/lower_node_cuda.c:
+     * hetrt_cu_* entries on device memory) instead of the host kernels */
+    int cuda;
+    /* with direct (host): 1 groups elementwise nodes into generated kernels
      * (codegen/fuse.h; their register-only values get no buffer), 0 keeps
      * one kernel call per node (hetc compile --no-fuse) */
     int fuse;

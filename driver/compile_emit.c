@@ -159,8 +159,11 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
         lo.steps = a->steps;
         lo.layers = cs->nlayers;
         lo.token_dtype = IR_UNDEF;
-        lo.direct = !a->backend_cuda && !a->interpret_nodes; /* device arenas keep hetrt_node (docs/CODEGEN.md) */
-        lo.fuse = !a->no_fuse;
+        lo.direct = !a->interpret_nodes;
+        lo.cuda = a->backend_cuda; /* device arenas: codegen/lower_node_cuda.c's table */
+        /* the generated fused kernels are host loops; their NVPTX lowering is
+         * not launched by the CUDA runtime yet (docs/CUDA.md) */
+        lo.fuse = !a->no_fuse && !a->backend_cuda;
         LeProgram prog;
         MemPlan mp;
         char *config = NULL;

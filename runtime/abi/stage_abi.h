@@ -135,6 +135,39 @@ int32_t hetrt_tp_vocab_ce_bwd(const float *logits, int32_t tdt, const void *targ
                               int64_t start0, int64_t vfull, int32_t use_ignore,
                               int64_t ignore_index, const float *dloss, float *dlogits);
 
+/* The CUDA backend's direct kernel calls (codegen/lower_node_cuda.c,
+ * runtime/cuda/stage_kernels_cuda.c; only in --backend=cuda programs): fp32
+ * device pointers into the arena, kernels/cuda's numbering of ops (HKC_ADD,
+ * HKC_NEG, HKC_UG_*), launched on the stage's stream.  binary: y over dims
+ * (rank <= 8), a and b read with broadcast strides sa, sb (in elements, 0:
+ * broadcast); unary_grad: dx = dy f'(x), y NULL or f(x). */
+int32_t hetrt_cu_binary(int32_t op, int32_t rank, const int64_t *dims, const float *a,
+                        const int64_t *sa, const float *b, const int64_t *sb, float *y);
+int32_t hetrt_cu_unary(int32_t op, const float *x, float *y, int64_t n);
+int32_t hetrt_cu_unary_grad(int32_t op, const float *x, const float *y, const float *dy,
+                            float *dx, int64_t n);
+/* Linear: y[M,N] = x[M,K] w[K,N] (+ b[N], b may be NULL), cuBLASLt;
+ * LinearGrad: dx = dy w^T, dw = x^T dy, db = column sums of dy (each NULL
+ * when the node does not use it). */
+int32_t hetrt_cu_linear(const float *x, const float *w, const float *b, int64_t M, int64_t K,
+                        int64_t N, float *y);
+int32_t hetrt_cu_linear_grad(const float *x, const float *w, const float *dy, int64_t M,
+                             int64_t K, int64_t N, float *dx, float *dw, float *db);
+/* LayerNorm (rms 0; bias may be NULL) / RMSNorm (rms 1) over the last axis
+ * (rows of n), and their backward (dx, dscale, dbias each NULL when unused;
+ * the statistics are recomputed in the backend's device scratch). */
+int32_t hetrt_cu_norm(int32_t rms, const float *x, const float *scale, const float *bias,
+                      int64_t rows, int64_t n, double eps, float *y);
+int32_t hetrt_cu_norm_grad(int32_t rms, const float *x, const float *scale, const float *dy,
+                           int64_t rows, int64_t n, double eps, float *dx, float *dscale,
+                           float *dbias);
+/* AdamW (hk_entry_adamw_f32's arguments): lr, step, clip_scale (or NULL)
+ * are device scalars in the arena; outputs may be the inputs (in place). */
+int32_t hetrt_cu_adamw(const float *p, const float *m, const float *v, const float *g, int64_t n,
+                       const float *lr, const int64_t *step, const float *clip_scale,
+                       double beta1, double beta2, double eps, double weight_decay,
+                       float *p_out, float *m_out, float *v_out);
+
 /* Direct kernel calls (codegen/lower_node.c) pass this buffer, defined by
  * the generated module when some call uses it, as the kernels' `err`: a
  * kernel that returns nonzero has written its reason here (the runtime

@@ -88,6 +88,7 @@ void stage_be_teardown(StageRt *rt) {
     free(b->groups);
     if (b->tp_group.nccl && b->tp_group.comm) ncclCommDestroy(b->tp_group.comm);
     if (b->dsum) cudaFree(b->dsum);
+    if (b->kscratch) cudaFree(b->kscratch);
     if (b->k_up) hkc_ctx_free(&b->k);
     free(b);
     rt->be = NULL;

@@ -44,6 +44,8 @@ typedef struct CudaBe {
     CudaGroup *groups;  /* [1 + nshared]; groups[0] (DP) also carries ZeRO's collectives */
     CudaGroup tp_group; /* the stage's TP group (stage_coll_cuda.c) */
     double *dsum;       /* device double for sums of squares */
+    void *kscratch;     /* device scratch of direct kernel calls (stage_kernels_cuda.c): */
+    size_t kscratch_bytes; /* grown at the first steps, then reused (no allocation later) */
     /* NCCL stage links (stage_p2p_cuda.c); the TP and ZeRO collectives are in
      * stage_coll_cuda.c */
     CudaLink *links;    /* only the links that use NCCL */

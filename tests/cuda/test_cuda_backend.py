@@ -11,6 +11,7 @@ present those two checks do not apply (tests/cuda/test_cuda_e2e.py runs it).
 usage: test_cuda_backend.py HETC WORKDIR
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -46,6 +47,40 @@ while os.path.exists(os.path.join(cu, f"stage_{nst}")):
         check(any(l.startswith(want) for l in libs), f"stage_{nst} does not link {want}: {libs}")
     nst += 1
 check(nst >= 3, f"{nst} stage binaries, want >= 3 (tiny_hetero plans 3 stages)")
+
+# issue 15 item 5: the CUDA program's elementwise nodes are direct calls of
+# the hetrt_cu_* entries (codegen/lower_node_cuda.c), the rest hetrt_node;
+# --interpret-nodes keeps every node interpreted
+def kernel_counts(out):
+    """stage -> (direct, interpreted) from stages.txt's kernel lines"""
+    txt = open(os.path.join(out, "stages.txt")).read()
+    return {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in
+            re.finditer(r"^stage (\d+): (\d+) nodes as direct kernel calls, (\d+) interpreted",
+                        txt, re.M)}
+
+
+def symbols(path):
+    p = subprocess.run(["nm", path], capture_output=True, text=True)
+    return p.stdout
+
+
+cnt = kernel_counts(cu)
+check(len(cnt) == nst, f"stages.txt has kernel lines for {len(cnt)} of {nst} stages")
+for s, (d, i) in sorted(cnt.items()):
+    check(d > 0 and i > 0, f"--backend=cuda stage {s}: {d} direct, {i} interpreted nodes "
+          "(want both: elementwise direct, GEMMs and rows still interpreted)")
+# the transformer blocks' elementwise nodes (stage 1 holds them) call the
+# hetrt_cu_* entries; a stage's direct nodes may also be runtime copies only
+with_cu = [s for s in cnt if re.search(r" [TU] hetrt_cu_", symbols(os.path.join(cu, f"stage_{s}")))]
+check(1 in with_cu, f"stages calling hetrt_cu_* entries: {with_cu}, want stage 1 among them")
+print("cuda direct/interpreted nodes per stage:", cnt, "; hetrt_cu_* in stages", with_cu, flush=True)
+ci = os.path.join(WORK, "cuda_interp")
+p = compile_to(ci, "--backend=cuda", "--interpret-nodes")
+if check(p and p.returncode == 0, "hetc compile --backend=cuda --interpret-nodes failed"):
+    for s, (d, i) in sorted(kernel_counts(ci).items()):
+        check(d == 0, f"--interpret-nodes stage {s}: {d} direct")
+        check(not re.search(r" [TU] hetrt_cu_", symbols(os.path.join(ci, f"stage_{s}"))),
+              f"--interpret-nodes stage_{s} calls a hetrt_cu_* entry")
 
 p = compile_to(host)
 check(p and p.returncode == 0, "hetc compile (default backend) failed")
