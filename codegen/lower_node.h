@@ -85,6 +85,10 @@ int ln_norm_axis(int64_t a, int rank, int *out); /* 0 or -1 */
 int64_t ln_numel(const IrValue *v);
 int ln_has_in(const LnCtx *c, int i);
 int ln_has_out(const LnCtx *c, int i);
+/* AdamW's checks and arguments (P m v G, n, lr, step, clip_scale, beta1,
+ * beta2, eps, weight_decay, P' m' v'), the host and the device lowering
+ * alike; f32_only also requires f32 tensors.  NULL after ln_fail. */
+LeCall *ln_adamw_args(LnCtx *c, const char *fn, int f32_only);
 /* Slice's starts, ends, axes, steps (constant operands i0..i0+3) resolved
  * for data of shape xs by ONNX's clamping rules; 0, or -1 when not constant
  * or invalid */

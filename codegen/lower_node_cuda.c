@@ -180,29 +180,7 @@ static int cu_linear_grad(LnCtx *c, int unused) {
  * values (a constant is host memory: the node stays interpreted) */
 static int cu_adamw(LnCtx *c, int unused) {
     (void)unused;
-    int64_t n = ln_numel(IN(0));
-    for (int i = 0; i < 4; i++)
-        if (IN(i)->dtype != IR_F32 || ln_numel(IN(i)) != n) return ln_fail(c, "input %d", i);
-    for (int i = 0; i < 3; i++)
-        if (!ln_has_out(c, i) || OUT(i)->dtype != IR_F32 || ln_numel(OUT(i)) != n)
-            return ln_fail(c, "output %d", i);
-    if (IN(4)->dtype != IR_F32 || ln_numel(IN(4)) != 1 || IN(5)->dtype != IR_I64 ||
-        ln_numel(IN(5)) != 1)
-        return ln_fail(c, "lr / step scalars");
-    const IrValue *cs = ln_has_in(c, 6) ? IN(6) : NULL;
-    if (cs && (cs->dtype != IR_F32 || ln_numel(cs) != 1)) return ln_fail(c, "clip_scale");
-    LeCall *k = ln_push(c, "hetrt_cu_adamw");
-    for (int i = 0; i < 4; i++) ln_ptr(c, k, IN(i));
-    ln_i64(k, n);
-    ln_ptr(c, k, IN(4));
-    ln_ptr(c, k, IN(5));
-    ln_ptr(c, k, cs);
-    ln_f64(k, ir_attr_float(c->n, "beta1", 0.9));
-    ln_f64(k, ir_attr_float(c->n, "beta2", 0.999));
-    ln_f64(k, ir_attr_float(c->n, "eps", 1e-8));
-    ln_f64(k, ir_attr_float(c->n, "weight_decay", 0.0));
-    for (int i = 0; i < 3; i++) ln_ptr(c, k, OUT(i));
-    return 1;
+    return ln_adamw_args(c, "hetrt_cu_adamw", 1) != NULL;
 }
 
 /* LayerNorm / RMSNorm over the last axis with scale (and bias) of the row

@@ -364,18 +364,20 @@ static int lw_gather_elements_grad(LnCtx *c, int unused) {
 /* The fused optimizer step (passes/optimizer.c): in place when the memory
  * plan gives output i input i's buffer (memplan.c); lr and step are read
  * from the arena's scalars at run time. */
-static int lw_adamw(LnCtx *c, int unused) {
+LeCall *ln_adamw_args(LnCtx *c, const char *fn, int f32_only) {
     int64_t n = ln_numel(IN(0));
-    for (int i = 1; i < 4; i++)
-        if (ln_numel(IN(i)) != n) return ln_fail(c, "input %d's size", i);
+    for (int i = 0; i < 4; i++)
+        if ((i && ln_numel(IN(i)) != n) || (f32_only && IN(i)->dtype != IR_F32))
+            return ln_fail(c, "input %d", i), NULL;
     for (int i = 0; i < 3; i++)
-        if (!ln_has_out(c, i) || ln_numel(OUT(i)) != n) return ln_fail(c, "output %d", i);
+        if (!ln_has_out(c, i) || ln_numel(OUT(i)) != n || (f32_only && OUT(i)->dtype != IR_F32))
+            return ln_fail(c, "output %d", i), NULL;
     if (IN(4)->dtype != IR_F32 || ln_numel(IN(4)) != 1 || IN(5)->dtype != IR_I64 ||
         ln_numel(IN(5)) != 1)
-        return ln_fail(c, "lr / step scalars");
+        return ln_fail(c, "lr / step scalars"), NULL;
     const IrValue *cs = ln_has_in(c, 6) ? IN(6) : NULL;
-    if (cs && (cs->dtype != IR_F32 || ln_numel(cs) != 1)) return ln_fail(c, "clip_scale");
-    LeCall *k = ln_push(c, "hk_entry_adamw_f32");
+    if (cs && (cs->dtype != IR_F32 || ln_numel(cs) != 1)) return ln_fail(c, "clip_scale"), NULL;
+    LeCall *k = ln_push(c, fn);
     for (int i = 0; i < 4; i++) ln_ptr(c, k, IN(i));
     ln_i64(k, n);
     ln_ptr(c, k, IN(4));
@@ -386,6 +388,13 @@ static int lw_adamw(LnCtx *c, int unused) {
     ln_f64(k, ir_attr_float(c->n, "eps", 1e-8));
     ln_f64(k, ir_attr_float(c->n, "weight_decay", 0.0));
     for (int i = 0; i < 3; i++) ln_ptr(c, k, OUT(i));
+    return k;
+}
+
+static int lw_adamw(LnCtx *c, int unused) {
+    (void)unused;
+    LeCall *k = ln_adamw_args(c, "hk_entry_adamw_f32", 0);
+    if (!k) return 0;
     ln_null(k);
     return 1;
 }
