@@ -88,14 +88,14 @@ static int check_stage(const cJSON *o, int s, long long B, const cJSON *meshes, 
         if (whole_in(x, ints[i].lo, hi, path, key, err))
             return -1;
     }
-    /* version 2: each DP rank's rows of a microbatch (their sum: compile_plan.c) */
+    /* version 2: each DP rank's rows of a microbatch (their sum, and an
+     * array left over from before an edit of "dp": compile_plan.c) */
     const cJSON *rw = cJSON_GetObjectItemCaseSensitive(o, "rows");
     if (rw) {
-        int dp = (int)cJSON_GetObjectItemCaseSensitive(o, "dp")->valuedouble;
-        if (!cJSON_IsArray(rw) || cJSON_GetArraySize(rw) != dp)
-            return ir_errorf(err, "%s: stages[%d].\"rows\" must be an array of dp = %d row "
-                             "counts (one per DP rank)", path, s, dp);
-        for (int k = 0; k < dp; k++) {
+        if (!cJSON_IsArray(rw))
+            return ir_errorf(err, "%s: stages[%d].\"rows\" must be an array of row counts (one "
+                             "per DP rank)", path, s);
+        for (int k = 0; k < cJSON_GetArraySize(rw); k++) {
             snprintf(key, sizeof key, "stages[%d].\"rows\"[%d]", s, k);
             if (whole_in(cJSON_GetArrayItem(rw, k), 0, PLAN_MAX_GLOBAL_BATCH, path, key, err))
                 return -1;

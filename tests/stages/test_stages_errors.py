@@ -3,8 +3,8 @@ left half-written (issue 6).
 
 - a plan that cannot fit (devices with 0.01 GiB): hetc exits non-zero naming
   memory, and writes no stage binaries;
-- hand-edited plans (--plan): a gap in the layers, tp = 2, dp not dividing the
-  microbatch: errors naming the file and JSON key;
+- hand-edited plans (--plan): a gap in the layers, tp = 0, more DP ranks than a
+  microbatch has rows: errors naming the file and JSON key;
 - a missing stage binary: launch.sh names it;
 - a missing data file: the job fails naming the file, within the timeout;
 - a stage rank that dies (SIGKILL) during training, checkpointing every step:
@@ -64,13 +64,15 @@ def tp0(q):
     q["stages"][0]["tp"] = 0
 
 
-def dp3(q):
-    q["stages"][0]["dp"] = 3
+def dp_over_rows(q):
+    # dp need not divide a microbatch's rows since uneven data parallelism
+    # (issue 18); more DP ranks than rows leaves a rank without a row
+    q["stages"][0]["dp"] = 999
 
 
 bad_plan("gap", gap, r"stages\[1\]\.\"layers\"")
 bad_plan("tp0", tp0, r"stages\[0\]\.\"tp\"")
-bad_plan("dp3", dp3, r"stages\[0\]\.\"dp\"")
+bad_plan("dp_over_rows", dp_over_rows, r"stages\[0\]\.\"dp\"")
 
 # 3. a missing stage binary
 broken = t.path("broken")
