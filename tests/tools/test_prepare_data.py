@@ -95,6 +95,31 @@ check(info.get("vocab_size") == 512 and int(ids.max()) < 512, f"BPE ids up to {i
 check(bt.decode(ids.tolist()[1:]) == text, "BPE train + val decode to the text")
 check(bt.decode(bt.encode(odd).ids) == odd, "BPE round trip of non-ASCII text")
 
+# ---- a LLaMA-style SentencePiece trained on the text, then the same model given back
+p = run([sys.executable, os.path.join(SRC, "tools", "prepare_data.py"), TEXT, "-o",
+         os.path.join(WORK, "s"), "--tokenizer", "spm", "--vocab-size", "512", "--model", MODEL])
+check(p.returncode == 0, f"prepare_data spm exit {p.returncode}: {p.stderr[-2000:]}")
+info = json.loads(p.stdout) if p.returncode == 0 else {}
+import sentencepiece as spm  # noqa: E402
+smodel = os.path.join(WORK, "s_spm.model")
+sp = spm.SentencePieceProcessor(model_file=smodel) if os.path.exists(smodel) else None
+sids = np.concatenate([pd.read_llmc(os.path.join(WORK, f"s_{s}.bin"))[1] for s in ("train", "val")])
+check(sp is not None and info.get("vocab_size") == 512 and int(sids.max()) < 512
+      and int(sids[0]) == sp.bos_id(), f"SentencePiece ids up to {sids.max()}, first {sids[0]}")
+check(sp is not None and sp.decode(sids.tolist()[1:]) == text,
+      "SentencePiece train + val decode to the text")
+check(sp is not None and sp.decode(sp.encode(odd)) == odd, "SentencePiece round trip of non-ASCII text")
+p = run([sys.executable, os.path.join(SRC, "tools", "prepare_data.py"), TEXT, "-o",
+         os.path.join(WORK, "s2"), "--tokenizer", "spm", "--spm-model", smodel])
+s2 = np.concatenate([pd.read_llmc(os.path.join(WORK, f"s2_{s}.bin"))[1] for s in ("train", "val")]) \
+    if p.returncode == 0 else np.array([])
+check(p.returncode == 0 and np.array_equal(s2, sids), "--spm-model with the trained model: "
+      f"exit {p.returncode}, other ids")
+p = run([sys.executable, os.path.join(SRC, "tools", "prepare_data.py"), TEXT, "-o",
+         os.path.join(WORK, "s3"), "--tokenizer", "spm", "--spm-model", TEXT])
+check(p.returncode != 0 and "not a SentencePiece model" in p.stderr and TEXT in p.stderr,
+      f"--spm-model on a text file: exit {p.returncode}, {p.stderr[-500:]!r}")
+
 # ---- the vocabulary checks
 p = run([sys.executable, os.path.join(SRC, "tools", "prepare_data.py"), TEXT, "-o",
          os.path.join(WORK, "x"), "--tokenizer", "gpt2", "--model", MODEL])
