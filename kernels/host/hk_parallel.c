@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define HK_MAX_THREADS 256
 #define SPIN_ITERS 20000 /* ~10-50 us of polling before a worker sleeps */
@@ -44,6 +45,9 @@ typedef struct Pool {
     _Atomic(Job *) job;      /* the job being run, NULL between jobs */
     atomic_int refs;         /* workers that may be reading *job */
     atomic_int caller_sleeps; /* the caller waits on `done` */
+    atomic_int stop;         /* set at exit: workers return */
+    int nworkers;
+    pthread_t workers[HK_MAX_THREADS];
 } Pool;
 
 static Pool pool;
@@ -109,6 +113,7 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&pool.lock);
         }
         seen = g;
+        if (atomic_load(&pool.stop)) return NULL;
         atomic_fetch_add(&pool.refs, 1); /* before reading pool.job (see Job) */
         Job *j = atomic_load(&pool.job);
         if (j) run_chunks(j, 1);
@@ -117,19 +122,37 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* At exit the workers return and are joined, so nothing runs beside the
+ * exit handlers registered before the pool started (LeakSanitizer's leak
+ * check stops every thread with ptrace and its tracer could crash on a
+ * worker spinning or waking meanwhile).  Skipped when exit() comes from a
+ * worker or while a job runs; each join is bounded (2 s). */
+static void stop_workers(void) {
+    if (worker_index || pthread_mutex_trylock(&pool.busy) != 0) return;
+    atomic_store(&pool.stop, 1);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add(&pool.gen, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 2;
+    for (int i = 0; i < pool.nworkers; i++) pthread_timedjoin_np(pool.workers[i], NULL, &dl);
+    pool.nworkers = 0;
+    pool.nthreads = 1;
+    pthread_mutex_unlock(&pool.busy);
+}
+
 /* start the workers once; on failure run with the ones that started */
 static void start_workers(void) {
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     int ok = 1;
     for (int i = 1; i < pool.nthreads; i++) {
-        pthread_t t;
-        if (pthread_create(&t, &at, worker, (void *)(intptr_t)ok) != 0) break;
+        if (pthread_create(&pool.workers[ok - 1], NULL, worker, (void *)(intptr_t)ok) != 0) break;
         ok++;
     }
-    pthread_attr_destroy(&at);
+    pool.nworkers = ok - 1;
     pool.nthreads = ok;
+    if (pool.nworkers) atexit(stop_workers);
 }
 
 int hk_parallel_worker(void) { return worker_index; }
