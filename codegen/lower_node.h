@@ -89,6 +89,9 @@ int ln_has_out(const LnCtx *c, int i);
  * beta2, eps, weight_decay, P' m' v'), the host and the device lowering
  * alike; f32_only also requires f32 tensors.  NULL after ln_fail. */
 LeCall *ln_adamw_args(LnCtx *c, const char *fn, int f32_only);
+/* A unary op's kernel enum: Gelu's `approximate` picks HK_GELU_TANH; 0
+ * after ln_fail (an approximation the kernels lack), else 1. */
+int ln_unary_op(LnCtx *c, int *op);
 /* Slice's starts, ends, axes, steps (constant operands i0..i0+3) resolved
  * for data of shape xs by ONNX's clamping rules; 0, or -1 when not constant
  * or invalid */

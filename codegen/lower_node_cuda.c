@@ -99,11 +99,7 @@ static int cu_binary(LnCtx *c, int op) {
 static int cu_unary(LnCtx *c, int op) {
     const IrValue *x = IN(0), *y = OUT(0);
     if (ln_numel(x) != ln_numel(y)) return ln_fail(c, "output size");
-    if (c->n->op == IR_OP_GELU) {
-        const char *ap = ir_attr_string(c->n, "approximate", "none");
-        if (!strcmp(ap, "tanh")) op = HK_GELU_TANH;
-        else if (strcmp(ap, "none")) return ln_fail(c, "approximate='%s'", ap);
-    }
+    if (!ln_unary_op(c, &op)) return 0;
     LeCall *k = ln_push(c, "hetrt_cu_unary");
     ln_i32(k, op);
     ln_ptr(c, k, x);
