@@ -123,10 +123,10 @@ static void *worker(void *arg) {
 }
 
 /* At exit the workers return and are joined, so nothing runs beside the
- * exit handlers registered before the pool started (LeakSanitizer's leak
- * check stops every thread with ptrace and its tracer could crash on a
- * worker spinning or waking meanwhile).  Skipped when exit() comes from a
- * worker or while a job runs; each join is bounded (2 s). */
+ * exit handlers registered before the pool started (library destructors,
+ * LeakSanitizer's exit-time check, which then sees only the threads that
+ * hold state).  Skipped when exit() comes from a worker or while a job
+ * runs; each join is bounded (2 s). */
 static void stop_workers(void) {
     if (worker_index || pthread_mutex_trylock(&pool.busy) != 0) return;
     atomic_store(&pool.stop, 1);
