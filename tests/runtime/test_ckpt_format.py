@@ -6,7 +6,11 @@
   vectors), with the layout of docs/RUNTIME.md parsed here byte by byte.
 - data/ckpt_v2 was written by the runtime of commit 246d496 (format 2,
   whose checksums started from 1469598103934665603, the offset basis with a
-  digit lost): it still verifies, is found by `latest` and reads.
+  digit lost): it still verifies, is found by `latest` and reads.  It was
+  made by a program linked against that runtime calling
+  rt_ckpt_write_layer_run(dir, step 3, run 0x1234abcd5678ef01, layer 0,
+  {"w": f32[4] = 1.5 -2 3.25 0, "step": i64 scalar = 7}) and
+  rt_ckpt_write_manifest_run(dir, 3, same run, 1 layer).
 - The format version picks the basis: a format-3 file re-stamped as 2 (or a
   format-2 file as 3) fails its header checksum, while a file re-encoded as
   format 2 with the old basis reads.
@@ -127,6 +131,10 @@ with open(os.path.join(odir, "layer_00000.bin"), "rb") as f:
     ob = f.read()
 over, ohdr, otensors = parse_layer(ob)
 (osum,) = struct.unpack_from("<Q", ob, ohdr - 8)
+check([(n, d, s) for n, d, s, *_ in otensors] == [("w", 1, (4,)), ("step", 4, ())],
+      f"fixture tensors {otensors}")
+check(struct.unpack("<4f", ob[otensors[0][3]:otensors[0][3] + 16]) == (1.5, -2, 3.25, 0) and
+      struct.unpack("<q", ob[otensors[1][3]:otensors[1][3] + 8]) == (7,), "fixture data")
 check(over == 2 and osum == fnv1a64(ob[:ohdr - 8], OLD_BASIS) and osum != fnv1a64(ob[:ohdr - 8]),
       "the fixture is format 2 with old-basis checksums")
 with open(os.path.join(odir, "MANIFEST")) as f:
