@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* also set by the build; guarded to avoid a redefinition warning */
 #endif
 #include "ir.h"
+#include "fnv1a.h"
 #include "input_file.h"
 
 #include <errno.h>
@@ -46,15 +47,7 @@ char *ir_strdup(const char *s) {
     memcpy(d, s, n);
     return d;
 }
-uint64_t ir_fnv1a(const void *data, size_t n) {
-    const unsigned char *p = data;
-    uint64_t h = 14695981039346656037ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
+uint64_t ir_fnv1a(const void *data, size_t n) { return hetc_fnv1a64(data, n); }
 
 /* ---------------------------------------------------------------- errors */
 int ir_errorf(IrError *err, const char *fmt, ...) {

@@ -347,7 +347,8 @@ int rt_ckpt_load_tensor(const RtCkptLayer *l, const char *name, RtDtype dtype, i
                         const int64_t *shape, void *dst, char *err, size_t errlen);
 void rt_ckpt_layer_free(RtCkptLayer *l);
 
-/* FNV-1a 64-bit hash (the per-tensor checksum). */
+/* FNV-1a 64-bit hash, the standard one (common/fnv1a.h): the checksums of
+ * format-3 checkpoints. */
 uint64_t rt_fnv1a64(const void *data, size_t n);
 
 #ifdef __cplusplus

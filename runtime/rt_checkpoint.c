@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "rt.h"
 #include "atomic_file.h"
+#include "fnv1a.h"
 #include "input_file.h"
 
 #include <dirent.h>
@@ -23,13 +24,19 @@
 
 #define CKPT_MAGIC "HETCKPT"   /* 8 bytes with its NUL */
 /* Version 2 added the run id to the header (and the MANIFEST); version 1
- * files still read, as run 0. */
-#define CKPT_VERSION 2u
+ * files still read, as run 0.  Version 3 changed nothing but the checksums:
+ * versions 1 and 2 hashed from 1469598103934665603, FNV-1a 64's offset
+ * basis with its last digit lost, so no outside FNV-1a 64 reproduced them;
+ * version 3 is the standard FNV-1a 64 (common/fnv1a.h).  Older files are
+ * still verified with the basis they were written with. */
+#define CKPT_VERSION 3u
+#define CKPT_BASIS_V2 1469598103934665603ull
 #define CKPT_ALIGN 64u
 #define CKPT_FIXED_V1 40u /* magic .. file_bytes */
 #define CKPT_FIXED_V2 48u /* + run_id */
 #define MANIFEST_HEAD_V1 "hetrt-checkpoint 1"
-#define MANIFEST_HEAD "hetrt-checkpoint 2"
+#define MANIFEST_HEAD_V2 "hetrt-checkpoint 2"
+#define MANIFEST_HEAD "hetrt-checkpoint 3"
 
 static void seterr(char *err, size_t len, const char *fmt, ...) {
     if (!err || len == 0) return;
@@ -39,14 +46,11 @@ static void seterr(char *err, size_t len, const char *fmt, ...) {
     va_end(ap);
 }
 
-uint64_t rt_fnv1a64(const void *data, size_t n) {
-    const unsigned char *p = data;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+uint64_t rt_fnv1a64(const void *data, size_t n) { return hetc_fnv1a64(data, n); }
+
+/* The checksum a file of format version `ver` carries (see CKPT_VERSION). */
+static uint64_t ckpt_sum(uint32_t ver, const void *data, size_t n) {
+    return hetc_fnv1a64_from(ver >= 3 ? HETC_FNV1A64_BASIS : CKPT_BASIS_V2, data, n);
 }
 
 size_t rt_dtype_size(RtDtype t) {
@@ -269,7 +273,7 @@ int rt_ckpt_write_layer_run(const char *dir, int64_t step, uint64_t run_id, int 
             goto done;
         }
         if (put_u64(&h, off) || put_u64(&h, nbytes[k]) ||
-            put_u64(&h, nbytes[k] ? rt_fnv1a64(t[i].data, nbytes[k]) : rt_fnv1a64("", 0)))
+            put_u64(&h, ckpt_sum(CKPT_VERSION, nbytes[k] ? t[i].data : "", nbytes[k])))
             goto oom;
         parts[k + 1] = t[i].data;
         sizes[k + 1] = nbytes[k];
@@ -282,7 +286,7 @@ int rt_ckpt_write_layer_run(const char *dir, int64_t step, uint64_t run_id, int 
     h.p[30] = (unsigned char)(hdr_bytes >> 16);
     h.p[31] = (unsigned char)(hdr_bytes >> 24);
     set_u64(h.p + 32, off);
-    if (put_u64(&h, rt_fnv1a64(h.p, h.len))) goto oom;
+    if (put_u64(&h, ckpt_sum(CKPT_VERSION, h.p, h.len))) goto oom;
     while (h.len < data_at) {
         unsigned char z = 0;
         if (buf_put(&h, &z, 1)) goto oom;
@@ -346,8 +350,8 @@ int rt_ckpt_read_layer(const char *ckpt_dir, int layer, RtCkptLayer *out, char *
     uint64_t step = get_u64(&r);
     uint32_t nt = get_u32(&r), hdr_bytes = get_u32(&r);
     uint64_t file_bytes = get_u64(&r);
-    if (ver != 1 && ver != CKPT_VERSION) {
-        seterr(err, errlen, "%s: format version %u, this runtime reads 1 and %u", path, ver,
+    if (ver < 1 || ver > CKPT_VERSION) {
+        seterr(err, errlen, "%s: format version %u, this runtime reads 1 to %u", path, ver,
                CKPT_VERSION);
         goto fail;
     }
@@ -362,7 +366,7 @@ int rt_ckpt_read_layer(const char *ckpt_dir, int layer, RtCkptLayer *out, char *
         goto fail;
     }
     Rd hc = {out->buf, hdr_bytes, hdr_bytes - 8, 0};
-    if (get_u64(&hc) != rt_fnv1a64(out->buf, hdr_bytes - 8)) {
+    if (get_u64(&hc) != ckpt_sum(ver, out->buf, hdr_bytes - 8)) {
         seterr(err, errlen, "%s: header checksum mismatch (corrupt file)", path);
         goto fail;
     }
@@ -418,7 +422,7 @@ int rt_ckpt_read_layer(const char *ckpt_dir, int layer, RtCkptLayer *out, char *
         }
         t->nbytes = (size_t)nb;
         t->data = out->buf + off;
-        if (rt_fnv1a64(t->data, t->nbytes) != sum) {
+        if (ckpt_sum(ver, t->data, t->nbytes) != sum) {
             seterr(err, errlen, "%s: tensor '%s': checksum mismatch (corrupt data)", path,
                    t->name);
             goto fail;
@@ -507,7 +511,7 @@ int rt_ckpt_write_manifest_run(const char *dir, int64_t step, uint64_t run_id, i
         snprintf(line, sizeof line, "layer %d %s %zu\n", l, fname, sz);
         if (buf_put(&m, line, strlen(line))) goto oom;
     }
-    snprintf(line, sizeof line, "checksum %016" PRIx64 "\n", rt_fnv1a64(m.p, m.len));
+    snprintf(line, sizeof line, "checksum %016" PRIx64 "\n", ckpt_sum(CKPT_VERSION, m.p, m.len));
     if (buf_put(&m, line, strlen(line))) goto oom;
     const void *parts[1] = {m.p};
     size_t sizes[1] = {m.len};
@@ -543,7 +547,7 @@ static int layer_head(const char *path, uint32_t *layer, int64_t *step, uint64_t
     *step = (int64_t)get_u64(&r);
     r.pos += 16; /* ntensors, header_bytes, file_bytes */
     *run = ver >= 2 ? get_u64(&r) : 0;
-    if (r.bad || (ver != 1 && ver != CKPT_VERSION)) {
+    if (r.bad || ver < 1 || ver > CKPT_VERSION) {
         seterr(why, whylen, "%s: bad header (version %u)", path, ver);
         return 1;
     }
@@ -576,11 +580,17 @@ static int manifest_check(const char *sdir, int64_t step, uint64_t *run, char *w
     char *cs = strstr(text, "checksum ");
     if (!cs || (cs != text && cs[-1] != '\n')) goto done;
     uint64_t want = strtoull(cs + 9, NULL, 16);
-    if (want != rt_fnv1a64(text, (size_t)(cs - text))) goto done;
+    /* the head line says which checksum the MANIFEST carries */
+    size_t head = strcspn(text, "\n");
+    uint32_t ver = 0;
+    if (head == strlen(MANIFEST_HEAD) && !strncmp(text, MANIFEST_HEAD, head)) ver = CKPT_VERSION;
+    else if (head == strlen(MANIFEST_HEAD_V2) && !strncmp(text, MANIFEST_HEAD_V2, head)) ver = 2;
+    else if (head == strlen(MANIFEST_HEAD_V1) && !strncmp(text, MANIFEST_HEAD_V1, head)) ver = 1;
+    if (!ver || want != ckpt_sum(ver, text, (size_t)(cs - text))) goto done;
     *cs = '\0';
     char *save = NULL, *ln = strtok_r(text, "\n", &save);
-    int v2 = ln && strcmp(ln, MANIFEST_HEAD) == 0;
-    if (!ln || (!v2 && strcmp(ln, MANIFEST_HEAD_V1) != 0)) goto done;
+    int v2 = ver >= 2; /* a run line */
+    if (!ln) goto done;
     long long st = -1;
     unsigned long long rid = 0;
     int nl = -1, seen = 0;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "alt_plan.h"
+#include "zero_memory.h"
 
 double alt_now(void)
 {
@@ -66,21 +67,6 @@ void alt_context_default(AltContext *x, const ClusterSpec *c, const PlanLayer *l
     }
 }
 
-/* AdamW mixed precision, as cost_model.c: weights + grads in the training
- * dtype, fp32 master unless fp32, fp32 m and v; ZeRO-1 shards master and
- * Adam over the group, ZeRO-2 the gradients too. */
-static double bytes_per_param(double dtb, int zero, int zdp)
-{
-    double w = dtb, g = dtb, master = dtb < 4 ? 4.0 : 0.0, adam = 8.0;
-    if (zero >= 1) {
-        master /= zdp;
-        adam /= zdp;
-    }
-    if (zero >= 2)
-        g /= zdp;
-    return w + g + master + adam;
-}
-
 static double ring_allreduce(double bytes, int n, double bw, double lat)
 {
     if (n <= 1)
@@ -137,7 +123,7 @@ int alt_stage_cost(const AltContext *x, int k, int i, int mesh, int dp, int tp, 
     int zdp = zero_dp > 0 ? zero_dp : dp;
     out->t_f = tf;
     out->t_b = tb;
-    out->mem_static = params / dtb / tp * bytes_per_param(dtb, zero, zdp) + x->co.runtime_reserve_bytes;
+    out->mem_static = params / dtb / tp * zero_state_bytes_per_param(dtb, zero, zdp) + x->co.runtime_reserve_bytes;
     out->mem_act = act;
     out->dp = dp;
     out->tp = tp;

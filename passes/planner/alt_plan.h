@@ -126,7 +126,8 @@ int alt_plan_init(AltPlan *p, const char *planner, int S, IrError *err);
  *   recompute: saved activations become each block's input (out_bytes of
  *       the layer before a segment start, x frac, not divided by tp; see
  *       alt_segment_start), backward re-runs forward;
- *   memory: params / tp x bytes_per_param (ZeRO stage zero over dp) + reserve;
+ *   memory: params / tp x zero_state_bytes_per_param (zero_memory.h: ZeRO
+ *       stage zero over zero_dp) + reserve;
  *   t_sync: ring all-reduce of params / tp over dp, intra-node when the
  *       stage's devices fit in one node, else inter-node.
  * With tp = 1, frac = 1 / dp, recompute = 0, zero = 0 this equals

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "cost_model.h"
+#include "zero_memory.h"
 #include "hapt_dp.h"   /* submesh_enumerate: the §5.2 shapes, shared with the DP;
                           stage_fits_memory: Eq. 24 */
 
@@ -239,24 +240,11 @@ static void layer_roofline(const CostModel *cm, const PlanLayer *p, const Device
     *tb = bf > bb ? bf : bb;
 }
 
-/* AdamW mixed precision (documented in docs/CLUSTER.md): bytes per
- * parameter per device: weights + grads in the training dtype, an fp32
- * master copy unless the dtype already is fp32, and fp32 Adam m and v.
- * ZeRO-1 shards master + m + v over the DP group, ZeRO-2 the grads too.
- * Under ZeRO the stage binaries update an fp32 slice of the parameters
- * (runtime/stage/stage_sync.c) even at fp32, so the sharded master copy is
- * counted whatever the dtype. */
+/* AdamW model states per parameter per device, ZeRO stage `zero` over the
+ * DP group: zero_memory.h (the formula shared with the other planners). */
 static double bytes_per_param_z(const CostModel *cm, int dp, int zero)
 {
-    double w = cm->dtype_bytes, g = cm->dtype_bytes;
-    double master = cm->dtype_bytes < 4 || zero >= 1 ? 4.0 : 0.0, adam = 8.0;
-    if (zero >= 1) {
-        master /= dp;
-        adam /= dp;
-    }
-    if (zero >= 2)
-        g /= dp;
-    return w + g + master + adam;
+    return zero_state_bytes_per_param(cm->dtype_bytes, zero, dp);
 }
 
 static double bytes_per_param(const CostModel *cm, int dp)

@@ -14,9 +14,11 @@
  *   per stage:
  *     P        = sum param_bytes / dtype_bytes            (parameter count)
  *     mem_static = P * (w + g + master + adam) + runtime_reserve_bytes
- *                  w = g = dtype_bytes; master = 4 if dtype != fp32 else 0;
+ *                  w = g = dtype_bytes; master = 4 unless fp32 without ZeRO;
  *                  adam = 8 (fp32 m and v).  ZeRO-1 divides master + adam by
- *                  dp, ZeRO-2 also g (zero_stage option, default 0)
+ *                  dp, ZeRO-2 also g (zero_stage option, default 0);
+ *                  zero_state_bytes_per_param (zero_memory.h), shared by
+ *                  every planner
  *     mem_act  = sum act_bytes / dp
  *     t_sync   = ring all-reduce of the gradients, once per iteration:
  *                2 (dp-1)/dp * sum param_bytes / bw + 2 (dp-1) lat

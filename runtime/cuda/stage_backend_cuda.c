@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "fnv1a.h"
 #include "stage_cuda_internal.h"
 
 static CudaBe *be_of(StageRt *rt) { return (CudaBe *)rt->be; }
@@ -204,8 +205,7 @@ int cuda_group_decide(StageRt *rt, CudaGroup *g, MPI_Comm comm, const char *what
     if (size <= 1) return 0;
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
-    unsigned long long key = 1469598103934665603ull; /* fnv1a(host) ^ device */
-    for (const char *p = host; *p; p++) key = (key ^ (unsigned char)*p) * 1099511628211ull;
+    unsigned long long key = hetc_fnv1a64(host, strlen(host)); /* fnv1a(host), device */
     key = key * 131 + (unsigned long long)b->device;
     unsigned long long *keys = calloc((size_t)size, sizeof *keys);
     keys[rank] = key;
