@@ -275,7 +275,8 @@ int imp_tensor_to_value(ImportCtx *c, Onnx__TensorProto *t, IrValue *v, const ch
         return imp_external_ref(c, t, dt, numel * (int64_t)ir_dtype_size(dt), v, what);
     void *data;
     size_t nb = (size_t)numel * ir_dtype_size(dt);
-    if (t->has_raw_data && t->raw_data.len == nb && nb > 0 && t->raw_data.data) {
+    if (!c->keep_model && t->has_raw_data && t->raw_data.len == nb && nb > 0 &&
+        t->raw_data.data) {
         /* Take the weights protobuf-c already copied out of the file (its
          * default allocator is malloc) instead of copying them again: this
          * halves peak memory for models with inline weights.  The message
@@ -772,14 +773,14 @@ static Onnx__ModelProto *decode_bytes(const void *buf, size_t len, const char *f
 }
 
 static IrGraph *import_decoded(const Onnx__ModelProto *m, const char *path, const char *dir,
-                               const HetcImportOptions *opt, IrError *err) {
+                               int keep, const HetcImportOptions *opt, IrError *err) {
     const char *file = path ? path : "<buffer>";
     HetcImportOptions dflt;
     if (!opt) {
         hetc_import_options_default(&dflt);
         opt = &dflt;
     }
-    ImportCtx c = {.file = file, .model_dir = dir, .opt = opt, .err = err};
+    ImportCtx c = {.file = file, .model_dir = dir, .opt = opt, .keep_model = keep, .err = err};
     IrGraph *g = import_model(m, &c);
     namemap_free(&c.values);
     namemap_free(&c.used);
@@ -795,7 +796,7 @@ static IrGraph *import_bytes(const void *buf, size_t len, const char *path, cons
                              const HetcImportOptions *opt, IrError *err) {
     Onnx__ModelProto *m = decode_bytes(buf, len, path ? path : "<buffer>", err);
     if (!m) return NULL;
-    IrGraph *g = import_decoded(m, path, dir, opt, err);
+    IrGraph *g = import_decoded(m, path, dir, 0, opt, err);
     onnx__model_proto__free_unpacked(m, NULL);
     return g;
 }
@@ -865,7 +866,7 @@ HetcOnnxFile *hetc_onnx_open(const char *path, IrError *err) {
 }
 
 IrGraph *hetc_onnx_import(const HetcOnnxFile *f, const HetcImportOptions *opt, IrError *err) {
-    return import_decoded(f->m, f->path, f->dir, opt, err);
+    return import_decoded(f->m, f->path, f->dir, 1, opt, err);
 }
 
 void hetc_onnx_close(HetcOnnxFile *f) {
@@ -879,7 +880,8 @@ void hetc_onnx_close(HetcOnnxFile *f) {
 IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrError *err) {
     HetcOnnxFile *f = hetc_onnx_open(path, err);
     if (!f) return NULL;
-    IrGraph *g = hetc_onnx_import(f, opt, err);
+    /* one import: it may take the initializers' bytes (keep 0) */
+    IrGraph *g = import_decoded(f->m, f->path, f->dir, 0, opt, err);
     hetc_onnx_close(f);
     return g;
 }

@@ -64,7 +64,9 @@ void hetc_import_options_default(HetcImportOptions *o);
  * initializer or dim involved. */
 IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrError *err);
 /* The same in two steps: read and decode the file once (errors as above),
- * then lower it to IR at any options (dim bindings) as often as needed. */
+ * then lower it to IR at any options (dim bindings) as often as needed
+ * (each import copies the inline initializers; hetc_import_onnx takes
+ * them from the decoded message instead). */
 typedef struct HetcOnnxFile HetcOnnxFile;
 HetcOnnxFile *hetc_onnx_open(const char *path, IrError *err);
 IrGraph *hetc_onnx_import(const HetcOnnxFile *f, const HetcImportOptions *opt, IrError *err);
