@@ -261,7 +261,7 @@ static int step_read_plan(CompileCtx *c, IrError *err) {
     if (c->recompute && comp_plan_set_recompute(&c->plan, c->recompute, err)) return 1;
     c->global_batch = c->plan.global_batch;
     c->microbatches = c->plan.microbatches;
-    c->rows = c->global_batch / c->microbatches;
+    c->rows = c->plan.rows;
     if (c->co.batch > 0 && c->co.batch != c->rows) {
         fprintf(stderr, "hetc compile: --microbatch %lld disagrees with the plan's %lld rows per "
                 "microbatch (%s: global_batch / microbatches)\n", (long long)c->co.batch,

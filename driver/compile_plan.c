@@ -175,14 +175,14 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
     /* dp need not divide the rows (heterogeneous DP: the first rows % dp
      * ranks take one row more, stage_S_lo runs the rest), but every DP
      * rank needs a row */
-    if ((p->global_batch / p->microbatches) < c->dp) {
+    if (p->rows < c->dp) {
         ir_errorf(err, "%s: %s\"dp\" %d exceeds the %lld rows of a microbatch "
                   "(global_batch / microbatches): a DP rank would hold no row (plan with a "
                   "larger --microbatch or fewer DP ranks)", path, where, c->dp,
-                  (long long)(p->global_batch / p->microbatches));
+                  (long long)p->rows);
         return -1;
     }
-    if (check_rows(o, c->dp, p->global_batch / p->microbatches, path, where, err))
+    if (check_rows(o, c->dp, p->rows, path, where, err))
         return -1;
     return 0;
 }
@@ -277,6 +277,7 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
                   (long long)p->global_batch, p->microbatches);
         goto done;
     }
+    p->rows = p->global_batch / p->microbatches;
     const cJSON *sq = cJSON_GetObjectItemCaseSensitive(root, "seq");
     if (cJSON_IsNumber(sq) && whole(sq->valuedouble, 1, &p->seq))
         p->seq = -1;
