@@ -1,8 +1,10 @@
-/* hetc compile: plan (hetc plan, or --plan FILE), then per stage: import at
- * the stage's local batch, training passes, partition (passes/partition.h),
- * memory plan + lowering (codegen/lower_stage.h), LLVM emission and link
- * into DIR/stage_K; the initial parameters as a layer-wise checkpoint
- * (DIR/init); launch.sh / srun.conf / job.sbatch / hostfile.  docs/STAGES.md. */
+/* hetc compile: plan (hetc plan's steps, or --plan FILE), then per stage:
+ * the stage graph at the stage's local batch, training passes, partition
+ * (passes/partition.h), memory plan + lowering (codegen/lower_stage.h), LLVM
+ * emission and link into DIR/stage_K; the initial parameters as a
+ * layer-wise checkpoint (DIR/init); launch.sh / srun.conf / job.sbatch /
+ * hostfile.  docs/STAGES.md; the steps: docs/ARCHITECTURE.md.  Every step
+ * reads and fills one CompileCtx (compile_ctx.h). */
 #include "cmd_compile.h"
 
 #include <math.h>
@@ -13,7 +15,7 @@
 
 #include "build_dir.h"
 #include "cli.h"
-#include "cmd_plan.h"
+#include "compile_ctx.h"
 #include "compile_elastic.h"
 #include "compile_launch.h"
 #include "compile_opts.h"
@@ -67,12 +69,6 @@ static void usage(FILE *f) {
             "rows of one microbatch, --global-batch the rows of one optimizer step).\n");
 }
 
-/* plan options that take a value (the rest of hetc plan's are flags) */
-static const char *const PLAN_VALUE_OPTS[] = {
-    "--global-batch", "--layers", "--threads", "--min-heavy", "--max-stages", "--plan-eps",
-    "--imbalance", "--efficiency", "--schedule", "--profile-db", "--microbatch", "--max-tp",
-    "--zero", "--planner", "--coarse-layers", NULL};
-
 static int parse_d(const char *opt, const char *s, double *out) {
     char *end;
     double v = strtod(s, &end);
@@ -84,328 +80,314 @@ static int parse_d(const char *opt, const char *s, double *out) {
     return 0;
 }
 
-int cmd_compile(int argc, char **argv) {
-    CompileArgs ca;
-    memset(&ca, 0, sizeof ca);
-    compile_args_default(&ca);
-    const char *plan_file = NULL, *recompute = NULL;
-    int64_t layers_opt = 0, min_heavy = 2;
-    /* argv for hetc plan: everything that is not a compile / training option */
-    char **pargv = calloc((size_t)argc + 8, sizeof *pargv);
-    int pargc = 0;
-    pargv[pargc++] = "plan";
-    const char *model = NULL, *cluster = NULL;
-    CompileOpts co;
-    compile_opts_init(&co);
-    compile_opts_bind_extra_inputs(&co, NULL); /* hetc plan says what it bound */
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
+#define OPT_BAD (-1)
+#define OPT_HELP 2
+
+/* The training options (hetc train's): 1 consumed, 0 not one, OPT_BAD. */
+static int parse_train_opt(CompileArgs *ca, int argc, char **argv, int *i) {
+    const char *v = NULL;
+    int r;
 #define DBL(name, field)                                                      \
-    if ((r = cli_opt(argc, argv, &i, name, &v)) != 0) {                       \
-        if (r < 0 || parse_d(name, v, &ca.field)) goto bad;                   \
-        continue;                                                             \
-    }
+    if ((r = cli_opt(argc, argv, i, name, &v)) != 0)                          \
+        return r < 0 || parse_d(name, v, &ca->field) ? OPT_BAD : 1;
 #define I64(name, field)                                                      \
-    if ((r = cli_opt(argc, argv, &i, name, &v)) != 0) {                       \
-        if (r < 0 || cli_parse_i64(name, v, &ca.field)) goto bad;             \
-        continue;                                                             \
-    }
+    if ((r = cli_opt(argc, argv, i, name, &v)) != 0)                          \
+        return r < 0 || cli_parse_i64(name, v, &ca->field) ? OPT_BAD : 1;
 #define STR(name, field)                                                      \
-    if ((r = cli_opt(argc, argv, &i, name, &v)) != 0) {                       \
-        if (r < 0) goto bad;                                                  \
-        ca.field = v;                                                         \
-        continue;                                                             \
+    if ((r = cli_opt(argc, argv, i, name, &v)) != 0) {                        \
+        if (r < 0) return OPT_BAD;                                            \
+        ca->field = v;                                                        \
+        return 1;                                                             \
     }
-        if (cli_old_eps("compile", argv[i])) goto bad;
-        DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--adam-eps", adam_eps)
-        DBL("--weight-decay", weight_decay) DBL("--momentum", momentum) DBL("--clip", clip)
-        I64("--steps", steps) I64("--warmup", warmup)
-        STR("--optimizer", optimizer) STR("--lr-schedule", lr_schedule) STR("--loss", loss)
+    if (cli_old_eps("compile", argv[*i])) return OPT_BAD;
+    DBL("--lr", lr) DBL("--beta1", beta1) DBL("--beta2", beta2) DBL("--adam-eps", adam_eps)
+    DBL("--weight-decay", weight_decay) DBL("--momentum", momentum) DBL("--clip", clip)
+    I64("--steps", steps) I64("--warmup", warmup)
+    STR("--optimizer", optimizer) STR("--lr-schedule", lr_schedule) STR("--loss", loss)
 #undef DBL
 #undef I64
 #undef STR
-        if ((r = cli_opt(argc, argv, &i, "--plan", &v)) != 0) {
-            if (r < 0) goto bad;
-            plan_file = v;
-            continue;
+    return 0;
+}
+
+/* hetc compile's own options: 1 consumed, 0 not one, OPT_BAD, OPT_HELP. */
+static int parse_compile_opt(CompileCtx *c, int argc, char **argv, int *ip) {
+    CompileArgs *ca = &c->ca;
+    const char *v = NULL;
+    int r, i = *ip;
+    if ((r = parse_train_opt(ca, argc, argv, ip)) != 0) return r;
+    if ((r = cli_opt(argc, argv, ip, "--plan", &v)) != 0) {
+        if (r < 0) return OPT_BAD;
+        c->plan_file = v;
+        return 1;
+    }
+    if (!strcmp(argv[i], "--emit-llvm")) return ca->emit_llvm = 1;
+    if (!strcmp(argv[i], "--interpret-nodes")) return ca->interpret_nodes = 1;
+    if (!strcmp(argv[i], "--no-fuse")) return ca->no_fuse = 1;
+    if ((r = cli_opt(argc, argv, ip, "--recompute", &v)) != 0) {
+        PartRecompute rm;
+        if (r < 0) return OPT_BAD;
+        if (part_recompute_parse(v, &rm)) {
+            fprintf(stderr, "hetc compile: --recompute %s: expected none, full or selective\n",
+                    v);
+            return OPT_BAD;
         }
-        if (!strcmp(argv[i], "--emit-llvm")) {
-            ca.emit_llvm = 1;
-            continue;
-        }
-        if (!strcmp(argv[i], "--interpret-nodes")) {
-            ca.interpret_nodes = 1;
-            continue;
-        }
-        if (!strcmp(argv[i], "--no-fuse")) {
-            ca.no_fuse = 1;
-            continue;
-        }
-        if ((r = cli_opt(argc, argv, &i, "--recompute", &v)) != 0) {
-            PartRecompute rm;
-            if (r < 0) goto bad;
-            if (part_recompute_parse(v, &rm)) {
-                fprintf(stderr, "hetc compile: --recompute %s: expected none, full or selective\n",
-                        v);
-                free(pargv);
-                return 2;
+        c->recompute = v;
+        return 1;
+    }
+    if ((r = cli_opt(argc, argv, ip, "--backend", &v)) != 0) {
+        if (r < 0) return OPT_BAD;
+        if (!strcmp(v, "cuda")) {
+            if (!compile_have_cuda()) {
+                fprintf(stderr, "hetc compile: --backend cuda: this hetc was built without "
+                                "CUDA (configure with nvcc and NCCL present, HETC_CUDA=ON)\n");
+                return OPT_BAD;
             }
-            recompute = v;
-            continue;
+            ca->backend_cuda = 1;
+        } else if (!strcmp(v, "host")) {
+            ca->backend_cuda = 0;
+        } else {
+            fprintf(stderr, "hetc compile: --backend must be host or cuda, not '%s'\n", v);
+            return OPT_BAD;
         }
-        if ((r = cli_opt(argc, argv, &i, "--backend", &v)) != 0) {
-            if (r < 0) goto bad;
-            if (!strcmp(v, "cuda")) {
-                if (!compile_have_cuda()) {
-                    fprintf(stderr, "hetc compile: --backend cuda: this hetc was built without "
-                                    "CUDA (configure with nvcc and NCCL present, HETC_CUDA=ON)\n");
-                    free(pargv);
-                    return 2;
-                }
-                ca.backend_cuda = 1;
-            } else if (!strcmp(v, "host")) {
-                ca.backend_cuda = 0;
-            } else {
-                fprintf(stderr, "hetc compile: --backend must be host or cuda, not '%s'\n", v);
-                free(pargv);
-                return 2;
-            }
-            continue;
-        }
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        return 1;
+    }
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return OPT_HELP;
+    return 0;
+}
+
+/* The training options' values, once all are in: 0, or exit status 2. */
+static int check_train_opts(const CompileArgs *ca) {
+    if (strcmp(ca->optimizer, "adamw") && strcmp(ca->optimizer, "sgd")) {
+        fprintf(stderr, "hetc compile: --optimizer must be adamw or sgd, not '%s'\n",
+                ca->optimizer);
+        return 2;
+    }
+    if (strcmp(ca->lr_schedule, "constant") && strcmp(ca->lr_schedule, "cosine")) {
+        fprintf(stderr, "hetc compile: --lr-schedule must be constant or cosine, not '%s'\n",
+                ca->lr_schedule);
+        return 2;
+    }
+    if (ca->steps < 1) {
+        fprintf(stderr, "hetc compile: --steps must be >= 1\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Step 0, the command line, parsed once: compile's own options, then hetc
+ * plan's (plan_args.c: --microbatch, --layers, the import options ...).
+ * -1: go on; otherwise the exit status. */
+static int step_parse(CompileCtx *c, int argc, char **argv) {
+    compile_args_default(&c->ca);
+    plan_args_default(&c->pa, stderr);
+    c->argc = argc;
+    c->argv = argv;
+    for (int i = 1; i < argc; i++) {
+        int r = parse_compile_opt(c, argc, argv, &i);
+        if (r == OPT_HELP) {
             usage(stdout);
-            free(pargv);
             return 0;
         }
-        /* shared import options: ours too, and hetc plan's */
-        int i0 = i;
-        if ((r = compile_opts_parse_one(&co, argc, argv, &i)) != 0) {
-            if (r < 0) goto bad;
-            for (int k = i0; k <= i; k++) pargv[pargc++] = argv[k];
-            continue;
+        if (!r) r = plan_args_parse_one(&c->pa, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (argv[i][0] == '-' && argv[i][1]) { /* what hetc plan said of it before */
+            fprintf(stderr, "hetc plan: unknown option '%s' (see hetc plan --help)\n", argv[i]);
+            return 2;
         }
-        int takes = 0;
-        for (int k = 0; PLAN_VALUE_OPTS[k]; k++) {
-            size_t n = strlen(PLAN_VALUE_OPTS[k]);
-            if (!strncmp(argv[i], PLAN_VALUE_OPTS[k], n) && (argv[i][n] == 0 || argv[i][n] == '='))
-                takes = argv[i][n] == 0 ? 2 : 1;
-        }
-        if (takes) {
-            const char *name = argv[i];
-            if ((r = cli_opt(argc, argv, &i, "--layers", &v)) > 0) {
-                if (cli_parse_i64("--layers", v, &layers_opt)) goto bad;
-            } else if ((r = cli_opt(argc, argv, &i, "--min-heavy", &v)) > 0) {
-                if (cli_parse_i64("--min-heavy", v, &min_heavy)) goto bad;
-            } else if ((r = cli_opt(argc, argv, &i, "--microbatch", &v)) > 0) {
-                if (cli_parse_i64("--microbatch", v, &co.batch)) goto bad;
-            } else if (takes == 2) {
-                if (i + 1 >= argc) {
-                    fprintf(stderr, "hetc compile: %s needs a value\n", name);
-                    goto bad;
-                }
-                i++;
-            }
-            if (r < 0) goto bad;
-            for (int k = i0; k <= i; k++) pargv[pargc++] = argv[k];
-            continue;
-        }
-        if (argv[i][0] == '-' && argv[i][1]) { /* a plan flag: hetc plan judges it */
-            pargv[pargc++] = argv[i];
-            continue;
-        }
-        if (!model) model = argv[i];
-        else if (!cluster) cluster = argv[i];
+        if (!c->model) c->model = argv[i];
+        else if (!c->cluster) c->cluster = argv[i];
         else {
             fprintf(stderr, "hetc compile: unexpected argument '%s' (MODEL.onnx CLUSTER.yaml)\n",
                     argv[i]);
-            goto bad;
+            return 2;
         }
-        pargv[pargc++] = argv[i];
     }
-    if (!model || !cluster) {
+    if (!c->model || !c->cluster) {
         usage(stderr);
-        goto bad;
+        return 2;
     }
-    if (strcmp(ca.optimizer, "adamw") && strcmp(ca.optimizer, "sgd")) {
-        fprintf(stderr, "hetc compile: --optimizer must be adamw or sgd, not '%s'\n", ca.optimizer);
-        goto bad;
+    if (check_train_opts(&c->ca)) return 2;
+    c->pa.co.model = c->model;
+    c->pa.cluster = c->cluster;
+    c->pa.co.src = &c->src; /* one read of the model for every import below */
+    return -1;
+}
+
+/* Step 1, the output: a fresh sibling of the output directory, swapped in
+ * at the end (build_dir.h): a compile killed half-way leaves the old
+ * build whole.  One id for this compile: every stage binary and launch.sh
+ * carry it and check it at start-up. */
+static int step_begin(CompileCtx *c, IrError *err) {
+    c->final = c->pa.co.out_dir ? c->pa.co.out_dir : "build";
+    c->co = c->pa.co; /* the stage graphs': out_dir stays the user's */
+    c->t0 = now_s();
+    if (build_dir_begin(c->final, c->out_tmp, sizeof c->out_tmp, err)) return 1;
+    c->build_id = build_dir_new_id();
+    return 0;
+}
+
+/* Step 2, the plan: hetc plan's steps (import, passes, modules, layers,
+ * profile, search, simulate, outputs) into the new build, the planner's
+ * graph kept; or --plan FILE, with nothing planned. */
+static int step_plan(CompileCtx *c) {
+    if (c->plan_file) {
+        snprintf(c->planpath, sizeof c->planpath, "%s", c->plan_file);
+        return 0;
     }
-    if (strcmp(ca.lr_schedule, "constant") && strcmp(ca.lr_schedule, "cosine")) {
-        fprintf(stderr, "hetc compile: --lr-schedule must be constant or cosine, not '%s'\n",
-                ca.lr_schedule);
-        goto bad;
-    }
-    if (ca.steps < 1) {
-        fprintf(stderr, "hetc compile: --steps must be >= 1\n");
-        goto bad;
-    }
-    co.model = model;
-    /* everything is written into a fresh sibling of the output directory and
-     * swapped in at the end (build_dir.h): a compile killed half-way leaves
-     * the old build whole */
-    const char *final = co.out_dir ? co.out_dir : "build";
-    char out_tmp[4200];
-    const char *out = out_tmp;
     /* the stage binaries split a microbatch's rows evenly over a stage's DP ranks (ZeRO,
      * recompute and TP they run): plan within that.  TP needs no
      * restriction: the planner offers tp > 1 only to stages holding whole attention /
      * MLP patterns that tp_shard shards at that tp (passes/planner/intra_ir.c). */
-    pargv[pargc++] = "--dp-divides-microbatch";
+    c->pa.dp_divides = 1;
     /* no --backend restriction either: the CUDA stage runtime runs TP and ZeRO on
      * NCCL (runtime/cuda/stage_coll_cuda.c, docs/CUDA.md) */
-    double t0 = now_s();
-    IrError err = {{0}};
-    if (build_dir_begin(final, out_tmp, sizeof out_tmp, &err)) {
-        fprintf(stderr, "hetc compile: %s\n", err.msg);
-        free(pargv);
-        return 1;
-    }
-    pargv[pargc++] = "-o"; /* the last -o wins: hetc plan writes into the new build */
-    pargv[pargc++] = out_tmp;
-    /* one id for this compile: every stage binary and launch.sh carry it and
-     * check it at start-up */
-    uint64_t build_id = build_dir_new_id();
+    c->pa.co.out_dir = c->out_tmp; /* hetc plan writes into the new build */
+    int prc = plan_args_finish(&c->pa);
+    if (prc) return prc;
+    plan_ctx_init(&c->pc, &c->pa, "hetc plan");
+    prc = plan_pipeline_run(&c->pc);
+    if (prc) return prc;
+    snprintf(c->planpath, sizeof c->planpath, "%s/plan.json", c->out_tmp);
+    c->t_plan = now_s() - c->t0;
+    return 0;
+}
 
-    /* 1. the plan */
-    char planpath[4200];
-    if (plan_file) {
-        snprintf(planpath, sizeof planpath, "%s", plan_file);
-        co.ibinds.log = stderr; /* no hetc plan run to say what was bound */
-    } else {
-        int prc = cmd_plan(pargc, pargv);
-        if (prc) {
-            free(pargv);
-            build_dir_abandon(final, out_tmp);
-            return prc;
-        }
-        snprintf(planpath, sizeof planpath, "%s/plan.json", out);
-    }
-    free(pargv);
-    pargv = NULL;
-    double t_plan = now_s() - t0;
-    CompPlan plan;
-    if (comp_plan_read(planpath, &plan, &err)) {
-        fprintf(stderr, "hetc compile: %s\n", err.msg);
-        build_dir_abandon(final, out_tmp);
-        return 1;
-    }
-    if (recompute && comp_plan_set_recompute(&plan, recompute, &err)) {
-        fprintf(stderr, "hetc compile: %s\n", err.msg);
-        comp_plan_free(&plan);
-        build_dir_abandon(final, out_tmp);
-        return 1;
-    }
-    int64_t rows = plan.global_batch / plan.microbatches;
-    if (co.batch > 0 && co.batch != rows) {
+/* Step 3, the chosen plan as plan.json has it, and the row counts every
+ * later step uses: computed here, once. */
+static int step_read_plan(CompileCtx *c, IrError *err) {
+    if (comp_plan_read(c->planpath, &c->plan, err)) return 1;
+    if (c->recompute && comp_plan_set_recompute(&c->plan, c->recompute, err)) return 1;
+    c->global_batch = c->plan.global_batch;
+    c->microbatches = c->plan.microbatches;
+    c->rows = c->plan.rows;
+    if (c->co.batch > 0 && c->co.batch != c->rows) {
         fprintf(stderr, "hetc compile: --microbatch %lld disagrees with the plan's %lld rows per "
-                "microbatch (%s: global_batch / microbatches)\n", (long long)co.batch,
-                (long long)rows, planpath);
-        comp_plan_free(&plan);
-        build_dir_abandon(final, out_tmp);
+                "microbatch (%s: global_batch / microbatches)\n", (long long)c->co.batch,
+                (long long)c->rows, c->planpath);
+        return -1;
+    }
+    c->co.batch = c->rows;
+    if (c->co.seq < 0 && c->plan.seq > 0) c->co.seq = c->plan.seq;
+    int S = c->plan.nstages;
+    c->local_rows = calloc((size_t)S * 2, sizeof *c->local_rows);
+    if (!c->local_rows) {
+        ir_errorf(err, "out of memory");
         return 1;
     }
-    co.batch = rows;
-    if (co.seq < 0 && plan.seq > 0)
-        co.seq = plan.seq;
+    for (int s = 0; s < S; s++) {
+        int dp = c->plan.stages[s].dp;
+        c->local_rows[s] = part_local_rows(c->rows, dp, 0);
+        c->local_rows[S + s] = part_local_rows(c->rows, dp, dp - 1);
+    }
+    return 0;
+}
 
-    /* 2. layer ids, on the graph the planner saw (same passes, same options) */
-    int rc = 1;
-    IrGraph *lg = NULL;
-    LayerIndex lix = {0};
-    int L = 0;
-    ClusterSpec cl;
-    memset(&cl, 0, sizeof cl);
-    PassContext ctx;
-    pass_context_default(&ctx);
-    ctx.verbose = co.verbose;
-    ModuleReport mrep;
-    memset(&mrep, 0, sizeof mrep);
-    PlanLayer *players = NULL;
-    if (cluster_load_yaml(cluster, &cl, &err)) {
-        fprintf(stderr, "hetc compile: %s\n", err.msg);
-        goto done;
+/* Step 4, layer ids: the planner's graph's (its import, passes, modules,
+ * layers); with --plan FILE those steps alone, at the plan's rows. */
+static int step_layers(CompileCtx *c, IrError *err) {
+    if (c->plan_file) {
+        c->pa.co.batch = c->co.batch;
+        c->pa.co.seq = c->co.seq;
+        c->pa.co.dump_after = NULL;
+        plan_ctx_init(&c->pc, &c->pa, "hetc compile");
+        c->pc.layers_only = 1;
+        if (plan_pipeline_layers(&c->pc)) return -1;
     }
-    {
-        CompileOpts lco = co;
-        lco.dump_after = NULL;
-        co.ibinds.log = NULL; /* said once; not again per stage */
-        lco.report_params = 1;
-        lg = compile_import(&lco, NULL, 0, 0, &ctx, &err);
-        ModuleOptions mo;
-        module_options_default(&mo);
-        mo.min_heavy = (int)min_heavy;
-        LayerOptions lo;
-        layer_options_default(&lo);
-        lo.target_layers = (int)layers_opt;
-        lo.param_dtype_bytes = dtype_size_bytes(cl.dtype);
-        LayerSummary ls;
-        if (!lg || compile_run_passes(lg, &lco, &ctx, &err) ||
-            modules_detect(lg, &mo, &mrep, &err) || layers_build(lg, &lo, &players, &ls, &err)) {
-            fprintf(stderr, "hetc compile: %s\n", err.msg);
-            goto done;
-        }
-        L = ls.L;
-    }
-    if (plan.stages[plan.nstages - 1].last_layer != L) {
+    c->L = c->pc.ls.L;
+    const CpStage *last = &c->plan.stages[c->plan.nstages - 1];
+    if (last->last_layer != c->L) {
         fprintf(stderr, "hetc compile: %s covers layers 1..%d but the model has %d layers with "
                 "these options (pass the same --layers / --min-heavy / --microbatch / --seq the "
-                "plan was made with)\n", planpath, plan.stages[plan.nstages - 1].last_layer, L);
-        goto done;
+                "plan was made with)\n", c->planpath, last->last_layer, c->L);
+        return -1;
     }
-    if (layer_index_build(&lix, lg, &err)) {
-        fprintf(stderr, "hetc compile: %s\n", err.msg);
-        goto done;
-    }
+    if (layer_index_build(&c->lix, c->pc.g, err)) return 1;
     fprintf(stderr, "compile: %d stages, %d layers, %d microbatches of %lld rows x %lld tokens "
-            "per step\n", plan.nstages, L, plan.microbatches, (long long)rows,
-            (long long)co.seq);
+            "per step\n", c->plan.nstages, c->L, c->microbatches, (long long)c->rows,
+            (long long)c->co.seq);
+    return 0;
+}
 
-    /* 3. stages */
+/* Steps 5-9, per stage: stage graphs, partition, initial parameters,
+ * memory plan, lowering, emission, link (compile_stage.c, compile_emit.c);
+ * then the launchers. */
+static int step_stages(CompileCtx *c, CompileStages *cs, IrError *err) {
+    memset(cs, 0, sizeof *cs);
+    c->co.ibinds.log = NULL; /* said once; not again per stage */
+    c->co.report_params = 0;
+    cs->plan = &c->plan;
+    cs->args = &c->ca;
+    cs->co = &c->co;
+    cs->out_dir = c->out_tmp;
+    cs->build_id = c->build_id;
+    cs->nlayers = c->L;
+    cs->layers = &c->lix;
+    cs->plan_path = c->planpath;
+    cs->rows = c->rows;
+    cs->local_rows = c->local_rows;
+    int rc = compile_stages(cs, err);
+    compile_stages_free(cs);
+    if (rc) return 1;
+    return compile_write_launchers(c->out_tmp, c->final, &c->plan, c->build_id, err) ||
+           compile_write_elastic_env(c->out_tmp, c->argc, c->argv, c->model, c->cluster,
+                                     &c->plan, err);
+}
+
+/* Step 10: swap the new build in; what was done, how long it took. */
+static int step_commit(CompileCtx *c, const CompileStages *cs, IrError *err) {
+    if (build_dir_commit(c->final, c->out_tmp, err)) return 1;
+    const char *out = c->final;
+    fprintf(stderr, "compile: graphs %.2f s, initial parameters %.2f s, lower+emit+link %.2f s\n",
+            cs->t_graphs, cs->t_init, cs->t_lower);
+    fprintf(stderr, "compile: wrote %s/stage_0..%d, %s/init, %s/launch.sh in %.2f s (plan %.2f s)\n",
+            out, c->plan.nstages - 1, out, out, now_s() - c->t0, c->t_plan);
+    printf("run it: %s/launch.sh --data TOKENS.bin --steps %lld\n", out, (long long)c->ca.steps);
+    fprintf(stderr, "compile: build id %016llx\n", (unsigned long long)c->build_id);
+    if (c->pa.co.verbose)
+        fprintf(stderr, "compile: model read %d time(s), %d graph(s) built from it\n",
+                c->src.reads, c->src.builds);
+    return 0;
+}
+
+static void compile_ctx_free(CompileCtx *c) {
+    layer_index_free(&c->lix);
+    plan_ctx_free(&c->pc);
+    comp_plan_free(&c->plan);
+    free(c->local_rows);
+    model_source_free(&c->src);
+}
+
+/* The pipeline, top to bottom (docs/ARCHITECTURE.md). */
+int cmd_compile(int argc, char **argv) {
+    CompileCtx *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "hetc compile: out of memory\n");
+        return 1;
+    }
+    IrError err = {{0}};
     CompileStages cs;
     memset(&cs, 0, sizeof cs);
-    cs.plan = &plan;
-    cs.args = &ca;
-    cs.co = &co;
-    cs.out_dir = out;
-    cs.build_id = build_id;
-    cs.nlayers = L;
-    cs.layers = &lix;
-    cs.plan_path = planpath;
-    if (compile_stages(&cs, &err)) {
+    int rc = step_parse(c, argc, argv);
+    if (rc >= 0) goto out;
+    rc = 1;
+    if (step_begin(c, &err)) {
         fprintf(stderr, "hetc compile: %s\n", err.msg);
-        compile_stages_free(&cs);
-        goto done;
+        goto out;
     }
-    if (compile_write_launchers(out, final, &plan, build_id, &err) ||
-        compile_write_elastic_env(out, argc, argv, model, cluster, &plan, &err)) {
-        fprintf(stderr, "hetc compile: %s\n", err.msg);
-        compile_stages_free(&cs);
-        goto done;
+    int r = step_plan(c);
+    if (r) {
+        rc = r;
+    } else if ((r = step_read_plan(c, &err)) || (r = step_layers(c, &err)) ||
+               (r = step_stages(c, &cs, &err)) || (r = step_commit(c, &cs, &err))) {
+        if (r > 0) fprintf(stderr, "hetc compile: %s\n", err.msg);
+    } else {
+        rc = 0;
     }
-    compile_stages_free(&cs);
-    if (build_dir_commit(final, out_tmp, &err)) {
-        fprintf(stderr, "hetc compile: %s\n", err.msg);
-        goto done;
-    }
-    out = final;
-    fprintf(stderr, "compile: graphs %.2f s, initial parameters %.2f s, lower+emit+link %.2f s\n",
-            cs.t_graphs, cs.t_init, cs.t_lower);
-    fprintf(stderr, "compile: wrote %s/stage_0..%d, %s/init, %s/launch.sh in %.2f s (plan %.2f s)\n",
-            out, plan.nstages - 1, out, out, now_s() - t0, t_plan);
-    printf("run it: %s/launch.sh --data TOKENS.bin --steps %lld\n", out, (long long)ca.steps);
-    fprintf(stderr, "compile: build id %016llx\n", (unsigned long long)build_id);
-    rc = 0;
-done:
-    if (rc) build_dir_abandon(final, out_tmp);
-    layer_index_free(&lix);
-    free(players);
-    module_report_free(&mrep);
-    ir_graph_free(lg);
-    cluster_free(&cl);
-    comp_plan_free(&plan);
+    if (rc) build_dir_abandon(c->final, c->out_tmp);
+out:
+    compile_ctx_free(c);
+    free(c);
     return rc;
-bad:
-    free(pargv);
-    return 2;
 }

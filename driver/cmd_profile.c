@@ -378,6 +378,67 @@ static int write_entry(FILE *f, int first, const ProfArgs *a, const CompileOpts 
                    seqs, a->dtype, tf, tb, ms, ma);
 }
 
+/* The database's head: format, how it was measured, the layers' signatures. */
+static void write_db_head(FILE *f, const ProfArgs *a, const char *gpu, const PlanLayer *layers,
+                          int L) {
+    fprintf(f, "{\n  \"format\": \"hetc-profile-db\",\n  \"version\": 1,\n"
+            "  \"comment\": \"hetc profile: %s, %lld timed runs (median) after %lld warm-up; "
+            "fp32 storage, AdamW%s\",\n  \"layers\": [",
+            a->dry_run ? "dry run: HOST executor times, not the device's" : gpu,
+            (long long)a->reps, (long long)a->warmup,
+            strcmp(a->dtype, "fp32") ? "; filed under another dtype with --dtype" : "");
+    for (int l = 0; l < L; l++)
+        fprintf(f, "%s\"0x%016llx\"", l ? ", " : "", (unsigned long long)layers[l].sig);
+    fprintf(f, "],\n  \"entries\": [");
+}
+
+/* Layer l's stage (its fwd + bwd, partition's) timed on the device or
+ * the host executor, and its entry in f; 1 after saying what failed. */
+static int profile_layer(const ProfArgs *a, const CompileOpts *co, IrGraph *g,
+                         const PartSpec *spec, const PlanLayer *layers, int l, FILE *f,
+                         int *nent, IrError *err) {
+    int failed = 0;
+    PartStage ps;
+    memset(&ps, 0, sizeof ps);
+    double tf = 0, tb = 0, ms = 0, ma = 0, t = now_s();
+    if (partition_stage(g, spec, l, &ps, err)) {
+        fprintf(stderr, "hetc profile: layer %d: %s\n", l + 1, err->msg);
+        return 1;
+    }
+    layer_memory(&ps, &ms, &ma);
+    int nf = 0, nb = 0;
+    for (int k = 0; k < ps.train->nnodes; k++) {
+        nf += ps.train->nodes[k]->phase == IR_PHASE_FWD;
+        nb += ps.train->nodes[k]->phase == IR_PHASE_BWD;
+    }
+    long long fallbacks = 0;
+    if (a->dry_run) {
+        failed = host_layer(ps.train, (int)a->warmup, (int)a->reps, &tf, &tb, err);
+    } else {
+#ifdef HETC_PROFILE_CUDA
+        CudaProfResult pr;
+        failed = cudaprof_layer(ps.train, (int)a->ordinal, (int)a->warmup, (int)a->reps, &pr,
+                                err);
+        tf = pr.t_f;
+        tb = pr.t_b;
+        fallbacks = (long long)pr.fallbacks;
+#endif
+    }
+    if (failed) {
+        fprintf(stderr, "hetc profile: layer %d (sig 0x%016llx): %s\n", l + 1,
+                (unsigned long long)layers[l].sig, err->msg);
+    } else {
+        write_entry(f, *nent == 0, a, co, layers[l].sig, tf, tb, ms, ma);
+        (*nent)++;
+        fprintf(stderr, "layer %3d sig 0x%016llx: %d fwd + %d bwd nodes, t_f %.3g s, t_b "
+                "%.3g s, static %.3g MB, act %.3g MB%s (%.2f s)\n", l + 1,
+                (unsigned long long)layers[l].sig, nf, nb, tf, tb, ms / 1e6, ma / 1e6,
+                fallbacks ? ", some nodes on the host fallback" : "", now_s() - t);
+    }
+    partition_stage_free(&ps);
+    return failed;
+}
+
 int cmd_profile(int argc, char **argv) {
     ProfArgs a = {.out = "profile.json", .dtype = "fp32", .loss = "xent", .microbatch = 1,
                   .min_heavy = 2, .n = 1, .m = 1, .tp = 1, .reps = 10, .warmup = 3};
@@ -496,59 +557,13 @@ int cmd_profile(int argc, char **argv) {
         free(dps);
         goto done;
     }
-    fprintf(f, "{\n  \"format\": \"hetc-profile-db\",\n  \"version\": 1,\n"
-            "  \"comment\": \"hetc profile: %s, %lld timed runs (median) after %lld warm-up; "
-            "fp32 storage, AdamW%s\",\n  \"layers\": [",
-            a.dry_run ? "dry run: HOST executor times, not the device's" : gpu,
-            (long long)a.reps, (long long)a.warmup,
-            strcmp(a.dtype, "fp32") ? "; filed under another dtype with --dtype" : "");
-    for (int l = 0; l < L; l++)
-        fprintf(f, "%s\"0x%016llx\"", l ? ", " : "", (unsigned long long)layers[l].sig);
-    fprintf(f, "],\n  \"entries\": [");
+    write_db_head(f, &a, gpu, layers, L);
     int nent = 0, failed = 0;
     for (int l = 0; l < L && !failed; l++) {
         int dup = 0;
         for (int q = 0; q < l && !dup; q++) dup = layers[q].sig == layers[l].sig;
         if (dup) continue;
-        PartStage ps;
-        memset(&ps, 0, sizeof ps);
-        double tf = 0, tb = 0, ms = 0, ma = 0, t = now_s();
-        if (partition_stage(g, &spec, l, &ps, &err)) {
-            fprintf(stderr, "hetc profile: layer %d: %s\n", l + 1, err.msg);
-            failed = 1;
-            break;
-        }
-        layer_memory(&ps, &ms, &ma);
-        int nf = 0, nb = 0;
-        for (int k = 0; k < ps.train->nnodes; k++) {
-            nf += ps.train->nodes[k]->phase == IR_PHASE_FWD;
-            nb += ps.train->nodes[k]->phase == IR_PHASE_BWD;
-        }
-        long long fallbacks = 0;
-        if (a.dry_run) {
-            failed = host_layer(ps.train, (int)a.warmup, (int)a.reps, &tf, &tb, &err);
-        } else {
-#ifdef HETC_PROFILE_CUDA
-            CudaProfResult pr;
-            failed = cudaprof_layer(ps.train, (int)a.ordinal, (int)a.warmup, (int)a.reps, &pr,
-                                    &err);
-            tf = pr.t_f;
-            tb = pr.t_b;
-            fallbacks = (long long)pr.fallbacks;
-#endif
-        }
-        if (failed) {
-            fprintf(stderr, "hetc profile: layer %d (sig 0x%016llx): %s\n", l + 1,
-                    (unsigned long long)layers[l].sig, err.msg);
-        } else {
-            write_entry(f, nent == 0, &a, &co, layers[l].sig, tf, tb, ms, ma);
-            nent++;
-            fprintf(stderr, "layer %3d sig 0x%016llx: %d fwd + %d bwd nodes, t_f %.3g s, t_b "
-                    "%.3g s, static %.3g MB, act %.3g MB%s (%.2f s)\n", l + 1,
-                    (unsigned long long)layers[l].sig, nf, nb, tf, tb, ms / 1e6, ma / 1e6,
-                    fallbacks ? ", some nodes on the host fallback" : "", now_s() - t);
-        }
-        partition_stage_free(&ps);
+        failed = profile_layer(&a, &co, g, &spec, layers, l, f, &nent, &err);
     }
     free(first);
     free(dps);

@@ -103,6 +103,65 @@ static void print_preview(const IrTensor *t) {
     printf("%s]\n", n > 6 ? ", ..." : "");
 }
 
+/* Name the inputs as the graph does and bind its open dims from their
+ * shapes; 1 after saying what does not fit. */
+static int bind_inputs(IrGraph *g, const NamedFile *ins, int nins, IrTensor **inputs,
+                       const CompileOpts *o, IrError *err) {
+    HetcDimBinding binds[MAX_IO * IR_MAX_RANK];
+    int nb = 0;
+    for (int i = 0; i < nins; i++) {
+        IrValue *v = ins[i].name ? ir_graph_find_value(g, ins[i].name) : g->inputs[i];
+        if (!v || v->kind != IR_VK_INPUT) {
+            fprintf(stderr, "hetc run: '%s' is not an input of '%s' (inputs:", ins[i].name,
+                    o->model);
+            for (int k = 0; k < g->ninputs; k++) fprintf(stderr, " %s", g->inputs[k]->name);
+            fprintf(stderr, ")\n");
+            return 1;
+        }
+        free(inputs[i]->name);
+        inputs[i]->name = ir_strdup(v->name);
+        if (inputs[i]->shape.rank != v->shape.rank) {
+            fprintf(stderr, "hetc run: input '%s' from '%s' has rank %d, the model expects %d\n",
+                    v->name, ins[i].file, inputs[i]->shape.rank, v->shape.rank);
+            return 1;
+        }
+        for (int d = 0; d < v->shape.rank; d++)
+            if (v->sym[d] && v->shape.dims[d] < 0) {
+                /* a copy: binding frees the graph's own sym names */
+                binds[nb].name = ir_strdup(v->sym[d]);
+                binds[nb].value = inputs[i]->shape.dims[d];
+                nb++;
+            }
+    }
+    int bound = hetc_bind_dims(g, binds, nb, err);
+    for (int i = 0; i < nb; i++) free((char *)binds[i].name);
+    if (bound != 0 || (o->ibinds.n && input_binds_apply(g, &o->ibinds, err))) {
+        fprintf(stderr, "hetc run: %s\n", err->msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* OUTDIR/NAME.npy for every output, with a preview line each. */
+static int write_outputs(const char *outdir, IrTensor **outputs, int nout, IrError *err) {
+    printf("outputs (%s/):\n", outdir);
+    for (int i = 0; i < nout; i++) {
+        char path[4096];
+        /* output names may contain '/', as ONNX exporters name them */
+        char safe[1024];
+        snprintf(safe, sizeof safe, "%s", outputs[i]->name);
+        for (char *c = safe; *c; c++)
+            if (*c == '/') *c = '_';
+        snprintf(path, sizeof path, "%s/%s.npy", outdir, safe);
+        if (hetc_write_npy(path, outputs[i], err) != 0) {
+            fprintf(stderr, "hetc run: %s\n", err->msg);
+            return 1;
+        }
+        print_preview(outputs[i]);
+    }
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
     CompileOpts o;
     compile_opts_init(&o);
@@ -192,38 +251,8 @@ int cmd_run(int argc, char **argv) {
                 g->ninputs);
         goto done;
     }
-    HetcDimBinding binds[MAX_IO * IR_MAX_RANK];
-    int nb = 0;
-    for (int i = 0; i < nins; i++) {
-        IrValue *v = ins[i].name ? ir_graph_find_value(g, ins[i].name) : g->inputs[i];
-        if (!v || v->kind != IR_VK_INPUT) {
-            fprintf(stderr, "hetc run: '%s' is not an input of '%s' (inputs:", ins[i].name,
-                    o.model);
-            for (int k = 0; k < g->ninputs; k++) fprintf(stderr, " %s", g->inputs[k]->name);
-            fprintf(stderr, ")\n");
-            goto done;
-        }
-        free(inputs[i]->name);
-        inputs[i]->name = ir_strdup(v->name);
-        if (inputs[i]->shape.rank != v->shape.rank) {
-            fprintf(stderr, "hetc run: input '%s' from '%s' has rank %d, the model expects %d\n",
-                    v->name, ins[i].file, inputs[i]->shape.rank, v->shape.rank);
-            goto done;
-        }
-        for (int d = 0; d < v->shape.rank; d++)
-            if (v->sym[d] && v->shape.dims[d] < 0) {
-                /* a copy: binding frees the graph's own sym names */
-                binds[nb].name = ir_strdup(v->sym[d]);
-                binds[nb].value = inputs[i]->shape.dims[d];
-                nb++;
-            }
-    }
-    int bound = hetc_bind_dims(g, binds, nb, &err);
-    for (int i = 0; i < nb; i++) free((char *)binds[i].name);
-    if (bound != 0 || (o.ibinds.n && input_binds_apply(g, &o.ibinds, &err))) {
-        fprintf(stderr, "hetc run: %s\n", err.msg);
+    if (bind_inputs(g, ins, nins, inputs, &o, &err))
         goto done;
-    }
     if (compile_run_passes(g, &o, &ctx, &err) != 0) {
         fprintf(stderr, "hetc run: %s\n", err.msg);
         goto done;
@@ -237,21 +266,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "hetc run: %s\n", err.msg);
         goto done;
     }
-    printf("outputs (%s/):\n", outdir);
-    for (int i = 0; i < nout; i++) {
-        char path[4096];
-        /* output names may contain '/', as ONNX exporters name them */
-        char safe[1024];
-        snprintf(safe, sizeof safe, "%s", outputs[i]->name);
-        for (char *c = safe; *c; c++)
-            if (*c == '/') *c = '_';
-        snprintf(path, sizeof path, "%s/%s.npy", outdir, safe);
-        if (hetc_write_npy(path, outputs[i], &err) != 0) {
-            fprintf(stderr, "hetc run: %s\n", err.msg);
-            goto done;
-        }
-        print_preview(outputs[i]);
-    }
+    if (write_outputs(outdir, outputs, nout, &err))
+        goto done;
     rc = 0;
     if (nexps) printf("agreement with reference (rtol %.0e):\n", rtol);
     for (int e = 0; e < nexps; e++) {

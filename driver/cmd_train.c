@@ -255,6 +255,121 @@ static void print_exec_stats(const TrainState *st, int64_t allocs1) {
            hk_parallel_threads(), blas);
 }
 
+/* The training data (and --val-data) loaders, their ids checked against
+ * the model's vocabulary; 1 after saying what is wrong. */
+static int open_data(TrainOpts *t, const CompileOpts *co, const IrGraph *g, RtDataLoader *dl,
+                     RtDataLoader *vdl) {
+    char rerr[RT_ERRLEN] = "";
+    RtTokenFormat fmt = RT_TOKENS_LLMC;
+    if (t->data_format && rt_token_format_parse(t->data_format, &fmt)) {
+        fprintf(stderr, "hetc train: --data-format %s: expected llmc or raw-u16\n", t->data_format);
+        return 1;
+    }
+    if (rt_data_open_format(dl, t->data, fmt, co->batch, co->seq, 0, 1, rerr)) {
+        fprintf(stderr, "hetc train: %s: %s\n", t->data, rerr);
+        return 1;
+    }
+    /* token ids must index the model's vocabulary (an id past it is a clear
+     * error naming the file, not a read outside the embedding) */
+    dl->vocab = graph_token_vocab(g, input_binds_token_input(g));
+    if (dl->vocab > 0 && rt_data_check_vocab(dl, dl->vocab, rerr)) {
+        fprintf(stderr, "hetc train: %s\n", rerr);
+        return 1;
+    }
+    if (t->val_data) {
+        if (rt_data_open_format(vdl, t->val_data, fmt, co->batch, co->seq, 0, 1, rerr)) {
+            fprintf(stderr, "hetc train: --val-data %s: %s\n", t->val_data, rerr);
+            return 1;
+        }
+        vdl->vocab = dl->vocab;
+        if (vdl->vocab > 0 && rt_data_check_vocab(vdl, vdl->vocab, rerr)) {
+            fprintf(stderr, "hetc train: --val-data: %s\n", rerr);
+            return 1;
+        }
+        if (t->val_batches > vdl->nbatches) t->val_batches = vdl->nbatches;
+    }
+    return 0;
+}
+
+/* --metrics FILE (default: beside the checkpoints); 1 after saying why not. */
+static int open_metrics(const TrainOpts *t, RtMetrics *met) {
+    char mdef[4200], merr[512];
+    /* default: beside the checkpoints; --no-checkpoint writes no files
+     * unless --metrics names one */
+    const char *mp = t->metrics ? t->metrics : t->no_ckpt ? "none" : NULL;
+    if (!mp) {
+        snprintf(mdef, sizeof mdef, "%s/metrics.jsonl", t->ckpt_dir);
+        mp = mdef;
+    }
+    if (strcmp(mp, "none") && rt_metrics_open(met, mp, NULL, 0, merr, sizeof merr)) {
+        fprintf(stderr, "hetc train: --metrics: %s\n", merr);
+        return 1;
+    }
+    return 0;
+}
+
+/* Step `step`'s forward + backward over t->accum microbatches: gradients
+ * summed, *loss their mean; 1 after saying what failed. */
+static int accumulate(TrainState *st, const TrainOpts *t, RtDataLoader *dl, IrTensor **in,
+                      int64_t step, double *loss, IrError *err) {
+    char rerr[RT_ERRLEN] = "";
+    *loss = 0;
+    train_state_zero_grads(st);
+    for (int64_t a = 0; a < t->accum; a++) {
+        int64_t mb = (step * t->accum + a) % (dl->nbatches > 0 ? dl->nbatches : 1);
+        if (rt_data_batch(dl, mb, in[0]->data, in[1]->data, rerr)) {
+            fprintf(stderr, "hetc train: %s\n", rerr);
+            return 1;
+        }
+        double l;
+        if (train_state_forward_backward(st, in, 2, 1.0f / (float)t->accum, &l, err)) {
+            fprintf(stderr, "hetc train: step %lld: %s\n", (long long)step + 1, err->msg);
+            return 1;
+        }
+        *loss += l / (double)t->accum;
+    }
+    return 0;
+}
+
+/* After step `step`'s update: validation, the metrics line, checkpoints;
+ * 1 after saying what failed. */
+static int after_step(TrainState *st, const TrainOpts *t, RtDataLoader *vdl, IrTensor **in,
+                      RtMetrics *met, int64_t step, const RtStepMetrics *base, IrError *err) {
+    int last = step + 1 == t->steps;
+    double vl = NAN;
+    if (t->val_data && (last || (step + 1) % t->val_every == 0)) {
+        if (val_loss(st, vdl, t->val_batches, in, &vl, err)) {
+            fprintf(stderr, "hetc train: validation at step %lld: %s\n", (long long)step + 1,
+                    err->msg);
+            return 1;
+        }
+        printf("step %5lld/%lld | val loss %.9g (%lld batches of %s)\n", (long long)step + 1,
+               (long long)t->steps, vl, (long long)t->val_batches, t->val_data);
+        fflush(stdout);
+    }
+    /* one process on the host: no plan, no device peak, so no MFU (the
+     * FLOPs are there for a user's own peak) */
+    RtStageTimes one = {.stage = 0, .ranks = 1, .compute_s = base->step_s,
+                        .arena_bytes = train_arena_bytes(st),
+                        .peak_rss_bytes = rt_peak_rss_bytes()};
+    RtStepMetrics sm = *base;
+    sm.step = step + 1;
+    sm.val_loss = vl;
+    sm.stages = &one;
+    sm.nstages = 1;
+    if (rt_metrics_step(met, &sm)) {
+        fprintf(stderr, "hetc train: --metrics: cannot write the line of step %lld\n",
+                (long long)step + 1);
+        return 1;
+    }
+    if (!t->no_ckpt && (last || (t->ckpt_every > 0 && (step + 1) % t->ckpt_every == 0)) &&
+        train_state_save(st, t->ckpt_dir, step + 1, err)) {
+        fprintf(stderr, "hetc train: checkpoint: %s\n", err->msg);
+        return 1;
+    }
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     CompileOpts co;
     compile_opts_init(&co);
@@ -295,7 +410,6 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     int rc = 1;
-    char rerr[RT_ERRLEN] = "";
     RtDataLoader dl, vdl;
     memset(&dl, 0, sizeof dl);
     memset(&vdl, 0, sizeof vdl);
@@ -313,48 +427,10 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
     }
-    RtTokenFormat fmt = RT_TOKENS_LLMC;
-    if (t.data_format && rt_token_format_parse(t.data_format, &fmt)) {
-        fprintf(stderr, "hetc train: --data-format %s: expected llmc or raw-u16\n", t.data_format);
+    if (open_data(&t, &co, g, &dl, &vdl))
         goto done;
-    }
-    if (rt_data_open_format(&dl, t.data, fmt, co.batch, co.seq, 0, 1, rerr)) {
-        fprintf(stderr, "hetc train: %s: %s\n", t.data, rerr);
+    if (open_metrics(&t, &met))
         goto done;
-    }
-    /* token ids must index the model's vocabulary (an id past it is a clear
-     * error naming the file, not a read outside the embedding) */
-    dl.vocab = graph_token_vocab(g, input_binds_token_input(g));
-    if (dl.vocab > 0 && rt_data_check_vocab(&dl, dl.vocab, rerr)) {
-        fprintf(stderr, "hetc train: %s\n", rerr);
-        goto done;
-    }
-    if (t.val_data) {
-        if (rt_data_open_format(&vdl, t.val_data, fmt, co.batch, co.seq, 0, 1, rerr)) {
-            fprintf(stderr, "hetc train: --val-data %s: %s\n", t.val_data, rerr);
-            goto done;
-        }
-        vdl.vocab = dl.vocab;
-        if (vdl.vocab > 0 && rt_data_check_vocab(&vdl, vdl.vocab, rerr)) {
-            fprintf(stderr, "hetc train: --val-data: %s\n", rerr);
-            goto done;
-        }
-        if (t.val_batches > vdl.nbatches) t.val_batches = vdl.nbatches;
-    }
-    {
-        char mdef[4200], merr[512];
-        /* default: beside the checkpoints; --no-checkpoint writes no files
-         * unless --metrics names one */
-        const char *mp = t.metrics ? t.metrics : t.no_ckpt ? "none" : NULL;
-        if (!mp) {
-            snprintf(mdef, sizeof mdef, "%s/metrics.jsonl", t.ckpt_dir);
-            mp = mdef;
-        }
-        if (strcmp(mp, "none") && rt_metrics_open(&met, mp, NULL, 0, merr, sizeof merr)) {
-            fprintf(stderr, "hetc train: --metrics: %s\n", merr);
-            goto done;
-        }
-    }
     OptimOpts oo;
     optim_opts_default(&oo);
     oo.sgd = !strcmp(t.optimizer, "sgd");
@@ -389,23 +465,7 @@ int cmd_train(int argc, char **argv) {
     rc = 0;
     for (int64_t step = 0; step < t.steps && !rc; step++) {
         double ts = now_s();
-        loss = 0;
-        train_state_zero_grads(&st);
-        for (int64_t a = 0; a < t.accum && !rc; a++) {
-            int64_t mb = (step * t.accum + a) % (dl.nbatches > 0 ? dl.nbatches : 1);
-            if (rt_data_batch(&dl, mb, in[0]->data, in[1]->data, rerr)) {
-                fprintf(stderr, "hetc train: %s\n", rerr);
-                rc = 1;
-                break;
-            }
-            double l;
-            if (train_state_forward_backward(&st, in, 2, 1.0f / (float)t.accum, &l, &err)) {
-                fprintf(stderr, "hetc train: step %lld: %s\n", (long long)step + 1, err.msg);
-                rc = 1;
-                break;
-            }
-            loss += l / (double)t.accum;
-        }
+        rc = accumulate(&st, &t, &dl, in, step, &loss, &err);
         if (rc) break;
         if (step == 0 && t.dump_grads && dump_first(t.dump_grads, &st, loss, &err)) {
             fprintf(stderr, "hetc train: --dump-grads: %s\n", err.msg);
@@ -427,38 +487,9 @@ int cmd_train(int argc, char **argv) {
                    (long long)step + 1, (long long)t.steps, loss, norm, lr,
                    dt > 0 ? (double)tok_per_step / dt : 0.0, eta);
         fflush(stdout);
-        int last = step + 1 == t.steps;
-        double vl = NAN;
-        if (t.val_data && (last || (step + 1) % t.val_every == 0)) {
-            if (val_loss(&st, &vdl, t.val_batches, in, &vl, &err)) {
-                fprintf(stderr, "hetc train: validation at step %lld: %s\n", (long long)step + 1,
-                        err.msg);
-                rc = 1;
-                break;
-            }
-            printf("step %5lld/%lld | val loss %.9g (%lld batches of %s)\n", (long long)step + 1,
-                   (long long)t.steps, vl, (long long)t.val_batches, t.val_data);
-            fflush(stdout);
-        }
-        /* one process on the host: no plan, no device peak, so no MFU (the
-         * FLOPs are there for a user's own peak) */
-        RtStageTimes one = {.stage = 0, .ranks = 1, .compute_s = dt,
-                            .arena_bytes = train_arena_bytes(&st),
-                            .peak_rss_bytes = rt_peak_rss_bytes()};
-        RtStepMetrics sm = {.step = step + 1, .loss = loss, .grad_norm = norm, .lr = lr,
-                            .step_s = dt, .tokens = tok_per_step, .val_loss = vl,
-                            .flops = step_flops, .stages = &one, .nstages = 1};
-        if (rt_metrics_step(&met, &sm)) {
-            fprintf(stderr, "hetc train: --metrics: cannot write the line of step %lld\n",
-                    (long long)step + 1);
-            rc = 1;
-            break;
-        }
-        if (!t.no_ckpt && (last || (t.ckpt_every > 0 && (step + 1) % t.ckpt_every == 0)) &&
-            train_state_save(&st, t.ckpt_dir, step + 1, &err)) {
-            fprintf(stderr, "hetc train: checkpoint: %s\n", err.msg);
-            rc = 1;
-        }
+        RtStepMetrics base = {.loss = loss, .grad_norm = norm, .lr = lr, .step_s = dt,
+                              .tokens = tok_per_step, .flops = step_flops};
+        rc = after_step(&st, &t, &vdl, in, &met, step, &base, &err);
     }
     if (!rc && t.exec_stats) print_exec_stats(&st, allocs1);
     if (!rc && t.export_path && train_state_export_onnx(&st, co.model, t.export_path, &err)) {

@@ -105,6 +105,104 @@ int compile_have_cuda(void) { return HETC_STAGE_HAVE_CUDA; }
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
+/* The lowering options of one stage binary (slots, schedule, training). */
+static void lower_opts(const CompileStages *cs, int *dp, int nslots, LeSched *ls, LowerOpts *lo) {
+    const CompPlan *p = cs->plan;
+    const CompileArgs *a = cs->args;
+    int B = p->microbatches;
+    memset(lo, 0, sizeof *lo);
+    lo->nstages = p->nstages;
+    lo->dp = dp;
+    lo->rows = cs->rows;
+    lo->seq = cs->co->seq;
+    lo->accum = B;
+    lo->nslots = nslots;
+    lo->sched = ls;
+    lo->nsched = 2 * B;
+    lo->optimizer = a->optimizer;
+    lo->lr = a->lr;
+    lo->lr_schedule = a->lr_schedule;
+    lo->warmup = a->warmup;
+    lo->steps = a->steps;
+    lo->layers = cs->nlayers;
+    lo->token_dtype = IR_UNDEF;
+    lo->direct = !a->interpret_nodes;
+    lo->cuda = a->backend_cuda; /* device arenas: codegen/lower_node_cuda.c's table */
+    /* the generated fused kernels are host loops; their NVPTX lowering is
+     * not launched by the CUDA runtime yet (docs/CUDA.md) */
+    lo->fuse = !a->no_fuse && !a->backend_cuda;
+}
+
+/* Stage s's config: the lowering's, with the shared-parameter, link, build
+ * id and metrics records before its "end" (mps: the stages at this
+ * binary's rows, for its flops). */
+static char *stage_config(const CompileStages *cs, const PartStage *ps, const PartStage *mps,
+                          int s, const char *shared, const char *config) {
+    char *links = link_lines(cs->plan, ps, s);
+    char idline[40];
+    snprintf(idline, sizeof idline, "build %016llx\n", (unsigned long long)cs->build_id);
+    char *mlines = compile_metrics_lines(cs, mps, s); /* flops at this binary's rows */
+    size_t mlen = mlines ? strlen(mlines) : 0;
+    char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + mlen + 1);
+    strcpy(extra, shared);
+    strcat(extra, links);
+    strcat(extra, idline);
+    if (mlines) strcat(extra, mlines);
+    free(mlines);
+    char *cfg = config_with(config, extra);
+    free(links);
+    free(extra);
+    return cfg;
+}
+
+/* One row of the memory table (rep), the stage's kernel lines (kern). */
+static void report_stage(FILE *rep, FILE *kern, const CompPlan *p, int s, int lo_var,
+                         int64_t rows, const MemPlan *mp, const LowerStats *lst) {
+    int dp = p->stages[s].dp;
+    char sname[24];
+    snprintf(sname, sizeof sname, "%d%s", s, lo_var ? "lo" : "");
+    fprintf(rep, "%5s  %5d  %5d  %10.2f  %9.2f  %9.2f  %12.2f  %11.2f  %9.2f  %11.3f\n", sname,
+            lo_var ? dp - (int)(rows % dp) : rows % dp ? (int)(rows % dp) : dp,
+            mp->nslots, mp->param_bytes / 1048576.0, mp->grad_bytes / 1048576.0,
+            mp->opt_bytes / 1048576.0, mp->slot_bytes / 1048576.0,
+            mp->scratch_bytes / 1048576.0, mp->arena_bytes / 1048576.0,
+            gib(p->stages[s].mem_pred));
+    /* what is still interpreted (issue 15): a line per stage after the table */
+    fprintf(kern, "stage %s: %d nodes as direct kernel calls, %d interpreted (hetrt_node)%s%s\n",
+            sname, lst->direct, lst->interp, lst->interp ? ": " : "", lst->interp_ops);
+    if (lst->fused)
+        fprintf(kern, "  fused: %d of them in %d generated elementwise kernels\n", lst->fused,
+                lst->kernels);
+    if (lst->interp && lst->why[0]) fprintf(kern, "  first: %s\n", lst->why);
+}
+
+/* DIR/stages.txt; and the same table at the end of plan.txt */
+static int write_reports(const CompileStages *cs, const char *report, size_t report_len,
+                         IrError *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/stages.txt", cs->out_dir);
+    if (compile_write_file(path, report + 1, 0644, err))
+        return -1;
+    snprintf(path, sizeof path, "%s/plan.txt", cs->out_dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *txt = malloc((size_t)n + report_len + 1);
+    size_t got = fread(txt, 1, (size_t)n, f);
+    fclose(f);
+    txt[got] = 0;
+    char *old = strstr(txt, "\nstage memory plan");
+    if (old)
+        *old = 0;
+    strcat(txt, report);
+    int rc = compile_write_file(path, txt, 0644, err);
+    free(txt);
+    return rc;
+}
+
 int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrError *err) {
     const CompPlan *p = cs->plan;
     const CompileArgs *a = cs->args;
@@ -143,27 +241,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
             ls[i].microbatch = sch.actions[s][i].mb;
         }
         LowerOpts lo;
-        memset(&lo, 0, sizeof lo);
-        lo.nstages = S;
-        lo.dp = dp;
-        lo.rows = p->global_batch / B;
-        lo.seq = cs->co->seq;
-        lo.accum = B;
-        lo.nslots = sch.warmup[s];
-        lo.sched = ls;
-        lo.nsched = 2 * B;
-        lo.optimizer = a->optimizer;
-        lo.lr = a->lr;
-        lo.lr_schedule = a->lr_schedule;
-        lo.warmup = a->warmup;
-        lo.steps = a->steps;
-        lo.layers = cs->nlayers;
-        lo.token_dtype = IR_UNDEF;
-        lo.direct = !a->interpret_nodes;
-        lo.cuda = a->backend_cuda; /* device arenas: codegen/lower_node_cuda.c's table */
-        /* the generated fused kernels are host loops; their NVPTX lowering is
-         * not launched by the CUDA runtime yet (docs/CUDA.md) */
-        lo.fuse = !a->no_fuse && !a->backend_cuda;
+        lower_opts(cs, dp, sch.warmup[s], ls, &lo);
         LeProgram prog;
         MemPlan mp;
         char *config = NULL;
@@ -173,20 +251,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
             ir_error_prefix_stage(err, NULL, s);
             goto done;
         }
-        char *links = link_lines(p, ps, s);
-        char idline[40];
-        snprintf(idline, sizeof idline, "build %016llx\n", (unsigned long long)cs->build_id);
-        char *mlines = compile_metrics_lines(cs, lo_var ? lo_ps : ps, s); /* flops at this binary's rows */
-        size_t mlen = mlines ? strlen(mlines) : 0;
-        char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + mlen + 1);
-        strcpy(extra, shared);
-        strcat(extra, links);
-        strcat(extra, idline);
-        if (mlines) strcat(extra, mlines);
-        free(mlines);
-        char *cfg = config_with(config, extra);
-        free(links);
-        free(extra);
+        char *cfg = stage_config(cs, ps, lo_var ? lo_ps : ps, s, shared, config);
         prog.config = cfg;
         char obj[4200], ll[4200], exe[4200], tmp[4300];
         snprintf(obj, sizeof obj, "%s/stage_%d%s.o", cs->out_dir, s, sfx);
@@ -234,21 +299,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
             erc = ir_errorf(err, "%s: cannot rename into place (%s)", exe, strerror(errno));
         if (erc)
             unlink(tmp);
-        char sname[24];
-        snprintf(sname, sizeof sname, "%d%s", s, lo_var ? "lo" : "");
-        fprintf(rep, "%5s  %5d  %5d  %10.2f  %9.2f  %9.2f  %12.2f  %11.2f  %9.2f  %11.3f\n", sname,
-                lo_var ? dp[s] - (int)(lo.rows % dp[s]) : lo.rows % dp[s] ? (int)(lo.rows % dp[s]) : dp[s],
-                mp.nslots, mp.param_bytes / 1048576.0, mp.grad_bytes / 1048576.0,
-                mp.opt_bytes / 1048576.0, mp.slot_bytes / 1048576.0,
-                mp.scratch_bytes / 1048576.0, mp.arena_bytes / 1048576.0,
-                gib(p->stages[s].mem_pred));
-        /* what is still interpreted (issue 15): a line per stage after the table */
-        fprintf(kern, "stage %s: %d nodes as direct kernel calls, %d interpreted (hetrt_node)%s%s\n",
-                sname, lst.direct, lst.interp, lst.interp ? ": " : "", lst.interp_ops);
-        if (lst.fused)
-            fprintf(kern, "  fused: %d of them in %d generated elementwise kernels\n", lst.fused,
-                    lst.kernels);
-        if (lst.interp && lst.why[0]) fprintf(kern, "  first: %s\n", lst.why);
+        report_stage(rep, kern, p, s, lo_var, lo.rows, &mp, &lst);
         lower_stats_free(&lst);
         lower_stage_free(&prog);
         memplan_free(&mp);
@@ -268,30 +319,8 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
     fclose(rep);
     rep = NULL;
     fputs(report + 1, stderr);
-    /* DIR/stages.txt; and the same table at the end of plan.txt */
-    char path[4200];
-    snprintf(path, sizeof path, "%s/stages.txt", cs->out_dir);
-    if (compile_write_file(path, report + 1, 0644, err))
+    if (write_reports(cs, report, report_len, err))
         goto done;
-    snprintf(path, sizeof path, "%s/plan.txt", cs->out_dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *txt = malloc((size_t)n + report_len + 1);
-        size_t got = fread(txt, 1, (size_t)n, f);
-        fclose(f);
-        txt[got] = 0;
-        char *old = strstr(txt, "\nstage memory plan");
-        if (old)
-            *old = 0;
-        strcat(txt, report);
-        rc = compile_write_file(path, txt, 0644, err);
-        free(txt);
-        if (rc)
-            goto done;
-    }
     rc = 0;
 done:
     if (kern)

@@ -99,8 +99,7 @@ static int stage_ranks(const CpStage *st) { return st->dp * (st->tp > 1 ? st->tp
  * (rt_row_split), each with its TP ranks. */
 static int lo_ranks(const CompPlan *plan, int s) {
     const CpStage *st = &plan->stages[s];
-    int64_t rows = plan->global_batch / plan->microbatches;
-    int rem = (int)(rows % st->dp);
+    int rem = (int)(plan->rows % st->dp);
     return rem ? (st->dp - rem) * (st->tp > 1 ? st->tp : 1) : 0;
 }
 

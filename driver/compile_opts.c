@@ -134,6 +134,23 @@ void compile_opts_help(FILE *f) {
             pass_default_pipeline());
 }
 
+void model_source_free(ModelSource *s) {
+    hetc_onnx_close(s->file);
+    s->file = NULL;
+}
+
+/* o->model lowered at io's bindings: from the decoded file when the caller
+ * holds one (o->src), read on first use. */
+static IrGraph *model_build(const CompileOpts *o, const HetcImportOptions *io, IrError *err) {
+    if (!o->src) return hetc_import_onnx(o->model, io, err);
+    if (!o->src->file) {
+        if (!(o->src->file = hetc_onnx_open(o->model, err))) return NULL;
+        o->src->reads++;
+    }
+    o->src->builds++;
+    return hetc_onnx_import(o->src->file, io, err);
+}
+
 IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int nextra,
                         int allow_unbound, PassContext *ctx, IrError *err) {
     HetcImportOptions io;
@@ -154,7 +171,7 @@ IrGraph *compile_import(const CompileOpts *o, const HetcDimBinding *extra, int n
     io.nfrozen = o->nfrozen;
     HetcParamSet ps = {0};
     if (o->report_params) io.param_set = &ps;
-    IrGraph *g = hetc_import_onnx(o->model, &io, err);
+    IrGraph *g = model_build(o, &io, err);
     if (!g) return NULL;
     if (o->report_params) hetc_param_set_print(stderr, "params", &ps);
     hetc_param_set_free(&ps);
@@ -201,7 +218,7 @@ int compile_fixed_batch(const CompileOpts *o, int64_t *fixed, IrError *err) {
     hetc_import_options_default(&io);
     io.allow_unbound = 1;
     *fixed = -1;
-    IrGraph *g = hetc_import_onnx(o->model, &io, err);
+    IrGraph *g = model_build(o, &io, err);
     if (!g) return -1;
     const IrValue *ids = input_binds_token_input(g);
     if (ids && ids->shape.rank >= 1 && ids->shape.dims[0] >= 0) *fixed = ids->shape.dims[0];

@@ -9,6 +9,16 @@
 
 #define CLI_MAX_BINDS 32
 
+/* The model file of one compile, read and decoded once (frontend's
+ * HetcOnnxFile) and lowered to IR at every batch the compile needs; the
+ * counts are what `hetc compile -v` reports (tests/driver counts them). */
+typedef struct ModelSource {
+    HetcOnnxFile *file; /* NULL until the first import */
+    int reads;          /* times the file was read and decoded */
+    int builds;         /* IR graphs lowered from it */
+} ModelSource;
+void model_source_free(ModelSource *s);
+
 typedef struct CompileOpts {
     const char *model;
     int64_t batch, seq;
@@ -31,6 +41,8 @@ typedef struct CompileOpts {
     /* set by the subcommand: print the parameter-set line on stderr after
      * its import ("params: N trainable ..., M buffers kept constant ...") */
     int report_params;
+    /* NULL: every import reads o->model again (the single-import commands) */
+    ModelSource *src;
 } CompileOpts;
 
 void compile_opts_init(CompileOpts *o);

@@ -101,6 +101,135 @@ static int check_rows(const cJSON *o, int dp, int64_t rows, const char *path, co
     return 0;
 }
 
+/* stages[s] of plan.json into p->stages[s] (the stages before it read). */
+static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrError *err) {
+    double v = 0;
+    int64_t i64 = 0;
+    CpStage *c = &p->stages[s];
+    char where[48];
+    snprintf(where, sizeof where, "stages[%d].", s);
+    const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layers");
+    int64_t a, b;
+    if (!cJSON_IsArray(ly) || cJSON_GetArraySize(ly) != 2 ||
+        !cJSON_IsNumber(cJSON_GetArrayItem(ly, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(ly, 1)) ||
+        whole(cJSON_GetArrayItem(ly, 0)->valuedouble, 1, &a) ||
+        whole(cJSON_GetArrayItem(ly, 1)->valuedouble, 1, &b) || b < a) {
+        ir_errorf(err, "%s: %s\"layers\" must be [first, last] with 1 <= first <= last", path,
+                  where);
+        return -1;
+    }
+    c->first_layer = (int)a, c->last_layer = (int)b;
+    int expect = s ? p->stages[s - 1].last_layer + 1 : 1;
+    if (c->first_layer != expect) {
+        ir_errorf(err, "%s: %s\"layers\" starts at %d; the stages must cover the layers in "
+                  "order without gaps (expected %d)", path, where, c->first_layer, expect);
+        return -1;
+    }
+    if (num(o, "dp", &v, path, where, err))
+        return -1;
+    if (whole(v, 1, &i64) || i64 > 4096) {
+        ir_errorf(err, "%s: %s\"dp\" must be a whole number >= 1, got %g", path, where, v);
+        return -1;
+    }
+    c->dp = (int)i64;
+    c->tp = 1;
+    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(o, "tp");
+    if (tp && (!cJSON_IsNumber(tp) || whole(tp->valuedouble, 1, &i64) || i64 > 4096)) {
+        ir_errorf(err, "%s: %s\"tp\" must be a whole number >= 1", path, where);
+        return -1;
+    }
+    if (tp)
+        c->tp = (int)i64;
+    const cJSON *zr = cJSON_GetObjectItemCaseSensitive(o, "zero");
+    if (zr && (!cJSON_IsNumber(zr) || whole(zr->valuedouble, 0, &i64) || i64 > 2)) {
+        ir_errorf(err, "%s: %s\"zero\" must be 0, 1 or 2", path, where);
+        return -1;
+    }
+    c->zero = zr ? (int)i64 : 0; /* ZeRO 1/2: passes/partition.h, runtime stage_sync.c */
+    const cJSON *rcm = cJSON_GetObjectItemCaseSensitive(o, "recompute");
+    PartRecompute rm = PART_RC_NONE;
+    if (rcm && (!cJSON_IsString(rcm) || part_recompute_parse(rcm->valuestring, &rm))) {
+        ir_errorf(err, "%s: %s\"recompute\" must be \"none\", \"full\" or \"selective\"",
+                  path, where);
+        return -1;
+    }
+    c->recompute = (int)rm;
+    if (num(o, "warmup", &v, path, where, err))
+        return -1;
+    if (whole(v, 1, &i64) || i64 > p->microbatches) {
+        ir_errorf(err, "%s: %s\"warmup\" must be in [1, microbatches = %d], got %g", path,
+                  where, p->microbatches, v);
+        return -1;
+    }
+    c->warmup = (int)i64;
+    if (s && c->warmup > p->stages[s - 1].warmup) {
+        ir_errorf(err, "%s: %s\"warmup\" %d exceeds the previous stage's %d: the pipeline "
+                  "would deadlock (warm-ups must not increase along the pipe)", path, where,
+                  c->warmup, p->stages[s - 1].warmup);
+        return -1;
+    }
+    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(o, "mem_pred_bytes");
+    c->mem_pred = cJSON_IsNumber(mp) ? mp->valuedouble : 0;
+    copy_str(c->mesh, sizeof c->mesh, o, "mesh");
+    copy_str(c->device, sizeof c->device, o, "device");
+    /* dp need not divide the rows (heterogeneous DP: the first rows % dp
+     * ranks take one row more, stage_S_lo runs the rest), but every DP
+     * rank needs a row */
+    if (p->rows < c->dp) {
+        ir_errorf(err, "%s: %s\"dp\" %d exceeds the %lld rows of a microbatch "
+                  "(global_batch / microbatches): a DP rank would hold no row (plan with a "
+                  "larger --microbatch or fewer DP ranks)", path, where, c->dp,
+                  (long long)p->rows);
+        return -1;
+    }
+    if (check_rows(o, c->dp, p->rows, path, where, err))
+        return -1;
+    return 0;
+}
+
+/* cluster.links and cluster.meshes[].peak_flops of plan.json. */
+static int read_cluster(const cJSON *root, CompPlan *p, const char *path, IrError *err) {
+    /* cluster.links: the transport of each stage boundary (optional: a
+     * hand-written plan without them gets CPU-mediated links) */
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(root, "cluster");
+    const cJSON *lk = cl ? cJSON_GetObjectItemCaseSensitive(cl, "links") : NULL;
+    int nl = cJSON_IsArray(lk) ? cJSON_GetArraySize(lk) : 0;
+    if (nl > 0 && !(p->links = calloc((size_t)nl, sizeof *p->links))) {
+        ir_errorf(err, "%s: out of memory", path);
+        return -1;
+    }
+    for (int l = 0; l < nl; l++) {
+        const cJSON *o = cJSON_GetArrayItem(lk, l);
+        const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "between");
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "transport");
+        if (!cJSON_IsArray(bt) || cJSON_GetArraySize(bt) != 2 ||
+            !cJSON_IsString(cJSON_GetArrayItem(bt, 0)) ||
+            !cJSON_IsString(cJSON_GetArrayItem(bt, 1)) ||
+            (tr && (!cJSON_IsString(tr) || (strcmp(tr->valuestring, "device-direct") &&
+                                            strcmp(tr->valuestring, "cpu-mediated"))))) {
+            ir_errorf(err, "%s: cluster.links[%d]: expected {\"between\": [MESH, MESH], "
+                      "\"transport\": \"device-direct\"|\"cpu-mediated\"}", path, l);
+            return -1;
+        }
+        CpLink *k = &p->links[p->nlinks++];
+        snprintf(k->a, sizeof k->a, "%s", cJSON_GetArrayItem(bt, 0)->valuestring);
+        snprintf(k->b, sizeof k->b, "%s", cJSON_GetArrayItem(bt, 1)->valuestring);
+        k->cpu_mediated = tr && !strcmp(tr->valuestring, "cpu-mediated");
+    }
+    /* cluster.meshes[].peak_flops: the metrics' MFU denominator (optional) */
+    const cJSON *ms = cl ? cJSON_GetObjectItemCaseSensitive(cl, "meshes") : NULL;
+    for (int m = 0; cJSON_IsArray(ms) && m < cJSON_GetArraySize(ms); m++) {
+        const cJSON *o = cJSON_GetArrayItem(ms, m);
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "name");
+        const cJSON *pk = cJSON_GetObjectItemCaseSensitive(o, "peak_flops");
+        if (!cJSON_IsString(nm) || !cJSON_IsNumber(pk) || !(pk->valuedouble > 0)) continue;
+        for (int s = 0; s < p->nstages; s++)
+            if (!strcmp(p->stages[s].mesh, nm->valuestring))
+                p->stages[s].peak_flops = pk->valuedouble;
+    }
+    return 0;
+}
+
 int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
     memset(p, 0, sizeof *p);
     p->seq = -1;
@@ -148,6 +277,7 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
                   (long long)p->global_batch, p->microbatches);
         goto done;
     }
+    p->rows = p->global_batch / p->microbatches;
     const cJSON *sq = cJSON_GetObjectItemCaseSensitive(root, "seq");
     if (cJSON_IsNumber(sq) && whole(sq->valuedouble, 1, &p->seq))
         p->seq = -1;
@@ -161,125 +291,11 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
     p->stages = calloc((size_t)n, sizeof *p->stages);
     p->nstages = n;
     for (int s = 0; s < n; s++) {
-        const cJSON *o = cJSON_GetArrayItem(st, s);
-        CpStage *c = &p->stages[s];
-        char where[48];
-        snprintf(where, sizeof where, "stages[%d].", s);
-        const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layers");
-        int64_t a, b;
-        if (!cJSON_IsArray(ly) || cJSON_GetArraySize(ly) != 2 ||
-            !cJSON_IsNumber(cJSON_GetArrayItem(ly, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(ly, 1)) ||
-            whole(cJSON_GetArrayItem(ly, 0)->valuedouble, 1, &a) ||
-            whole(cJSON_GetArrayItem(ly, 1)->valuedouble, 1, &b) || b < a) {
-            ir_errorf(err, "%s: %s\"layers\" must be [first, last] with 1 <= first <= last", path,
-                      where);
-            goto done;
-        }
-        c->first_layer = (int)a, c->last_layer = (int)b;
-        int expect = s ? p->stages[s - 1].last_layer + 1 : 1;
-        if (c->first_layer != expect) {
-            ir_errorf(err, "%s: %s\"layers\" starts at %d; the stages must cover the layers in "
-                      "order without gaps (expected %d)", path, where, c->first_layer, expect);
-            goto done;
-        }
-        if (num(o, "dp", &v, path, where, err))
-            goto done;
-        if (whole(v, 1, &i64) || i64 > 4096) {
-            ir_errorf(err, "%s: %s\"dp\" must be a whole number >= 1, got %g", path, where, v);
-            goto done;
-        }
-        c->dp = (int)i64;
-        c->tp = 1;
-        const cJSON *tp = cJSON_GetObjectItemCaseSensitive(o, "tp");
-        if (tp && (!cJSON_IsNumber(tp) || whole(tp->valuedouble, 1, &i64) || i64 > 4096)) {
-            ir_errorf(err, "%s: %s\"tp\" must be a whole number >= 1", path, where);
-            goto done;
-        }
-        if (tp)
-            c->tp = (int)i64;
-        const cJSON *zr = cJSON_GetObjectItemCaseSensitive(o, "zero");
-        if (zr && (!cJSON_IsNumber(zr) || whole(zr->valuedouble, 0, &i64) || i64 > 2)) {
-            ir_errorf(err, "%s: %s\"zero\" must be 0, 1 or 2", path, where);
-            goto done;
-        }
-        c->zero = zr ? (int)i64 : 0; /* ZeRO 1/2: passes/partition.h, runtime stage_sync.c */
-        const cJSON *rcm = cJSON_GetObjectItemCaseSensitive(o, "recompute");
-        PartRecompute rm = PART_RC_NONE;
-        if (rcm && (!cJSON_IsString(rcm) || part_recompute_parse(rcm->valuestring, &rm))) {
-            ir_errorf(err, "%s: %s\"recompute\" must be \"none\", \"full\" or \"selective\"",
-                      path, where);
-            goto done;
-        }
-        c->recompute = (int)rm;
-        if (num(o, "warmup", &v, path, where, err))
-            goto done;
-        if (whole(v, 1, &i64) || i64 > p->microbatches) {
-            ir_errorf(err, "%s: %s\"warmup\" must be in [1, microbatches = %d], got %g", path,
-                      where, p->microbatches, v);
-            goto done;
-        }
-        c->warmup = (int)i64;
-        if (s && c->warmup > p->stages[s - 1].warmup) {
-            ir_errorf(err, "%s: %s\"warmup\" %d exceeds the previous stage's %d: the pipeline "
-                      "would deadlock (warm-ups must not increase along the pipe)", path, where,
-                      c->warmup, p->stages[s - 1].warmup);
-            goto done;
-        }
-        const cJSON *mp = cJSON_GetObjectItemCaseSensitive(o, "mem_pred_bytes");
-        c->mem_pred = cJSON_IsNumber(mp) ? mp->valuedouble : 0;
-        copy_str(c->mesh, sizeof c->mesh, o, "mesh");
-        copy_str(c->device, sizeof c->device, o, "device");
-        /* dp need not divide the rows (heterogeneous DP: the first rows % dp
-         * ranks take one row more, stage_S_lo runs the rest), but every DP
-         * rank needs a row */
-        if ((p->global_batch / p->microbatches) < c->dp) {
-            ir_errorf(err, "%s: %s\"dp\" %d exceeds the %lld rows of a microbatch "
-                      "(global_batch / microbatches): a DP rank would hold no row (plan with a "
-                      "larger --microbatch or fewer DP ranks)", path, where, c->dp,
-                      (long long)(p->global_batch / p->microbatches));
-            goto done;
-        }
-        if (check_rows(o, c->dp, p->global_batch / p->microbatches, path, where, err))
+        if (read_stage(cJSON_GetArrayItem(st, s), s, p, path, err))
             goto done;
     }
-    /* cluster.links: the transport of each stage boundary (optional: a
-     * hand-written plan without them gets CPU-mediated links) */
-    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(root, "cluster");
-    const cJSON *lk = cl ? cJSON_GetObjectItemCaseSensitive(cl, "links") : NULL;
-    int nl = cJSON_IsArray(lk) ? cJSON_GetArraySize(lk) : 0;
-    if (nl > 0 && !(p->links = calloc((size_t)nl, sizeof *p->links))) {
-        ir_errorf(err, "%s: out of memory", path);
+    if (read_cluster(root, p, path, err))
         goto done;
-    }
-    for (int l = 0; l < nl; l++) {
-        const cJSON *o = cJSON_GetArrayItem(lk, l);
-        const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "between");
-        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "transport");
-        if (!cJSON_IsArray(bt) || cJSON_GetArraySize(bt) != 2 ||
-            !cJSON_IsString(cJSON_GetArrayItem(bt, 0)) ||
-            !cJSON_IsString(cJSON_GetArrayItem(bt, 1)) ||
-            (tr && (!cJSON_IsString(tr) || (strcmp(tr->valuestring, "device-direct") &&
-                                            strcmp(tr->valuestring, "cpu-mediated"))))) {
-            ir_errorf(err, "%s: cluster.links[%d]: expected {\"between\": [MESH, MESH], "
-                      "\"transport\": \"device-direct\"|\"cpu-mediated\"}", path, l);
-            goto done;
-        }
-        CpLink *k = &p->links[p->nlinks++];
-        snprintf(k->a, sizeof k->a, "%s", cJSON_GetArrayItem(bt, 0)->valuestring);
-        snprintf(k->b, sizeof k->b, "%s", cJSON_GetArrayItem(bt, 1)->valuestring);
-        k->cpu_mediated = tr && !strcmp(tr->valuestring, "cpu-mediated");
-    }
-    /* cluster.meshes[].peak_flops: the metrics' MFU denominator (optional) */
-    const cJSON *ms = cl ? cJSON_GetObjectItemCaseSensitive(cl, "meshes") : NULL;
-    for (int m = 0; cJSON_IsArray(ms) && m < cJSON_GetArraySize(ms); m++) {
-        const cJSON *o = cJSON_GetArrayItem(ms, m);
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "name");
-        const cJSON *pk = cJSON_GetObjectItemCaseSensitive(o, "peak_flops");
-        if (!cJSON_IsString(nm) || !cJSON_IsNumber(pk) || !(pk->valuedouble > 0)) continue;
-        for (int s = 0; s < p->nstages; s++)
-            if (!strcmp(p->stages[s].mesh, nm->valuestring))
-                p->stages[s].peak_flops = pk->valuedouble;
-    }
     rc = 0;
 done:
     cJSON_Delete(root);

@@ -35,6 +35,7 @@ typedef struct CompPlan {
     int nlinks;
     int microbatches;            /* B of the plan = microbatches per optimizer step */
     int64_t global_batch;        /* rows per step */
+    int64_t rows;                /* rows per microbatch: global_batch / microbatches */
     int64_t seq;                 /* -1: not recorded */
     char schedule[16];
 } CompPlan;

@@ -135,7 +135,7 @@ static int write_init(const CompileStages *cs, PartStage *ps, IrGraph **gs, IrEr
 int compile_stages(CompileStages *cs, IrError *err) {
     const CompPlan *p = cs->plan;
     int S = p->nstages, rc = -1;
-    int64_t rows = p->global_batch / p->microbatches;
+    int64_t rows = cs->rows;
     /* [u] for u < S: stage u at DP rank 0's rows; [S + s]: stage s at the
      * last DP rank's rows when dp does not divide them (uneven DP); a graph
      * is shared by equal row counts */
@@ -190,7 +190,7 @@ int compile_stages(CompileStages *cs, IrError *err) {
             goto done;
         }
         spec.dp_rank = lo ? dp[s] - 1 : 0;
-        nrows[u] = part_local_rows(rows, dp[s], spec.dp_rank);
+        nrows[u] = cs->local_rows[u];
         for (int q = 0; q < u && !gs[u]; q++)
             if (nrows[q] == nrows[u])
                 gs[u] = gs[q];

@@ -30,6 +30,9 @@ typedef struct CompileStages {
     const LayerIndex *layers;  /* node name -> layer, from the planner's graph */
     const char *plan_path;     /* plan.json: its timeline.json beside it gives the last
                                 * stage's `ptl` records (NULL: none) */
+    int64_t rows;              /* microbatch rows: plan global_batch / microbatches */
+    const int64_t *local_rows; /* [s]: stage s's rows on DP rank 0; [S + s]: on its last
+                                * DP rank (compile_ctx.h computes them once) */
     /* results */
     double t_graphs, t_init, t_lower;
 } CompileStages;

@@ -9,6 +9,7 @@
 #include "cmd_profile.h"
 #include "cmd_train.h"
 #include "pass.h"
+#include "plan_pipeline.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -64,6 +65,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--list-passes")) {
         pass_list(stdout);
+        plan_pipeline_list(stdout);
         return 0;
     }
     if (!strcmp(cmd, "import")) return cmd_import(argc - 1, argv + 1);

@@ -275,7 +275,8 @@ int imp_tensor_to_value(ImportCtx *c, Onnx__TensorProto *t, IrValue *v, const ch
         return imp_external_ref(c, t, dt, numel * (int64_t)ir_dtype_size(dt), v, what);
     void *data;
     size_t nb = (size_t)numel * ir_dtype_size(dt);
-    if (t->has_raw_data && t->raw_data.len == nb && nb > 0 && t->raw_data.data) {
+    if (!c->keep_model && t->has_raw_data && t->raw_data.len == nb && nb > 0 &&
+        t->raw_data.data) {
         /* Take the weights protobuf-c already copied out of the file (its
          * default allocator is malloc) instead of copying them again: this
          * halves peak memory for models with inline weights.  The message
@@ -751,34 +752,52 @@ static IrGraph *import_model(const Onnx__ModelProto *m, ImportCtx *c) {
 }
 
 /* path: the model file, or NULL for a buffer (messages then say "<buffer>"). */
-static IrGraph *import_bytes(const void *buf, size_t len, const char *path, const char *dir,
-                             const HetcImportOptions *opt, IrError *err) {
-    const char *file = path ? path : "<buffer>";
-    HetcImportOptions dflt;
-    if (!opt) {
-        hetc_import_options_default(&dflt);
-        opt = &dflt;
-    }
+/* The ONNX file read and decoded once (hetc_onnx_open), lowered to IR at
+ * any dim bindings (hetc_onnx_import): the model protobuf is const to
+ * import_model, so one decode serves every batch a compile needs. */
+struct HetcOnnxFile {
+    Onnx__ModelProto *m;
+    char *path, *dir;
+};
+
+static Onnx__ModelProto *decode_bytes(const void *buf, size_t len, const char *file,
+                                      IrError *err) {
     if (len == 0) {
         ir_errorf(err, "%s: empty file, not an ONNX model", file);
         return NULL;
     }
     if (onnx_wire_check_nesting(buf, len, &onnx__model_proto__descriptor, file, err)) return NULL;
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
-    if (!m) {
-        ir_errorf(err, "%s: not a valid ONNX protobuf (truncated or corrupt)", file);
-        return NULL;
+    if (!m) ir_errorf(err, "%s: not a valid ONNX protobuf (truncated or corrupt)", file);
+    return m;
+}
+
+static IrGraph *import_decoded(const Onnx__ModelProto *m, const char *path, const char *dir,
+                               int keep, const HetcImportOptions *opt, IrError *err) {
+    const char *file = path ? path : "<buffer>";
+    HetcImportOptions dflt;
+    if (!opt) {
+        hetc_import_options_default(&dflt);
+        opt = &dflt;
     }
-    ImportCtx c = {.file = file, .model_dir = dir, .opt = opt, .err = err};
+    ImportCtx c = {.file = file, .model_dir = dir, .opt = opt, .keep_model = keep, .err = err};
     IrGraph *g = import_model(m, &c);
     namemap_free(&c.values);
     namemap_free(&c.used);
     namemap_free(&c.vinfo);
-    onnx__model_proto__free_unpacked(m, NULL);
     if (g) {
         g->model_path = ir_strdup(path); /* NULL for a buffer, as ir.h allows */
         g->model_dir = ir_strdup(dir);
     }
+    return g;
+}
+
+static IrGraph *import_bytes(const void *buf, size_t len, const char *path, const char *dir,
+                             const HetcImportOptions *opt, IrError *err) {
+    Onnx__ModelProto *m = decode_bytes(buf, len, path ? path : "<buffer>", err);
+    if (!m) return NULL;
+    IrGraph *g = import_decoded(m, path, dir, 0, opt, err);
+    onnx__model_proto__free_unpacked(m, NULL);
     return g;
 }
 
@@ -793,7 +812,7 @@ IrGraph *hetc_import_onnx_buffer(const void *buf, size_t len, const char *model_
     return import_bytes(buf, len, NULL, model_dir, opt, err);
 }
 
-IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrError *err) {
+HetcOnnxFile *hetc_onnx_open(const char *path, IrError *err) {
     char ebuf[sizeof err->msg];
     int fd = input_open(path, ebuf, sizeof ebuf); /* a FIFO would block in open() */
     if (fd < 0) {
@@ -815,7 +834,7 @@ IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrErro
         ir_errorf(err, "%s: cannot resolve the model directory: %s", path, strerror(errno));
         return NULL;
     }
-    IrGraph *g = NULL;
+    Onnx__ModelProto *m = NULL;
     size_t len = (size_t)st.st_size;
     if (len == 0) {
         ir_errorf(err, "%s: empty file, not an ONNX model", path);
@@ -826,11 +845,43 @@ IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrErro
         if (p == MAP_FAILED) {
             ir_errorf(err, "%s: mmap failed: %s", path, strerror(errno));
         } else {
-            g = import_bytes(p, len, path, dir, opt, err);
+            m = decode_bytes(p, len, path, err);
             munmap(p, len);
         }
     }
     close(fd);
-    free(dir);
+    HetcOnnxFile *f = m ? calloc(1, sizeof *f) : NULL;
+    if (!f) {
+        if (m) {
+            onnx__model_proto__free_unpacked(m, NULL);
+            ir_errorf(err, "%s: out of memory", path);
+        }
+        free(dir);
+        return NULL;
+    }
+    f->m = m;
+    f->path = ir_strdup(path);
+    f->dir = dir;
+    return f;
+}
+
+IrGraph *hetc_onnx_import(const HetcOnnxFile *f, const HetcImportOptions *opt, IrError *err) {
+    return import_decoded(f->m, f->path, f->dir, 1, opt, err);
+}
+
+void hetc_onnx_close(HetcOnnxFile *f) {
+    if (!f) return;
+    onnx__model_proto__free_unpacked(f->m, NULL);
+    free(f->path);
+    free(f->dir);
+    free(f);
+}
+
+IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrError *err) {
+    HetcOnnxFile *f = hetc_onnx_open(path, err);
+    if (!f) return NULL;
+    /* one import: it may take the initializers' bytes (keep 0) */
+    IrGraph *g = import_decoded(f->m, f->path, f->dir, 0, opt, err);
+    hetc_onnx_close(f);
     return g;
 }

@@ -63,6 +63,14 @@ void hetc_import_options_default(HetcImportOptions *o);
  * names the file and, where relevant, the node name, op type, domain, opset,
  * initializer or dim involved. */
 IrGraph *hetc_import_onnx(const char *path, const HetcImportOptions *opt, IrError *err);
+/* The same in two steps: read and decode the file once (errors as above),
+ * then lower it to IR at any options (dim bindings) as often as needed
+ * (each import copies the inline initializers; hetc_import_onnx takes
+ * them from the decoded message instead). */
+typedef struct HetcOnnxFile HetcOnnxFile;
+HetcOnnxFile *hetc_onnx_open(const char *path, IrError *err);
+IrGraph *hetc_onnx_import(const HetcOnnxFile *f, const HetcImportOptions *opt, IrError *err);
+void hetc_onnx_close(HetcOnnxFile *f);
 /* Same, from a buffer (fuzzing); model_dir is used for external data. */
 IrGraph *hetc_import_onnx_buffer(const void *buf, size_t len, const char *model_dir,
                                  const HetcImportOptions *opt, IrError *err);

@@ -59,6 +59,8 @@ typedef struct ImportCtx {
     NameMap used;            /* names read by a node input or a graph output */
     NameMap vinfo;           /* value_info name -> Onnx__ValueInfoProto* */
     int auto_id;             /* counter for helper value / node names */
+    int keep_model;          /* 1: the message is imported again (HetcOnnxFile): copy
+                              * initializer bytes out of it instead of taking them */
     IrError *err;
 } ImportCtx;
 
