@@ -26,6 +26,7 @@
 #include "layers.h"
 #include "modules.h"
 #include "plan_output.h"
+#include "planners.h"
 #include "simulate.h"
 
 #define GIB 1073741824.0
@@ -81,9 +82,10 @@ static void usage(FILE *f)
             "                         cheapest plan that fits memory)\n"
             "  --recompute auto|none|full|selective  activation recompute per stage (default auto)\n"
             "  --no-intra-op          tp = 1, ZeRO 0, no recompute (the plans before issue 9)\n"
-            "  --planner NAME         hapt (default) | uniform | coarse | coarse-blocks |\n"
-            "                         heteroauto | metis | metis-mem | zorse | autohet: the seed planners of\n"
-            "                         docs/COMPARISON.md on the same layers and simulator\n"
+            "  --planner NAME         one of these (the seed planners of docs/COMPARISON.md\n"
+            "                         plan on the same layers and simulator):\n");
+    planner_help(f, "    ");
+    fprintf(f,
             "  --coarse-layers N      --planner coarse: merge the layers into N (default 8)\n"
             "  --autohet-profile exact|binary  --planner autohet: cost stages from every layer\n"
             "                         count, or from power-of-two counts composed (Eq. 5)\n"
@@ -163,12 +165,13 @@ typedef struct DpJob {
     int rc;
     atomic_int done;
     DpProgress progress;
+    PlannerOracleFn search; /* the planner table's entry (hapt_dp_plan) */
 } DpJob;
 
 static void *dp_worker(void *arg)
 {
     DpJob *j = arg;
-    j->rc = hapt_dp_plan(j->c, j->L, &j->o, &j->opt, &j->plan, &j->stats, &j->err);
+    j->rc = j->search(j->c, j->L, &j->o, &j->opt, &j->plan, &j->stats, &j->err);
     atomic_store(&j->done, 1);
     return NULL;
 }
@@ -417,9 +420,10 @@ int cmd_plan(int argc, char **argv)
         }
         if ((r = cli_opt(argc, argv, &i, "--planner", &v)) != 0) {
             if (r < 0) return 2;
-            if (strcmp(v, "hapt") && !alt_planner_known(v)) {
-                fprintf(stderr, "hetc plan: unknown planner '%s' (hapt, uniform, coarse, "
-                        "coarse-blocks, heteroauto, metis, metis-mem, zorse, autohet)\n", v);
+            if (!planner_find(v)) {
+                char names[256];
+                planner_names(names, sizeof names);
+                fprintf(stderr, "hetc plan: unknown planner '%s' (%s)\n", v, names);
                 return 2;
             }
             a.planner = v;
@@ -628,7 +632,8 @@ int cmd_plan(int argc, char **argv)
             ls.heavy_bound, (long long)a.co.batch, (long long)(a.co.seq > 0 ? a.co.seq : 0),
             ls.total_fwd_flops, ls.total_bwd_flops, ls.total_param_bytes / 1e9, cl.dtype);
 
-    if (a.planner && strcmp(a.planner, "hapt")) {
+    const PlannerDef *pd = planner_find(a.planner ? a.planner : planner_table[0].name);
+    if (pd->layers) {
         PlanAltArgs pa = {a.planner, B, a.efficiency, (int)a.threads, (int)a.coarse_layers, out,
                           model, (long)a.global_batch, a.co.seq > 0 ? (long)a.co.seq : 0,
                           a.autohet_binary};
@@ -706,6 +711,7 @@ again:
     memset(job, 0, sizeof *job);
     job->c = &cl;
     job->L = ls.L;
+    job->search = pd->oracle;
     job->o = cost_model_oracle(cm);
     dp_options_default(&job->opt);
     job->opt.microbatches = B;
