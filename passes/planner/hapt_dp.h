@@ -94,7 +94,7 @@ typedef struct DpStats {
     long tmax_evaluated;     /* full DPs run */
     long tmax_pruned_low;    /* below the smallest feasible t_max (binary search on the
                                 relaxed DP and dp_feasible, then on dp_pareto: see
-                                hapt_tmax_probe.c) */
+                                hapt_tmax_search.c) */
     long tmax_pruned_high;   /* (B-1) t_max + LB >= best found (LB: relaxed DP, any t_max) */
     long tmax_pruned_bound;  /* (B-1) t_max + relaxed DP at this t_max >= best found */
     long transitions;        /* candidate transitions visited */

@@ -7,7 +7,7 @@
  *   hapt_dp_full.c      the full DP of Eq. 14-23 and its trace
  *   hapt_dp_bounds.c    relaxed, prefix and bottleneck DPs (lower bounds)
  *   hapt_dp_feasible.c  exact-feasibility DPs (dp_feasible, dp_pareto)
- *   hapt_tmax_probe.c   the low side of the t_max search (probes, galloping, k-ary search)
+ *   hapt_tmax_search.c  an order's t_max window: the high-side cut, the low side's probes
  *   hapt_batch.c        t_max batches on worker threads, interval and top cuts
  *   hapt_orders.c       mesh orders and their lower-bound keys
  *   hapt_dp.c           the search over orders and t_max, the plan it returns
@@ -215,6 +215,26 @@ typedef struct OrderKey {
     int oi;
 } OrderKey;
 
+/* One search (dp_plan_once): the tables, the threads' work, the batch
+ * slots, and the best plan found so far.  x.opt points at opt and x.stop at
+ * stop, so a Search does not move once built. */
+typedef struct Search {
+    Ctx x;
+    DpOptions opt;
+    atomic_int stop;
+    DpStats *stats;
+    DpProgress *pg;
+    OrderList ol;
+    Work *ws;
+    Slot *slots;
+    StageRec *recs, *best_st;
+    double *G;
+    Order od;
+    OrderKey *okeys;
+    double best, best_tmax;
+    int best_n, best_order;
+} Search;
+
 /* hapt_tables.c */
 int ctx_build(Ctx *x, DpStats *st, IrError *err);
 void ctx_free(Ctx *x);
@@ -234,13 +254,15 @@ int dp_feasible(const Ctx *x, const Order *od, double tmax, int *Nm, int *Sm);
 int dp_pareto(const Ctx *x, const Order *od, double tmax, Work *w, int *overflow);
 double pareto_lb(const Ctx *x, const Order *od, const double *Fm);
 
-/* hapt_tmax_probe.c */
+/* hapt_tmax_search.c */
 int tmax_possible(const Ctx *x, const Order *od, double tmax, Work *w);
 int exact_low(const Ctx *x, const Order *od, int lo0, int limit, Work *w);
 int probe_bound(const Ctx *x, const Order *od, double tmax, Work *w, int *ovf, double *lb);
 int gallop_pareto(const Ctx *x, const Order *od, int a, int limit, Work *w, int *ovf);
 int search_low(const Ctx *x, const Order *od, int a, int b, Work *ws, int nthreads, int pareto,
                int *ovf);
+int first_cut(const Ctx *x, int c0, int c1, double lb, double best);
+int order_window(Search *S, int oq, int *lo, int *qend, double *lb);
 
 /* hapt_batch.c */
 int skip_bounded(const Ctx *x, const Order *od, int q, int hi, double best, Work *w,

@@ -1,6 +1,8 @@
-/* The low side of HAPT's t_max search: the smallest t_max any plan of an
- * order could use, found by probes of the feasibility DPs (galloping,
- * bisecting, a (threads + 1)-ary search on threads). */
+/* HAPT's t_max search within one mesh order: the window of t_max that can
+ * still beat the best plan (the high side's cut by lower bounds; the low
+ * side, the smallest t_max any plan could use, found by probes of the
+ * feasibility DPs: galloping, bisecting, a (threads + 1)-ary search on
+ * threads). */
 #include "hapt_dp_impl.h"
 
 #include <pthread.h>
@@ -211,4 +213,164 @@ int search_low(const Ctx *x, const Order *od, int a, int b, Work *ws, int nthrea
         }
     }
     return a;
+}
+
+/* The first q in [c0, c1) with (B-1) t_q + lb >= best, or c1 (ascending
+ * t_q: the high side's cut). */
+int first_cut(const Ctx *x, int c0, int c1, double lb, double best)
+{
+    while (c0 < c1) {
+        int mid = c0 + (c1 - c0) / 2;
+        if ((double)(x->B - 1) * x->tcand[mid] + lb >= best)
+            c1 = mid;
+        else
+            c0 = mid + 1;
+    }
+    return c0;
+}
+
+/* The first q in [b0, b1] with t_q >= bn, or b1. */
+static int first_at_least(const Ctx *x, int b0, int b1, double bn)
+{
+    while (b0 < b1) {
+        int mid = b0 + (b1 - b0) / 2;
+        if (x->tcand[mid] >= bn)
+            b1 = mid;
+        else
+            b0 = mid + 1;
+    }
+    return b0;
+}
+
+/* (b) high side first: Eq. 13 >= (B-1) t_max + LB for every plan (LB: the
+ * relaxed DP without filters), so once a plan is known only the t_max
+ * below the cut can improve on it.  Feasibility is monotone in t_max: one
+ * probe at cut - 1 tells whether any of them is feasible, and the search
+ * for the smallest feasible one needs to look below the cut only.
+ * (Searching the whole range first, as before, gave the same plan: every
+ * t_max at or above the cut is pruned, every one below the smallest
+ * feasible is skipped.)  Where dp_pareto applies (H-1F1B with memory
+ * checks) it answers exact feasibility directly (added by "dp-speed": the
+ * relaxed and feasibility probes first, as before, only where its front
+ * overflows; the smallest exactly feasible t_max is the same).  Returns
+ * the cut; *any: some t_max below it may be feasible (decided where
+ * *use_pareto stays set); *galloped: the smallest exactly feasible one
+ * where no plan was known yet (-1: not searched). */
+static int order_high(Search *S, const OrderKey *k, int *use_pareto, int *galloped, int *any)
+{
+    const Ctx *x = &S->x;
+    const Order *od = &S->od;
+    const double best = S->best;
+    int cut = x->ntcand;
+    if (k->key == INF || (best < INF && k->key >= best))
+        cut = 0; /* no layout at all, or none that can beat the best */
+    else if (best < INF)
+        cut = first_cut(x, 0, x->ntcand, k->lb, best);
+    *use_pareto = S->ws[0].Fr != NULL;
+    *any = 0;
+    *galloped = -1;
+    if (cut > 0 && *use_pareto && best == INF) {
+        /* no plan yet: gallop up from the bottleneck rather than probe
+         * the largest t_max first */
+        int ovf, b0 = first_at_least(x, 0, cut - 1, k->bn);
+        *galloped = gallop_pareto(x, od, b0, cut, &S->ws[0], &ovf);
+        if (ovf)
+            *use_pareto = 0, *galloped = -1;
+        else
+            *any = *galloped < cut;
+    } else if (cut > 0 && *use_pareto) {
+        int ovf;
+        double lbt;
+        *any = probe_bound(x, od, x->tcand[cut - 1], &S->ws[0], &ovf, &lbt);
+        if (ovf)
+            *use_pareto = 0;
+        /* (added by "dp-speed") the cut from the top: every t_max
+         * below the probe has (B-1) t + F >= (B-1) t + LB(top) (LB:
+         * the relaxed DP and dp_pareto's bound at the probe, both
+         * non-increasing in t_max), so the t_max where that reaches
+         * best are cut as well; repeat at the new cut while it moves. */
+        while (*any && *use_pareto) {
+            int c0 = first_cut(x, 0, cut, lbt, best);
+            if (c0 == cut)
+                break;
+            cut = c0;
+            if (cut == 0 || x->tcand[cut - 1] < k->bn) {
+                *any = 0;
+                break;
+            }
+            *any = probe_bound(x, od, x->tcand[cut - 1], &S->ws[0], &ovf, &lbt);
+            if (ovf) { /* fall back to the relaxed probe at this cut */
+                *use_pareto = 0;
+                break;
+            }
+        }
+    }
+    return cut;
+}
+
+/* The low side: the smallest t_max below cut that any plan could use.
+ * tmax_possible(t) needs a layout whose stages and boundaries are all <= t
+ * and fit with K >= 1: t >= the bottleneck, so the search starts at the
+ * first candidate >= it (exact); every smaller t_max is infeasible for the
+ * full DP as well. */
+static int order_low(Search *S, const OrderKey *k, int cut, int use_pareto, int galloped)
+{
+    const Ctx *x = &S->x;
+    const Order *od = &S->od;
+    int lo = 0;
+    int a0 = first_at_least(x, 0, cut - 1, k->bn);
+    int ovf = 0, a = a0, limit = a0;
+    if (use_pareto && galloped >= 0) {
+        lo = galloped;
+        limit = cut;
+    } else if (use_pareto) {
+        lo = search_low(x, od, a0, cut - 1, S->ws, S->opt.threads, 1, &ovf);
+        limit = cut;
+    }
+    if (!use_pareto || ovf) {
+        a = search_low(x, od, a0, cut - 1, S->ws, S->opt.threads, 0, &ovf);
+        /* exact feasibility from there, up to where the high side prunes */
+        limit = a;
+        while (limit < x->ntcand &&
+               !(S->best < INF && (double)(x->B - 1) * x->tcand[limit] + k->lb >= S->best))
+            limit++;
+        lo = limit > a ? exact_low(x, od, a, limit, &S->ws[0]) : a;
+    }
+    return lo;
+}
+
+/* The t_max window of the order okeys[oq]: *lo, the first t_max a plan
+ * could use, and *qend, from which on every t_max is cut.  Returns 0, or 1
+ * when the order has none (counted as pruned). */
+int order_window(Search *S, int oq, int *lo, int *qend, double *lb)
+{
+    const Ctx *x = &S->x;
+    const OrderKey *k = &S->okeys[oq];
+    *lo = 0;
+    *qend = x->ntcand;
+    *lb = 0.0;
+    if (!S->opt.prune_tmax)
+        return 0;
+    *lb = k->lb;
+    int use_pareto, galloped, any;
+    int cut = order_high(S, k, &use_pareto, &galloped, &any);
+    *qend = cut;
+    if (cut > 0 && !use_pareto)
+        any = tmax_possible(x, &S->od, x->tcand[cut - 1], &S->ws[0]);
+    if (!any) {
+        if (S->stats) { /* no layout at all: low; else below the cut low, above high */
+            int low = k->key == INF ? x->ntcand : cut;
+            S->stats->tmax_pruned_low += low;
+            S->stats->tmax_pruned_high += x->ntcand - low;
+        }
+        if (S->pg) {
+            atomic_fetch_add(&S->pg->tmax_done, x->ntcand);
+            atomic_fetch_add(&S->pg->orders_done, 1);
+        }
+        return 1;
+    }
+    *lo = order_low(S, k, cut, use_pareto, galloped);
+    if (S->stats)
+        S->stats->tmax_pruned_low += *lo;
+    return 0;
 }
