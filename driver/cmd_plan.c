@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "plan_pipeline.h"
+#include "planners.h"
 
 static void usage(FILE *f)
 {
@@ -60,9 +61,10 @@ static void usage(FILE *f)
             "                         cheapest plan that fits memory)\n"
             "  --recompute auto|none|full|selective  activation recompute per stage (default auto)\n"
             "  --no-intra-op          tp = 1, ZeRO 0, no recompute (the plans before issue 9)\n"
-            "  --planner NAME         hapt (default) | uniform | coarse | coarse-blocks |\n"
-            "                         heteroauto | metis | metis-mem | zorse | autohet: the seed planners of\n"
-            "                         docs/COMPARISON.md on the same layers and simulator\n"
+            "  --planner NAME         one of these (the seed planners of docs/COMPARISON.md\n"
+            "                         plan on the same layers and simulator):\n");
+    planner_help(f, "    ");
+    fprintf(f,
             "  --coarse-layers N      --planner coarse: merge the layers into N (default 8)\n"
             "  --autohet-profile exact|binary  --planner autohet: cost stages from every layer\n"
             "                         count, or from power-of-two counts composed (Eq. 5)\n"

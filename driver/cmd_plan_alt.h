@@ -6,7 +6,7 @@
 #include "alt_plan.h"
 
 typedef struct PlanAltArgs {
-    const char *planner;       /* uniform, coarse, heteroauto, metis, metis-mem, zorse, autohet */
+    const char *planner;       /* a PLANNER_LAYERS row of planners.def */
     int microbatches;          /* B = global batch / microbatch rows */
     double efficiency;
     int threads;               /* coarse: DP threads */

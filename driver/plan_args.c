@@ -10,6 +10,7 @@
 #include "cmd_plan_alt.h"
 #include "cost_model.h"
 #include "planner.h"
+#include "planners.h"
 
 static int parse_double(const char *opt, const char *s, double *out)
 {
@@ -63,9 +64,10 @@ static int parse_word(PlanArgs *a, const char *v, int r, const char *name)
             return -1;
         }
     } else if (!strcmp(name, "--planner")) {
-        if (strcmp(v, "hapt") && !alt_planner_known(v)) {
-            fprintf(stderr, "hetc plan: unknown planner '%s' (hapt, uniform, coarse, "
-                    "coarse-blocks, heteroauto, metis, metis-mem, zorse, autohet)\n", v);
+        if (!planner_find(v)) {
+            char names[256];
+            planner_names(names, sizeof names);
+            fprintf(stderr, "hetc plan: unknown planner '%s' (%s)\n", v, names);
             return -1;
         }
         a->planner = v;

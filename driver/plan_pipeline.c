@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "cmd_plan_alt.h"
 #include "plan_output.h"
+#include "planners.h"
 
 #define GIB 1073741824.0
 #define RETRY 3 /* step_search: profile again with relaxed options */
@@ -231,6 +232,7 @@ static void search_options(PlanCtx *pc, DpJob *job)
     memset(job, 0, sizeof *job);
     job->c = &pc->cl;
     job->L = pc->ls.L;
+    job->search = pc->pd->oracle;
     job->o = cost_model_oracle(pc->cm);
     dp_options_default(&job->opt);
     job->opt.microbatches = pc->B;
@@ -438,7 +440,8 @@ int plan_pipeline_run(PlanCtx *pc)
     PlanArgs *a = pc->a;
     if (plan_pipeline_layers(pc))
         return 1;
-    if (a->planner && strcmp(a->planner, "hapt")) {
+    pc->pd = planner_find(a->planner ? a->planner : planner_table[0].name);
+    if (pc->pd->layers) {
         PlanAltArgs pa = {a->planner, pc->B, a->efficiency, (int)a->threads,
                           (int)a->coarse_layers, pc->out, a->co.model, (long)a->global_batch,
                           a->co.seq > 0 ? (long)a->co.seq : 0, a->autohet_binary};

@@ -11,6 +11,7 @@
 #include "modules.h"
 #include "plan_args.h"
 #include "plan_search.h"
+#include "planners.h"
 #include "simulate.h"
 
 typedef struct PlanCtx {
@@ -31,6 +32,7 @@ typedef struct PlanCtx {
     LayerOptions lo;
     LayerSummary ls;
     PlanLayer *layers;
+    const PlannerDef *pd;  /* the planner's row (planners.def) */
     /* profile .. outputs */
     LayerIntra *intra;
     CostOptions cop;

@@ -36,7 +36,7 @@ int plan_keep_shape(void *arg, int mesh, Submesh sub)
 static void *dp_worker(void *arg)
 {
     DpJob *j = arg;
-    j->rc = hapt_dp_plan(j->c, j->L, &j->o, &j->opt, &j->plan, &j->stats, &j->err);
+    j->rc = j->search(j->c, j->L, &j->o, &j->opt, &j->plan, &j->stats, &j->err);
     atomic_store(&j->done, 1);
     return NULL;
 }

@@ -9,6 +9,7 @@
 #include "cost_model.h"
 #include "hapt_dp.h"
 #include "layers.h"
+#include "planners.h"
 
 /* The DP runs in a worker so the main thread can print a progress line. */
 typedef struct DpJob {
@@ -22,6 +23,7 @@ typedef struct DpJob {
     int rc;
     atomic_int done;
     DpProgress progress;
+    PlannerOracleFn search; /* the planner table's entry (hapt_dp_plan) */
 } DpJob;
 
 /* Profile only the shapes the DP searches (the node-group heuristic). */

@@ -166,6 +166,101 @@ void autohet_compose_binary(const AhBinProfile *pr, int n, double mem_bytes, Sta
     out->feasible = out->mem_static + out->mem_act <= mem_bytes;
 }
 
+/* Stage mapping (§III step 2) of the J groups of the MILP's grouping n:
+ * inside a group, lower-end entities first, each a stage, the layers split
+ * by Eq. 4 (balance).  Returns the stage count, or -1 where a group's
+ * stages cannot hold its layers. */
+static int ah_map_stages(const AltContext *x, const AhTypes *ty, const int *n, int J, int K,
+                         int tp, int mode, const AhBinProfile *prof, AhEnt *ent, int *cnt,
+                         AltPlan *p)
+{
+    int S = 0, ok = 1, first_stage = 0;
+    for (int j = 0; j < J && ok; j++) {
+        int ne = 0;
+        for (int t = 0; t < ty->T; t++)
+            for (int q = 0; q < n[t * J + j]; q++) {
+                ent[ne].mesh = t;
+                ent[ne].g = ty->g[t];
+                ent[ne].m = ty->m[t];
+                ne++;
+            }
+        qsort(ent, (size_t)ne, sizeof *ent, by_power);
+        if (!balance(x, ent, ne, tp, K, mode == AH_PROFILE_BINARY ? prof : NULL, cnt)) {
+            ok = 0;
+            break;
+        }
+        int l = 1;
+        for (int i = 0; i < ne; i++) {
+            AltStage *st = &p->stages[first_stage + i];
+            alt_stage_single(st, ent[i].mesh, tp, 1, tp, 0);
+            st->pipe = j + 1;
+            st->pipe_microbatches = K;
+            st->first_layer = l;
+            st->last_layer = l + cnt[i] - 1;
+            l += cnt[i];
+        }
+        first_stage += ne;
+        S += ne;
+    }
+    return ok ? S : -1;
+}
+
+/* The slowest bandwidth among the DP groups' devices (T_sync's). */
+static double ah_sync_bw(const AltContext *x, const AltPlan *p, int S)
+{
+    const ClusterSpec *c = x->c;
+    double bw = INFINITY;
+    int used[AH_MAX_TYPES] = {0};
+    for (int s = 0; s < S; s++)
+        used[p->stages[s].parts[0].mesh] = 1;
+    for (int a = 0; a < c->nmeshes; a++) {
+        if (!used[a])
+            continue;
+        double b = c->meshes[a].nodes > 1 ? c->meshes[a].inter_bw : c->meshes[a].intra_bw;
+        if (b > 0 && b < bw)
+            bw = b;
+        for (int b2 = a + 1; b2 < c->nmeshes; b2++)
+            if (used[b2]) {
+                const LinkSpec *lk = cluster_link(c, a, b2);
+                double lb = lk ? lk->bw : 0;
+                if (lk && lk->cpu_mediated)
+                    lb = 1.0 / (1.0 / lb + 2.0 / x->co.pcie_bw);
+                if (lb < bw)
+                    bw = lb;
+            }
+    }
+    return bw;
+}
+
+/* Eq. 1 without T_sync: the slowest group's pipeline, sum + (K-1) max. */
+static double ah_eq1(const AltContext *x, const AltPlan *p, int S, int K, int mode,
+                     const AhBinProfile *prof)
+{
+    const ClusterSpec *c = x->c;
+    double T = 0;
+    for (int s0 = 0; s0 < S;) {
+        int s1 = s0;
+        double sum = 0, mx = 0;
+        while (s1 < S && p->stages[s1].pipe == p->stages[s0].pipe) {
+            const AltStage *st = &p->stages[s1];
+            double t = st->t_f + st->t_b + st->c_next;
+            if (mode == AH_PROFILE_BINARY) {   /* Eq. 5's times, not the evaluated ones */
+                StageCost sc;
+                int m = st->parts[0].mesh;
+                autohet_compose_binary(&prof[m], st->last_layer - st->first_layer + 1,
+                                       c->meshes[m].dev.mem_bytes, &sc);
+                t = sc.t_f + sc.t_b + st->c_next;
+            }
+            sum += t;
+            mx = fmax(mx, t);
+            s1++;
+        }
+        T = fmax(T, sum + (K - 1) * mx);
+        s0 = s1;
+    }
+    return T;
+}
+
 int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err)
 {
     return alt_plan_autohet_mode(x, AH_PROFILE_EXACT, out, NULL, NULL, err);
@@ -257,7 +352,7 @@ int alt_plan_autohet_mode(const AltContext *x, int mode, AltPlan *out, long *poi
                 continue;
             any_group = 1;
             /* stages per group, lower-end first; then Eq. 4 */
-            int S = 0, ok = 1, first_stage = 0;
+            int S, ok;
             AltPlan p;
             int ent_total = 0;
             for (int j = 0; j < J; j++)
@@ -265,33 +360,8 @@ int alt_plan_autohet_mode(const AltContext *x, int mode, AltPlan *out, long *poi
                     ent_total += n[t * J + j];
             if (alt_plan_init(&p, "autohet", ent_total, err))
                 break;
-            for (int j = 0; j < J && ok; j++) {
-                int ne = 0;
-                for (int t = 0; t < ty.T; t++)
-                    for (int q = 0; q < n[t * J + j]; q++) {
-                        ent[ne].mesh = t;
-                        ent[ne].g = ty.g[t];
-                        ent[ne].m = ty.m[t];
-                        ne++;
-                    }
-                qsort(ent, (size_t)ne, sizeof *ent, by_power);
-                if (!balance(x, ent, ne, tp, K, mode == AH_PROFILE_BINARY ? prof : NULL, cnt)) {
-                    ok = 0;
-                    break;
-                }
-                int l = 1;
-                for (int i = 0; i < ne; i++) {
-                    AltStage *st = &p.stages[first_stage + i];
-                    alt_stage_single(st, ent[i].mesh, tp, 1, tp, 0);
-                    st->pipe = j + 1;
-                    st->pipe_microbatches = K;
-                    st->first_layer = l;
-                    st->last_layer = l + cnt[i] - 1;
-                    l += cnt[i];
-                }
-                first_stage += ne;
-                S += ne;
-            }
+            S = ah_map_stages(x, &ty, n, J, K, tp, mode, prof, ent, cnt, &p);
+            ok = S >= 0;
             if (!ok) {
                 alt_plan_free(&p);
                 continue;
@@ -300,26 +370,7 @@ int alt_plan_autohet_mode(const AltContext *x, int mode, AltPlan *out, long *poi
             p.mb_samples = 1;
             p.schedule = SCHED_1F1B;
             /* T_sync over the slowest bandwidth among the DP groups */
-            double bw = INFINITY;
-            int used[AH_MAX_TYPES] = {0};
-            for (int s = 0; s < S; s++)
-                used[p.stages[s].parts[0].mesh] = 1;
-            for (int a = 0; a < c->nmeshes; a++) {
-                if (!used[a])
-                    continue;
-                double b = c->meshes[a].nodes > 1 ? c->meshes[a].inter_bw : c->meshes[a].intra_bw;
-                if (b > 0 && b < bw)
-                    bw = b;
-                for (int b2 = a + 1; b2 < c->nmeshes; b2++)
-                    if (used[b2]) {
-                        const LinkSpec *lk = cluster_link(c, a, b2);
-                        double lb = lk ? lk->bw : 0;
-                        if (lk && lk->cpu_mediated)
-                            lb = 1.0 / (1.0 / lb + 2.0 / x->co.pcie_bw);
-                        if (lb < bw)
-                            bw = lb;
-                    }
-            }
+            double bw = ah_sync_bw(x, &p, S);
             p.t_sync_dp = J > 1 ? (bw > 0 ? 2.0 * (J - 1) / J * params / tp / bw : INFINITY) : 0;
             IrError e2 = {{0}};
             if (alt_plan_eval(x, &p, &e2) || !p.feasible) {
@@ -329,27 +380,7 @@ int alt_plan_autohet_mode(const AltContext *x, int mode, AltPlan *out, long *poi
                 continue;
             }
             /* Eq. 1 */
-            double T = 0;
-            for (int s0 = 0; s0 < S;) {
-                int s1 = s0;
-                double sum = 0, mx = 0;
-                while (s1 < S && p.stages[s1].pipe == p.stages[s0].pipe) {
-                    const AltStage *st = &p.stages[s1];
-                    double t = st->t_f + st->t_b + st->c_next;
-                    if (mode == AH_PROFILE_BINARY) {   /* Eq. 5's times, not the evaluated ones */
-                        StageCost sc;
-                        int m = st->parts[0].mesh;
-                        autohet_compose_binary(&prof[m], st->last_layer - st->first_layer + 1,
-                                               c->meshes[m].dev.mem_bytes, &sc);
-                        t = sc.t_f + sc.t_b + st->c_next;
-                    }
-                    sum += t;
-                    mx = fmax(mx, t);
-                    s1++;
-                }
-                T = fmax(T, sum + (K - 1) * mx);
-                s0 = s1;
-            }
+            double T = ah_eq1(x, &p, S, K, mode, prof);
             T += p.t_sync_dp;
             if (T < best) {
                 best = T;

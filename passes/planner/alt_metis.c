@@ -360,3 +360,13 @@ int alt_plan_metis(const AltContext *x, int memory_aware, AltPlan *out, IrError 
     free(h);
     return alt_plan_eval(x, out, err);
 }
+
+int alt_plan_metis_plain(const AltContext *x, AltPlan *out, IrError *err)
+{
+    return alt_plan_metis(x, 0, out, err);
+}
+
+int alt_plan_metis_mem(const AltContext *x, AltPlan *out, IrError *err)
+{
+    return alt_plan_metis(x, 1, out, err);
+}

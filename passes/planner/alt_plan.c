@@ -7,17 +7,13 @@
 #include <string.h>
 
 #include "hapt_dp.h"
+#include "planners.h"
 #include "simulate.h"
-
-const char *const alt_planner_names[] = {"uniform", "coarse", "coarse-blocks", "heteroauto", "metis",
-                                         "metis-mem", "zorse", "autohet", NULL};
 
 int alt_planner_known(const char *name)
 {
-    for (int i = 0; alt_planner_names[i]; i++)
-        if (!strcmp(name, alt_planner_names[i]))
-            return 1;
-    return 0;
+    const PlannerDef *p = planner_find(name);
+    return p && p->layers;
 }
 
 void alt_plan_free(AltPlan *p)
@@ -745,31 +741,16 @@ static int run_named(const char *name, const AltContext *x, AltPlan *out, IrErro
     double t0 = alt_now();
     int rc;
     memset(out, 0, sizeof *out);
-    if (!strcmp(name, "uniform"))
-        rc = alt_plan_uniform(x, out, err);
-    else if (!strcmp(name, "coarse"))
-        rc = alt_plan_coarse(x, out, err);
-    else if (!strcmp(name, "coarse-blocks")) {
-        /* HexiScale-like: HAPT's DP over whole blocks (x is the block view) */
-        AltContext bx = *x;
-        bx.coarse_layers = x->L;
-        rc = alt_plan_coarse(&bx, out, err);
-        if (rc == 0)
-            snprintf(out->planner, sizeof out->planner, "coarse-blocks");
+    const PlannerDef *pd = planner_find(name);
+    if (pd && !pd->layers)
+        return ir_errorf(err, "planner '%s' plans on the cost model (hetc plan), not on an "
+                         "AltContext", name);
+    if (!pd) {
+        char names[256];
+        planner_names(names, sizeof names);
+        return ir_errorf(err, "unknown planner '%s' (%s)", name, names);
     }
-    else if (!strcmp(name, "heteroauto"))
-        rc = alt_plan_heteroauto(x, out, err);
-    else if (!strcmp(name, "metis"))
-        rc = alt_plan_metis(x, 0, out, err);
-    else if (!strcmp(name, "metis-mem"))
-        rc = alt_plan_metis(x, 1, out, err);
-    else if (!strcmp(name, "zorse"))
-        rc = alt_plan_zorse(x, out, err);
-    else if (!strcmp(name, "autohet"))
-        rc = alt_plan_autohet(x, out, err);
-    else
-        return ir_errorf(err, "unknown planner '%s' (hapt, uniform, coarse, coarse-blocks, "
-                         "heteroauto, metis, metis-mem, zorse, autohet)", name);
+    rc = pd->layers(x, out, err);
     if (rc) {
         alt_plan_free(out);
         return rc;

@@ -169,18 +169,23 @@ void alt_plan_print(FILE *f, const AltContext *x, const AltPlan *p);
 
 /* ---------------------------------------------------------------- planners */
 
-/* Names: "uniform", "coarse", "coarse-blocks" (HAPT's DP over whole blocks:
- * HexiScale's granularity), "heteroauto", "metis", "metis-mem", "zorse",
- * "autohet".  Each returns 0 with *out filled (and evaluated), or -1 with
- * err saying "no feasible plan: <binding constraint>" or what was wrong. */
+/* Names: the PLANNER_LAYERS rows of planners.def ("uniform", "coarse",
+ * "coarse-blocks" (HAPT's DP over whole blocks: HexiScale's granularity),
+ * "heteroauto", "metis", "metis-mem", "zorse", "autohet").  Each returns 0
+ * with *out filled (and evaluated), or -1 with err saying "no feasible
+ * plan: <binding constraint>" or what was wrong. */
 int alt_plan_run(const char *name, const AltContext *x, AltPlan *out, IrError *err);
-int alt_planner_known(const char *name);
-extern const char *const alt_planner_names[];   /* NULL-terminated */
+int alt_planner_known(const char *name);        /* a PLANNER_LAYERS row */
+extern const char *const alt_planner_names[];   /* those rows' names, NULL-terminated */
 
 int alt_plan_uniform(const AltContext *x, AltPlan *out, IrError *err);
 int alt_plan_coarse(const AltContext *x, AltPlan *out, IrError *err);
 int alt_plan_heteroauto(const AltContext *x, AltPlan *out, IrError *err);
 int alt_plan_metis(const AltContext *x, int memory_aware, AltPlan *out, IrError *err);
+/* The table's entries for "coarse-blocks", "metis" and "metis-mem". */
+int alt_plan_coarse_blocks(const AltContext *x, AltPlan *out, IrError *err);
+int alt_plan_metis_plain(const AltContext *x, AltPlan *out, IrError *err);
+int alt_plan_metis_mem(const AltContext *x, AltPlan *out, IrError *err);
 int alt_plan_zorse(const AltContext *x, AltPlan *out, IrError *err);
 int alt_plan_autohet(const AltContext *x, AltPlan *out, IrError *err);
 

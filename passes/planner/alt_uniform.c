@@ -202,3 +202,15 @@ out:
     free(first);
     return rc;
 }
+
+/* HexiScale-like: HAPT's DP over whole blocks (alt_plan_run hands this
+ * planner the block view, so coarse_layers = L merges nothing more). */
+int alt_plan_coarse_blocks(const AltContext *x, AltPlan *out, IrError *err)
+{
+    AltContext bx = *x;
+    bx.coarse_layers = x->L;
+    int rc = alt_plan_coarse(&bx, out, err);
+    if (rc == 0)
+        snprintf(out->planner, sizeof out->planner, "coarse-blocks");
+    return rc;
+}

@@ -274,6 +274,85 @@ static void phase2(const AltContext *x, ZGroup *gs, int k, ZBest *best)
     }
 }
 
+/* SPLIT (§4.3.2): the k-th partition from the (k-1)-th, comp[] the
+ * component of each node; returns 1 when no component has two nodes. */
+static int zorse_split(const double *W, int V, int k, int *comp, int *vs, int *side)
+{
+    /* SPLIT: cut the component whose min 2-cut is lightest */
+    double bc = INFINITY;
+    int bcomp = -1;
+    for (int q = 0; q < k - 1; q++) {
+        int n = 0;
+        for (int i = 0; i < V; i++)
+            if (comp[i] == q)
+                vs[n++] = i;
+        if (n < 2)
+            continue;
+        double cut = min_cut(W, V, vs, n, side);
+        if (cut < bc) {
+            bc = cut;
+            bcomp = q;
+        }
+    }
+    if (bcomp < 0)
+        return 1;
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (comp[i] == bcomp)
+            vs[n++] = i;
+    min_cut(W, V, vs, n, side);
+    for (int i = 0; i < n; i++)
+        if (side[i])
+            comp[vs[i]] = k - 1;
+    return 0;
+}
+
+/* The k groups of partition comp: parts per mesh, GPUs, nodes, slowest
+ * internal link, speed and per-GPU microbatch shares.  Returns 0 when a
+ * group spans more meshes than ALT_MAX_PARTS. */
+static int zorse_groups(const AltContext *x, const ZNode *nd, int V, const int *comp,
+                        const double *rate, ZGroup *gs, int k)
+{
+    const ClusterSpec *c = x->c;
+    int ok = 1;
+    for (int g = 0; g < k; g++) {
+        ZGroup *G = &gs[g];
+        memset(G, 0, sizeof *G);
+        G->intra_bw = INFINITY;
+        for (int i = 0; i < V; i++) {
+            if (comp[i] != g)
+                continue;
+            int j;
+            for (j = 0; j < G->nparts && G->parts[j].mesh != nd[i].mesh; j++)
+                ;
+            if (j == G->nparts) {
+                if (G->nparts == ALT_MAX_PARTS) {
+                    ok = 0;
+                    break;
+                }
+                G->parts[G->nparts++].mesh = nd[i].mesh;
+            }
+            G->parts[j].devices += nd[i].gpus;
+            G->gpus += nd[i].gpus;
+            G->nodes++;
+            const MeshSpec *m = &c->meshes[nd[i].mesh];
+            if (m->per_node > 1 && m->intra_bw < G->intra_bw)
+                G->intra_bw = m->intra_bw;
+            for (int q = 0; q < V; q++)
+                if (q != i && comp[q] == g) {
+                    double b = node_bw(x, &nd[i], &nd[q]);
+                    if (b < G->intra_bw)
+                        G->intra_bw = b;
+                }
+        }
+        for (int j = 0; j < G->nparts; j++)
+            G->speed += G->parts[j].devices * rate[G->parts[j].mesh];
+        for (int j = 0; j < G->nparts; j++)   /* per-GPU microbatch shares */
+            G->parts[j].share = G->parts[j].devices * rate[G->parts[j].mesh] / G->speed;
+    }
+    return ok;
+}
+
 int alt_plan_zorse(const AltContext *x, AltPlan *out, IrError *err)
 {
     const ClusterSpec *c = x->c;
@@ -317,70 +396,9 @@ int alt_plan_zorse(const AltContext *x, AltPlan *out, IrError *err)
     if (kmax > 64)
         kmax = 64;
     for (int k = 1; k <= kmax; k++) {
-        if (k > 1) {
-            /* SPLIT: cut the component whose min 2-cut is lightest */
-            double bc = INFINITY;
-            int bcomp = -1;
-            for (int q = 0; q < k - 1; q++) {
-                int n = 0;
-                for (int i = 0; i < V; i++)
-                    if (comp[i] == q)
-                        vs[n++] = i;
-                if (n < 2)
-                    continue;
-                double cut = min_cut(W, V, vs, n, side);
-                if (cut < bc) {
-                    bc = cut;
-                    bcomp = q;
-                }
-            }
-            if (bcomp < 0)
-                break;
-            int n = 0;
-            for (int i = 0; i < V; i++)
-                if (comp[i] == bcomp)
-                    vs[n++] = i;
-            min_cut(W, V, vs, n, side);
-            for (int i = 0; i < n; i++)
-                if (side[i])
-                    comp[vs[i]] = k - 1;
-        }
-        int ok = 1;
-        for (int g = 0; g < k; g++) {
-            ZGroup *G = &gs[g];
-            memset(G, 0, sizeof *G);
-            G->intra_bw = INFINITY;
-            for (int i = 0; i < V; i++) {
-                if (comp[i] != g)
-                    continue;
-                int j;
-                for (j = 0; j < G->nparts && G->parts[j].mesh != nd[i].mesh; j++)
-                    ;
-                if (j == G->nparts) {
-                    if (G->nparts == ALT_MAX_PARTS) {
-                        ok = 0;
-                        break;
-                    }
-                    G->parts[G->nparts++].mesh = nd[i].mesh;
-                }
-                G->parts[j].devices += nd[i].gpus;
-                G->gpus += nd[i].gpus;
-                G->nodes++;
-                const MeshSpec *m = &c->meshes[nd[i].mesh];
-                if (m->per_node > 1 && m->intra_bw < G->intra_bw)
-                    G->intra_bw = m->intra_bw;
-                for (int q = 0; q < V; q++)
-                    if (q != i && comp[q] == g) {
-                        double b = node_bw(x, &nd[i], &nd[q]);
-                        if (b < G->intra_bw)
-                            G->intra_bw = b;
-                    }
-            }
-            for (int j = 0; j < G->nparts; j++)
-                G->speed += G->parts[j].devices * rate[G->parts[j].mesh];
-            for (int j = 0; j < G->nparts; j++)   /* per-GPU microbatch shares */
-                G->parts[j].share = G->parts[j].devices * rate[G->parts[j].mesh] / G->speed;
-        }
+        if (k > 1 && zorse_split(W, V, k, comp, vs, side))
+            break;
+        int ok = zorse_groups(x, nd, V, comp, rate, gs, k);
         if (ok)
             phase2(x, gs, k, best);
     }

@@ -1,5 +1,5 @@
 /* Brute-force enumeration under Eq. 13 (see brute.h).  Written
- * independently of hapt_dp.c's tables: it asks the oracle directly. */
+ * independently of the DP's tables (hapt_tables.c): it asks the oracle directly. */
 #include "brute.h"
 
 #include <float.h>

@@ -13,7 +13,7 @@
  * allocated (Eq. 22 ends in d_A = N_A M_A, d_B = N_B M_B, the base case
  * has d = 0): a plan never leaves a device idle, and every mesh holds at
  * least one stage.  Orders: every permutation when nmeshes <= max_perm_meshes,
- * else a heuristic set (see hapt_dp.c).
+ * else a heuristic set (see hapt_orders.c).
  */
 #ifndef HETC_HAPT_DP_H
 #define HETC_HAPT_DP_H
@@ -94,7 +94,7 @@ typedef struct DpStats {
     long tmax_evaluated;     /* full DPs run */
     long tmax_pruned_low;    /* below the smallest feasible t_max (binary search on the
                                 relaxed DP and dp_feasible, then on dp_pareto: see
-                                hapt_dp.c) */
+                                hapt_tmax_search.c) */
     long tmax_pruned_high;   /* (B-1) t_max + LB >= best found (LB: relaxed DP, any t_max) */
     long tmax_pruned_bound;  /* (B-1) t_max + relaxed DP at this t_max >= best found */
     long transitions;        /* candidate transitions visited */

@@ -194,6 +194,107 @@ static void vocab_cost(const TpPattern *p, LayerIntra *out, int L, unsigned char
     out[l].ar_fwd_bytes += rows * 4 + rows * 8;
 }
 
+/* Layer l lies in a pattern spanning layers lo..hi: widen its span. */
+static void span_widen(int *span_lo, int *span_hi, int l, int lo, int hi)
+{
+    if (lo < span_lo[l])
+        span_lo[l] = lo;
+    if (hi > span_hi[l])
+        span_hi[l] = hi;
+}
+
+/* Bytes each layer's nodes output, and of those the ones produced sharded
+ * (sh[id]). */
+static void layer_out_bytes(const IrGraph *g, int L, const unsigned char *sh, int maxv,
+                            double *tot_out, double *sh_out)
+{
+    for (int q = 0; q < g->nnodes; q++) {
+        const IrNode *n = g->nodes[q];
+        int l = n && !n->dead ? n->layer_id - 1 : -1;
+        if (l < 0 || l >= L)
+            continue;
+        for (int j = 0; j < n->nout; j++) {
+            const IrValue *v = n->out[j];
+            if (!v)
+                continue;
+            tot_out[l] += numel_bytes(v);
+            if (v->id <= maxv && sh[v->id])
+                sh_out[l] += numel_bytes(v);
+        }
+    }
+}
+
+/* tp_divides bit b: tp = 2^b shards every pattern of the layer tp = 1
+ * found (out[].tp_patterns); cnt is scratch of L ints. */
+static int tp_divides_fill(const IrGraph *g, int L, int vocab_parallel, int has_head,
+                           LayerIntra *out, int *cnt, IrError *err)
+{
+    for (int b = 1; b < TP_BITS; b++) {
+        TpPattern *pt = NULL;
+        int nt = 0;
+        if (tp_shard_find(g, 1 << b, 0, 0, &pt, &nt, NULL, err)) {
+            return ir_error_prefix(err, "intra-op, tp %d", 1 << b);
+        }
+        memset(cnt, 0, (size_t)L * sizeof *cnt);
+        for (int q = 0; q < nt; q++) {
+            int lo, hi;
+            const TpPattern *p = &pt[q];
+            if (p->kind == TP_PATTERN_VOCAB_EMBED || p->kind == TP_PATTERN_VOCAB_HEAD) {
+                /* costed ones are found at every tp (64 | V), in their
+                 * layer as counted above */
+                if (vocab_parallel && vocab_costed(g, p, has_head) && !vocab_span(p, L, &lo, &hi))
+                    cnt[node_layer(p->kind == TP_PATTERN_VOCAB_EMBED ? p->row : p->column[0])]++;
+                continue;
+            }
+            if (!pattern_span(p, L, &lo, &hi))
+                cnt[node_layer(p->row)]++;
+        }
+        for (int l = 0; l < L; l++)
+            if (cnt[l] == out[l].tp_patterns)
+                out[l].tp_divides |= 1u << b;
+        free(pt);
+    }
+    return 0;
+}
+
+/* Each layer's TP fractions of its own figures (layers.c's op costs), and
+ * what selective recompute may drop. */
+static void layer_fracs(const IrGraph *g, const PlanLayer *layers, int L, const double *tot_out,
+                        const double *sh_out, int any_mm, LayerIntra *out)
+{
+    for (int l = 0; l < L; l++) {
+        LayerIntra *li = &out[l];
+        const PlanLayer *p = &layers[l];
+        /* fractions of the layer's own figures (layers.c's op costs) */
+        li->tp_flops_frac = p->fwd_flops > 0 ? li->tp_flops / p->fwd_flops : 0;
+        if (li->tp_flops_frac > 1)
+            li->tp_flops_frac = 1;
+        /* tp_param_bytes counted elements; param_bytes is in the training dtype */
+        li->tp_param_frac = 0;
+        if (p->param_bytes > 0 && li->tp_param_bytes > 0) {
+            double tot_el = 0;
+            for (int q = 0; q < g->nnodes; q++) {
+                const IrNode *n = g->nodes[q];
+                if (!n || n->dead || n->layer_id != l + 1)
+                    continue;
+                for (int j = 0; j < n->nin; j++)
+                    if (n->in[j] && n->in[j]->kind == IR_VK_PARAM)
+                        tot_el += numel(n->in[j]);
+            }
+            li->tp_param_frac = tot_el > 0 ? li->tp_param_bytes / tot_el : 0;
+            if (li->tp_param_frac > 1)
+                li->tp_param_frac = 1;
+        }
+        li->tp_act_frac = tot_out[l] > 0 ? sh_out[l] / tot_out[l] : 0;
+        if (!any_mm) { /* fused Attention keeps only q, k, v: nothing for selective to drop */
+            li->attn_bytes = 0;
+            li->attn_flops = 0;
+        }
+        if (li->attn_bytes > p->act_bytes)
+            li->attn_bytes = p->act_bytes;
+    }
+}
+
 int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerIntra *out,
                         IrError *err)
 {
@@ -244,12 +345,8 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
         if (vocab) {
             if (!vocab_parallel || !vocab_costed(g, p, has_head) || vocab_span(p, L, &lo, &hi))
                 continue;
-            for (int l = lo; l <= hi; l++) {
-                if (lo < span_lo[l])
-                    span_lo[l] = lo;
-                if (hi > span_hi[l])
-                    span_hi[l] = hi;
-            }
+            for (int l = lo; l <= hi; l++)
+                span_widen(span_lo, span_hi, l, lo, hi);
             vocab_cost(p, out, L, sh, cg, maxv);
             continue;
         }
@@ -265,13 +362,8 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
             all[na++] = p->column[c];
         for (int j = 0; j < p->ninner; j++)
             all[na++] = p->inner[j];
-        for (int j = 0; j < na; j++) {
-            int l = node_layer(all[j]);
-            if (lo < span_lo[l])
-                span_lo[l] = lo;
-            if (hi > span_hi[l])
-                span_hi[l] = hi;
-        }
+        for (int j = 0; j < na; j++)
+            span_widen(span_lo, span_hi, node_layer(all[j]), lo, hi);
         for (int c = 0; c < p->ncolumn; c++) {
             const IrNode *n = p->column[c];
             const IrValue *x = n->in[0];
@@ -314,31 +406,9 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
     /* tp_divides: tp = 2^b shards every pattern of the layer tp = 1 found */
     for (int l = 0; l < L; l++)
         out[l].tp_divides = 1u;
-    for (int b = 1; b < TP_BITS; b++) {
-        TpPattern *pt = NULL;
-        int nt = 0;
-        if (tp_shard_find(g, 1 << b, 0, 0, &pt, &nt, NULL, err)) {
-            free(pat), free(sh), free(tot_out), free(sh_out), free(cnt);
-            return ir_error_prefix(err, "intra-op, tp %d", 1 << b);
-        }
-        memset(cnt, 0, (size_t)L * sizeof *cnt);
-        for (int q = 0; q < nt; q++) {
-            int lo, hi;
-            const TpPattern *p = &pt[q];
-            if (p->kind == TP_PATTERN_VOCAB_EMBED || p->kind == TP_PATTERN_VOCAB_HEAD) {
-                /* costed ones are found at every tp (64 | V), in their
-                 * layer as counted above */
-                if (vocab_parallel && vocab_costed(g, p, has_head) && !vocab_span(p, L, &lo, &hi))
-                    cnt[node_layer(p->kind == TP_PATTERN_VOCAB_EMBED ? p->row : p->column[0])]++;
-                continue;
-            }
-            if (!pattern_span(p, L, &lo, &hi))
-                cnt[node_layer(p->row)]++;
-        }
-        for (int l = 0; l < L; l++)
-            if (cnt[l] == out[l].tp_patterns)
-                out[l].tp_divides |= 1u << b;
-        free(pt);
+    if (tp_divides_fill(g, L, vocab_parallel, has_head, out, cnt, err)) {
+        free(pat), free(sh), free(tot_out), free(sh_out), free(cnt);
+        return -1;
     }
     free(pat);
     int any_mm = 0;
@@ -363,51 +433,8 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
             li->attn_flops += 5.0 * numel(y);
         }
     }
-    for (int q = 0; q < g->nnodes; q++) {
-        const IrNode *n = g->nodes[q];
-        int l = n && !n->dead ? n->layer_id - 1 : -1;
-        if (l < 0 || l >= L)
-            continue;
-        for (int j = 0; j < n->nout; j++) {
-            const IrValue *v = n->out[j];
-            if (!v)
-                continue;
-            tot_out[l] += numel_bytes(v);
-            if (v->id <= maxv && sh[v->id])
-                sh_out[l] += numel_bytes(v);
-        }
-    }
-    for (int l = 0; l < L; l++) {
-        LayerIntra *li = &out[l];
-        const PlanLayer *p = &layers[l];
-        /* fractions of the layer's own figures (layers.c's op costs) */
-        li->tp_flops_frac = p->fwd_flops > 0 ? li->tp_flops / p->fwd_flops : 0;
-        if (li->tp_flops_frac > 1)
-            li->tp_flops_frac = 1;
-        /* tp_param_bytes counted elements; param_bytes is in the training dtype */
-        li->tp_param_frac = 0;
-        if (p->param_bytes > 0 && li->tp_param_bytes > 0) {
-            double tot_el = 0;
-            for (int q = 0; q < g->nnodes; q++) {
-                const IrNode *n = g->nodes[q];
-                if (!n || n->dead || n->layer_id != l + 1)
-                    continue;
-                for (int j = 0; j < n->nin; j++)
-                    if (n->in[j] && n->in[j]->kind == IR_VK_PARAM)
-                        tot_el += numel(n->in[j]);
-            }
-            li->tp_param_frac = tot_el > 0 ? li->tp_param_bytes / tot_el : 0;
-            if (li->tp_param_frac > 1)
-                li->tp_param_frac = 1;
-        }
-        li->tp_act_frac = tot_out[l] > 0 ? sh_out[l] / tot_out[l] : 0;
-        if (!any_mm) { /* fused Attention keeps only q, k, v: nothing for selective to drop */
-            li->attn_bytes = 0;
-            li->attn_flops = 0;
-        }
-        if (li->attn_bytes > p->act_bytes)
-            li->attn_bytes = p->act_bytes;
-    }
+    layer_out_bytes(g, L, sh, maxv, tot_out, sh_out);
+    layer_fracs(g, layers, L, tot_out, sh_out, any_mm, out);
     free(sh), free(tot_out), free(sh_out), free(cnt);
     return 0;
 }

@@ -80,6 +80,45 @@ static double covered(const double *s, const double *e, int n, double a, double 
     return tot;
 }
 
+/* Iteration time, hidden communication, busy time, bubbles and peak
+ * in-flight microbatches from the recorded actions (as, ae) and events. */
+static void sim_stats(const SimStage *st, int S, const Schedule *sched, const double *as,
+                      const double *ae, const EvBuf *ev, SimResult *out)
+{
+    const int n = 2 * sched->B;
+    double T = 0;
+    for (int k = 0; k < ev->n; k++)
+        T = dmax(T, ev->v[k].end);
+    out->iter_time = T;
+    double ct = 0, ch = 0;
+    for (int k = 0; k < ev->n; k++) {
+        const TimelineEvent *e = &ev->v[k];
+        if (e->kind != 'S' && e->kind != 'R')
+            continue;
+        int to = e->kind == 'S' ? e->stage + 1 : e->stage - 1;
+        double len = e->end - e->start;
+        double hid = covered(as + (size_t)to * n, ae + (size_t)to * n, n, e->start, e->end);
+        out->comm_total[e->stage] += len;
+        out->comm_hidden[e->stage] += hid;
+        ct += len;
+        ch += hid;
+    }
+    out->overlap = ct > 0 ? ch / ct : 1.0;
+    for (int i = 0; i < S; i++) {
+        int infl = 0, peak = 0;
+        for (int k = 0; k < n; k++) {
+            out->busy[i] += ae[(size_t)i * n + k] - as[(size_t)i * n + k];
+            /* in flight: F done, B not yet started */
+            infl += sched->actions[i][k].kind == 'F' ? 1 : -1;
+            if (infl > peak)
+                peak = infl;
+        }
+        out->peak_inflight[i] = peak;
+        out->peak_act_mem[i] = peak * st[i].mem_act + st[i].mem_static;
+        out->bubble[i] = T > 0 ? 1.0 - out->busy[i] / T : 0.0;
+    }
+}
+
 int simulate(const SimStage *st, int S, const Schedule *sched, SimResult *out, IrError *err)
 {
     memset(out, 0, sizeof *out);
@@ -182,37 +221,7 @@ int simulate(const SimStage *st, int S, const Schedule *sched, SimResult *out, I
             ev_push(&ev, i, 'A', -1, free_at[i], free_at[i] + st[i].t_sync))
             goto oom;
 
-    double T = 0;
-    for (int k = 0; k < ev.n; k++)
-        T = dmax(T, ev.v[k].end);
-    out->iter_time = T;
-    double ct = 0, ch = 0;
-    for (int k = 0; k < ev.n; k++) {
-        const TimelineEvent *e = &ev.v[k];
-        if (e->kind != 'S' && e->kind != 'R')
-            continue;
-        int to = e->kind == 'S' ? e->stage + 1 : e->stage - 1;
-        double len = e->end - e->start;
-        double hid = covered(as + (size_t)to * n, ae + (size_t)to * n, n, e->start, e->end);
-        out->comm_total[e->stage] += len;
-        out->comm_hidden[e->stage] += hid;
-        ct += len;
-        ch += hid;
-    }
-    out->overlap = ct > 0 ? ch / ct : 1.0;
-    for (int i = 0; i < S; i++) {
-        int infl = 0, peak = 0;
-        for (int k = 0; k < n; k++) {
-            out->busy[i] += ae[(size_t)i * n + k] - as[(size_t)i * n + k];
-            /* in flight: F done, B not yet started */
-            infl += sched->actions[i][k].kind == 'F' ? 1 : -1;
-            if (infl > peak)
-                peak = infl;
-        }
-        out->peak_inflight[i] = peak;
-        out->peak_act_mem[i] = peak * st[i].mem_act + st[i].mem_static;
-        out->bubble[i] = T > 0 ? 1.0 - out->busy[i] / T : 0.0;
-    }
+    sim_stats(st, S, sched, as, ae, &ev, out);
     qsort(ev.v, (size_t)ev.n, sizeof *ev.v, ev_cmp);
     out->events = ev.v;
     out->nevents = ev.n;
