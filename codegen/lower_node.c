@@ -649,20 +649,10 @@ int ln_resolve_slice(LnCtx *c, int i0, const IrShape *xs, int64_t *start, int64_
     for (int i = 0; i < ns; i++) {
         int a;
         if (ln_norm_axis(hax ? ax[i] : i, r, &a) || seen[a]++) return -1;
-        int64_t dim = xs->dims[a], s = st[i], e = en[i], k = hsp ? sp[i] : 1, cnt;
+        int64_t k = hsp ? sp[i] : 1;
         if (k == 0) return -1;
-        if (s < 0) s += dim;
-        if (e < 0) e += dim;
-        if (k > 0) {
-            s = s < 0 ? 0 : s > dim ? dim : s;
-            e = e < 0 ? 0 : e > dim ? dim : e;
-            cnt = e > s ? (e - s - 1) / k + 1 : 0;
-        } else {
-            s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
-            e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-            cnt = s > e ? (e - s + 1) / k + 1 : 0;
-        }
-        start[a] = s, step[a] = k, yd[a] = cnt;
+        yd[a] = ir_slice_axis(xs->dims[a], st[i], en[i], k, &start[a]);
+        step[a] = k;
     }
     return 0;
 }

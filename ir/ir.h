@@ -279,6 +279,12 @@ double ir_attr_float(const IrNode *n, const char *name, double dflt);
 /* [start, end) of a Shape node's attrs for an input of rank `rank`, clamped
  * as ONNX 15 says (shape rule, const-fold, host executor, stage lowering) */
 void ir_shape_op_range(const IrNode *n, int rank, int *start, int *end);
+/* One axis of an ONNX Slice (ir/slice.c): an axis of length dim read from
+ * start s to end e by step k (k != 0); returns the elements read and sets
+ * *first to the first index.  Negative s and e count from the end, then
+ * clamp to [0, dim] (k > 0) or [-1, dim - 1] (k < 0).  The executors and
+ * the stage lowering (Slice, SliceGrad) all resolve a slice with it. */
+int64_t ir_slice_axis(int64_t dim, int64_t s, int64_t e, int64_t k, int64_t *first);
 const char *ir_attr_string(const IrNode *n, const char *name, const char *dflt);
 /* returns count (0 if absent) and sets *v */
 int ir_attr_ints(const IrNode *n, const char *name, const int64_t **v);
