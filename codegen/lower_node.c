@@ -941,9 +941,7 @@ int lower_node(LnCtx *c) {
     char why[160];
     if (!hexec_node_supported(n, why, sizeof why)) return ln_fail(c, "%s", why);
     for (int i = 0; i < n->nout; i++)
-        if (i > 0 && !n->out[i] && n->op != IR_OP_SPLIT && n->op != IR_OP_DROPOUT &&
-            n->op != IR_OP_LINEAR_GRAD && n->op != IR_OP_LAYER_NORM_GRAD &&
-            n->op != IR_OP_RMS_NORM_GRAD && n->op != IR_OP_ATTENTION_GRAD)
+        if (i > 0 && !n->out[i] && !ir_op_has(n->op, IR_OPF_OPT_OUTS))
             return ln_fail(c, "unused output %d", i);
     if (!n->out[0]) return ln_fail(c, "no output 0");
     int start = c->out->n;

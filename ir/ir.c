@@ -176,6 +176,7 @@ static const IrOpInfo op_table[IR_OP_COUNT] = {
 #define F_GRAD_SINK IR_OPF_GRAD_SINK
 #define F_VIEW IR_OPF_VIEW
 #define F_RECOMPUTE_CHEAP IR_OPF_RECOMPUTE_CHEAP
+#define F_OPT_OUTS IR_OPF_OPT_OUTS
 #define OP(e, name, mini, maxi, mino, maxo, flags) \
     [IR_OP_##e] = {name, mini, maxi, mino, maxo, (unsigned)(flags)},
 #include "ops.def"
@@ -188,6 +189,7 @@ static const IrOpInfo op_table[IR_OP_COUNT] = {
 #undef F_GRAD_SINK
 #undef F_VIEW
 #undef F_RECOMPUTE_CHEAP
+#undef F_OPT_OUTS
 };
 const IrOpInfo *ir_op_info(IrOp op) {
     if ((int)op < 0 || op >= IR_OP_COUNT) return NULL;

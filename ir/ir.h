@@ -144,6 +144,7 @@ typedef enum IrOpFlag {
     IR_OPF_GRAD_SINK = 1u << 5,
     IR_OPF_VIEW = 1u << 6,
     IR_OPF_RECOMPUTE_CHEAP = 1u << 7,
+    IR_OPF_OPT_OUTS = 1u << 8,
 } IrOpFlag;
 
 typedef struct IrOpInfo {
