@@ -495,21 +495,8 @@ static int run_slice(HxCall *c) {
         if (seen[a]++) return fail(c, "axis repeated%s", "");
         int64_t dim = x->shape.dims[a], s = st[i], e = en[i], k = has_in(c, 4) ? sp[i] : 1;
         if (k == 0) return fail(c, "step of 0%s", "");
-        if (s < 0) s += dim;
-        if (e < 0) e += dim;
-        int64_t cnt;
-        if (k > 0) {
-            s = s < 0 ? 0 : s > dim ? dim : s;
-            e = e < 0 ? 0 : e > dim ? dim : e;
-            cnt = e > s ? (e - s - 1) / k + 1 : 0; /* no k - 1: k may be INT64_MAX */
-        } else {
-            s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
-            e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-            cnt = s > e ? (e - s + 1) / k + 1 : 0; /* no -k: k may be INT64_MIN */
-        }
-        start[a] = s;
+        yd[a] = ir_slice_axis(dim, s, e, k, &start[a]);
         step[a] = k;
-        yd[a] = cnt;
     }
     if (y->shape.rank != r) return fail(c, "output rank differs from the input%s", "");
     for (int d = 0; d < r; d++)

@@ -283,20 +283,10 @@ int hxt_run_slice_grad(HxCall *c) {
         int64_t a = has_ax ? ax[i] : i;
         if (a < -r || a >= r) return ir_errorf(c->err, "axis out of range");
         if (a < 0) a += r;
-        int64_t dim = x->shape.dims[a], s = st[i], e = en[i], k = has_sp ? sp[i] : 1, cnt;
+        int64_t dim = x->shape.dims[a], s = st[i], e = en[i], k = has_sp ? sp[i] : 1;
         if (k == 0) return ir_errorf(c->err, "step of 0");
-        if (s < 0) s += dim;
-        if (e < 0) e += dim;
-        if (k > 0) {
-            s = s < 0 ? 0 : s > dim ? dim : s;
-            e = e < 0 ? 0 : e > dim ? dim : e;
-            cnt = e > s ? (e - s - 1) / k + 1 : 0; /* no k - 1: k may be INT64_MAX */
-        } else {
-            s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
-            e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-            cnt = s > e ? (e - s + 1) / k + 1 : 0; /* no -k: k may be INT64_MIN */
-        }
-        start[a] = s, step[a] = k, yd[a] = cnt;
+        yd[a] = ir_slice_axis(dim, s, e, k, &start[a]);
+        step[a] = k;
     }
     if (dy->shape.rank != r) return ir_errorf(c->err, "dy rank differs from the input's");
     for (int d = 0; d < r; d++)

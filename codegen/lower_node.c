@@ -649,20 +649,10 @@ int ln_resolve_slice(LnCtx *c, int i0, const IrShape *xs, int64_t *start, int64_
     for (int i = 0; i < ns; i++) {
         int a;
         if (ln_norm_axis(hax ? ax[i] : i, r, &a) || seen[a]++) return -1;
-        int64_t dim = xs->dims[a], s = st[i], e = en[i], k = hsp ? sp[i] : 1, cnt;
+        int64_t k = hsp ? sp[i] : 1;
         if (k == 0) return -1;
-        if (s < 0) s += dim;
-        if (e < 0) e += dim;
-        if (k > 0) {
-            s = s < 0 ? 0 : s > dim ? dim : s;
-            e = e < 0 ? 0 : e > dim ? dim : e;
-            cnt = e > s ? (e - s - 1) / k + 1 : 0;
-        } else {
-            s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
-            e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-            cnt = s > e ? (e - s + 1) / k + 1 : 0;
-        }
-        start[a] = s, step[a] = k, yd[a] = cnt;
+        yd[a] = ir_slice_axis(xs->dims[a], st[i], en[i], k, &start[a]);
+        step[a] = k;
     }
     return 0;
 }
@@ -951,9 +941,7 @@ int lower_node(LnCtx *c) {
     char why[160];
     if (!hexec_node_supported(n, why, sizeof why)) return ln_fail(c, "%s", why);
     for (int i = 0; i < n->nout; i++)
-        if (i > 0 && !n->out[i] && n->op != IR_OP_SPLIT && n->op != IR_OP_DROPOUT &&
-            n->op != IR_OP_LINEAR_GRAD && n->op != IR_OP_LAYER_NORM_GRAD &&
-            n->op != IR_OP_RMS_NORM_GRAD && n->op != IR_OP_ATTENTION_GRAD)
+        if (i > 0 && !n->out[i] && !ir_op_has(n->op, IR_OPF_OPT_OUTS))
             return ln_fail(c, "unused output %d", i);
     if (!n->out[0]) return ln_fail(c, "no output 0");
     int start = c->out->n;

@@ -161,13 +161,36 @@ char *ir_shape_str(const IrShape *s, char *buf, size_t len) {
 
 /* ---------------------------------------------------------------- op table */
 static const IrOpInfo op_table[IR_OP_COUNT] = {
-#define OP(e, name, mini, maxi, mino, maxo) [IR_OP_##e] = {name, mini, maxi, mino, maxo},
+#define F_ARITH IR_OPF_ARITH
+#define F_ACTIVATION IR_OPF_ACTIVATION
+#define F_TP_SPLITTABLE IR_OPF_TP_SPLITTABLE
+#define F_AUX_INPUTS IR_OPF_AUX_INPUTS
+#define F_MOVES_IN0 IR_OPF_MOVES_IN0
+#define F_GRAD_SINK IR_OPF_GRAD_SINK
+#define F_VIEW IR_OPF_VIEW
+#define F_RECOMPUTE_CHEAP IR_OPF_RECOMPUTE_CHEAP
+#define F_OPT_OUTS IR_OPF_OPT_OUTS
+#define OP(e, name, mini, maxi, mino, maxo, flags) \
+    [IR_OP_##e] = {name, mini, maxi, mino, maxo, (unsigned)(flags)},
 #include "ops.def"
 #undef OP
+#undef F_ARITH
+#undef F_ACTIVATION
+#undef F_TP_SPLITTABLE
+#undef F_AUX_INPUTS
+#undef F_MOVES_IN0
+#undef F_GRAD_SINK
+#undef F_VIEW
+#undef F_RECOMPUTE_CHEAP
+#undef F_OPT_OUTS
 };
 const IrOpInfo *ir_op_info(IrOp op) {
     if ((int)op < 0 || op >= IR_OP_COUNT) return NULL;
     return &op_table[op];
+}
+int ir_op_has(IrOp op, unsigned flags) {
+    const IrOpInfo *i = ir_op_info(op);
+    return i && (i->flags & flags) != 0;
 }
 const char *ir_op_name(IrOp op) {
     const IrOpInfo *i = ir_op_info(op);

@@ -126,20 +126,38 @@ typedef struct IrValue {
 
 /* ---------------------------------------------------------------- ops */
 typedef enum IrOp {
-#define OP(e, name, mini, maxi, mino, maxo) IR_OP_##e,
+#define OP(e, name, mini, maxi, mino, maxo, flags) IR_OP_##e,
 #include "ops.def"
 #undef OP
     IR_OP_COUNT
 } IrOp;
 
+/* Op properties, the last column of ops.def (written F_X there; what each
+ * means and which pass reads it is documented at the top of ops.def).
+ * Passes test these instead of lists of ops, so a new op is table rows. */
+typedef enum IrOpFlag {
+    IR_OPF_ARITH = 1u << 0,
+    IR_OPF_ACTIVATION = 1u << 1,
+    IR_OPF_TP_SPLITTABLE = 1u << 2,
+    IR_OPF_AUX_INPUTS = 1u << 3,
+    IR_OPF_MOVES_IN0 = 1u << 4,
+    IR_OPF_GRAD_SINK = 1u << 5,
+    IR_OPF_VIEW = 1u << 6,
+    IR_OPF_RECOMPUTE_CHEAP = 1u << 7,
+    IR_OPF_OPT_OUTS = 1u << 8,
+} IrOpFlag;
+
 typedef struct IrOpInfo {
     const char *name;
     int min_inputs, max_inputs;   /* max -1 = variadic */
     int min_outputs, max_outputs;
+    unsigned flags;               /* IrOpFlag bits */
 } IrOpInfo;
 
 const IrOpInfo *ir_op_info(IrOp op);
 const char *ir_op_name(IrOp op);
+/* 1 if op has any of the IrOpFlag bits in flags (0 for an invalid op) */
+int ir_op_has(IrOp op, unsigned flags);
 int ir_op_from_name(const char *name); /* IrOp, or -1 */
 
 /* ---------------------------------------------------------------- attrs */
@@ -262,6 +280,12 @@ double ir_attr_float(const IrNode *n, const char *name, double dflt);
 /* [start, end) of a Shape node's attrs for an input of rank `rank`, clamped
  * as ONNX 15 says (shape rule, const-fold, host executor, stage lowering) */
 void ir_shape_op_range(const IrNode *n, int rank, int *start, int *end);
+/* One axis of an ONNX Slice (ir/slice.c): an axis of length dim read from
+ * start s to end e by step k (k != 0); returns the elements read and sets
+ * *first to the first index.  Negative s and e count from the end, then
+ * clamp to [0, dim] (k > 0) or [-1, dim - 1] (k < 0).  The executors and
+ * the stage lowering (Slice, SliceGrad) all resolve a slice with it. */
+int64_t ir_slice_axis(int64_t dim, int64_t s, int64_t e, int64_t k, int64_t *first);
 const char *ir_attr_string(const IrNode *n, const char *name, const char *dflt);
 /* returns count (0 if absent) and sets *v */
 int ir_attr_ints(const IrNode *n, const char *name, const int64_t **v);

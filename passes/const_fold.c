@@ -18,27 +18,9 @@
 #include "shape_rules.h"
 
 /* Ops through whose first input a value flows unchanged in meaning. */
-static int is_data_movement(IrOp op) {
-    switch (op) {
-    case IR_OP_SLICE: case IR_OP_RESHAPE: case IR_OP_TRANSPOSE: case IR_OP_SQUEEZE:
-    case IR_OP_UNSQUEEZE: case IR_OP_EXPAND: case IR_OP_IDENTITY: case IR_OP_CAST:
-    case IR_OP_GATHER: case IR_OP_FLATTEN: case IR_OP_TRILU: case IR_OP_GATHER_ND:
-    case IR_OP_TILE: case IR_OP_GATHER_ELEMENTS: case IR_OP_SCATTER_ND:
-        return 1;
-    default:
-        return 0;
-    }
-}
+static int is_data_movement(IrOp op) { return ir_op_has(op, IR_OPF_MOVES_IN0); }
 /* Ops whose output carries no gradient to their inputs. */
-static int is_gradient_sink(IrOp op) {
-    switch (op) {
-    case IR_OP_EQUAL: case IR_OP_LESS: case IR_OP_LESS_OR_EQUAL: case IR_OP_GREATER:
-    case IR_OP_GREATER_OR_EQUAL: case IR_OP_SHAPE: case IR_OP_IS_NAN:
-        return 1;
-    default:
-        return 0;
-    }
-}
+static int is_gradient_sink(IrOp op) { return ir_op_has(op, IR_OPF_GRAD_SINK); }
 
 /* 1 if every use of v ends in a gradient sink (depth-limited). */
 static int only_feeds_sinks(const IrGraph *g, const IrValue *v, int depth) {

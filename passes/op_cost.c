@@ -280,6 +280,15 @@ int op_cost_node(const IrNode *n, OpCost *out, IrError *err)
     return 0;
 }
 
+double op_cost_attention_gemm_flops(const IrNode *n)
+{
+    const IrValue *x = n->nin > 0 ? n->in[0] : NULL, *k = n->nin > 1 ? n->in[1] : NULL;
+    const IrValue *y = n->nout > 0 ? n->out[0] : NULL;
+    int64_t nx = x ? ir_shape_numel(&x->shape) : -1, ny = y ? ir_shape_numel(&y->shape) : -1;
+    double s = k && k->shape.rank >= 2 ? (double)k->shape.dims[k->shape.rank - 2] : 0;
+    return 2.0 * (nx > 0 ? (double)nx : 0) * s + 2.0 * (ny > 0 ? (double)ny : 0) * s;
+}
+
 int op_cost_has_rule(IrOp op)
 {
     return (unsigned)op < IR_OP_COUNT && op_rules[op].rule != R_NONE;

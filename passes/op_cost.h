@@ -23,6 +23,11 @@ typedef struct OpCost {
 /* Cost of one node.  Needs static shapes on the values the rule reads;
  * returns -1 with err naming the node and op otherwise. */
 int op_cost_node(const IrNode *n, OpCost *out, IrError *err);
+/* Forward FLOPs of an Attention node's two GEMMs, q k^T and p v:
+ * 2*numel(q)*S + 2*numel(out)*S, no softmax and no causal halving (the
+ * part splitting the heads divides: intra_ir.c); 0 without the shapes.
+ * op_cost_node's Attention rule adds the softmax and halves causal. */
+double op_cost_attention_gemm_flops(const IrNode *n);
 /* 1 for the heavy ops (module detection's z counts these). */
 int op_is_heavy(IrOp op);
 /* 1 if the table has a rule for op (tests check every op has one). */

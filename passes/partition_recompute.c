@@ -44,8 +44,7 @@ int part_recompute_parse(const char *s, PartRecompute *out) {
 }
 
 static int is_layout_op(IrOp op) {
-    return op == IR_OP_RESHAPE || op == IR_OP_TRANSPOSE || op == IR_OP_SQUEEZE ||
-           op == IR_OP_UNSQUEEZE || op == IR_OP_FLATTEN || op == IR_OP_IDENTITY;
+    return ir_op_has(op, IR_OPF_VIEW);
 }
 
 static int is_fwd_value(const IrValue *v) {
@@ -126,7 +125,7 @@ static void choose_saved(const IrGraph *g, PartRecompute mode, char *saved) {
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
         if (n->phase != IR_PHASE_FWD) continue;
-        int core = n->op == IR_OP_ATTENTION || n->op == IR_OP_SOFTMAX ||
+        int core = ir_op_has(n->op, IR_OPF_RECOMPUTE_CHEAP) ||
                    (is_layout_op(n->op) && n->nin >= 1 && is_fwd_value(n->in[0]) &&
                     !saved[n->in[0]->id]);
         if (!core) continue;

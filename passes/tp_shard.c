@@ -88,8 +88,7 @@ static IrGraph *clone_graph(const IrGraph *g, IrError *err) {
 int tps_uses(const IrGraph *g, const IrValue *v) { return ir_value_num_uses(g, v); }
 
 int tps_is_act(IrOp op) {
-    return op == IR_OP_GELU || op == IR_OP_RELU || op == IR_OP_SILU || op == IR_OP_TANH ||
-           op == IR_OP_SIGMOID || op == IR_OP_ERF;
+    return ir_op_has(op, IR_OPF_ACTIVATION);
 }
 
 int tps_linear_ok(const IrGraph *g, const IrNode *l) {
@@ -359,8 +358,7 @@ static int hs_has(const HeadSet *hs, const IrNode *p) {
 }
 
 static int hs_elementwise(IrOp op) {
-    return op == IR_OP_ADD || op == IR_OP_SUB || op == IR_OP_MUL || op == IR_OP_DIV ||
-           op == IR_OP_NEG || tps_is_act(op);
+    return ir_op_has(op, IR_OPF_ARITH | IR_OPF_ACTIVATION);
 }
 
 /* a value with no gradient whose data every rank has whole: a constant, an
@@ -380,11 +378,7 @@ static int hs_no_grad(const IrValue *v, int depth) {
 /* the inputs of p that carry the sharded data (the others must be i64
  * constants: shapes, axes, slice bounds) */
 static int hs_data_input(const IrNode *p, int i) {
-    switch (p->op) {
-    case IR_OP_RESHAPE: case IR_OP_EXPAND: case IR_OP_UNSQUEEZE: case IR_OP_SLICE:
-        return i == 0;
-    default: return 1;
-    }
+    return i == 0 || !ir_op_has(p->op, IR_OPF_AUX_INPUTS);
 }
 
 /* collect the subgraph from v back to its root; -1: not a head set */
@@ -397,9 +391,7 @@ static int hs_collect(Ts *t, IrValue *v, HeadSet *hs) {
         return 0;
     }
     if (hs_has(hs, p) >= 0) return 0;
-    int ok = hs_elementwise(p->op) || p->op == IR_OP_TRANSPOSE || p->op == IR_OP_RESHAPE ||
-             p->op == IR_OP_EXPAND || p->op == IR_OP_UNSQUEEZE || p->op == IR_OP_SLICE ||
-             p->op == IR_OP_CONCAT;
+    int ok = ir_op_has(p->op, IR_OPF_TP_SPLITTABLE);
     if (!ok || p->nout != 1 || hs->n == HS_MAX) return -1;
     hs->node[hs->n++] = p;
     int inside = 0;

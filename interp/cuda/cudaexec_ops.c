@@ -236,20 +236,10 @@ static int slice_walk(IrNode *n, int first, const IrValue *x, int64_t *start, in
         int64_t a = has_ax ? ax[i] : i;
         if (a < 0) a += r;
         if (a < 0 || a >= r || seen[a]++) return -1;
-        int64_t dim = x->shape.dims[a], s0 = st[i], e0 = en[i], k = has_sp ? sp[i] : 1, cnt;
+        int64_t k = has_sp ? sp[i] : 1;
         if (k == 0) return -1;
-        if (s0 < 0) s0 += dim;
-        if (e0 < 0) e0 += dim;
-        if (k > 0) {
-            s0 = s0 < 0 ? 0 : s0 > dim ? dim : s0;
-            e0 = e0 < 0 ? 0 : e0 > dim ? dim : e0;
-            cnt = e0 > s0 ? (e0 - s0 - 1) / k + 1 : 0; /* no k - 1: k may be INT64_MAX */
-        } else {
-            s0 = s0 < 0 ? 0 : s0 > dim - 1 ? dim - 1 : s0;
-            e0 = e0 < -1 ? -1 : e0 > dim - 1 ? dim - 1 : e0;
-            cnt = s0 > e0 ? (e0 - s0 + 1) / k + 1 : 0; /* no -k: k may be INT64_MIN */
-        }
-        start[a] = s0, step[a] = k, yd[a] = cnt;
+        yd[a] = ir_slice_axis(x->shape.dims[a], st[i], en[i], k, &start[a]);
+        step[a] = k;
     }
     return 0;
 }

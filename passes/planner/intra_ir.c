@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include "cost_model.h"
+#include "../op_cost.h"  /* hetc_passes: the per-op FLOPs */
 #include "../tp_shard.h" /* hetc_passes: tp_shard_find */
 
 enum { TP_BITS = 7 }; /* tp_divides bits checked: tp = 1, 2, ..., 64 */
@@ -70,6 +71,15 @@ static double numel(const IrValue *v)
 static int is_act(const IrValue *v)
 {
     return v && (v->kind == IR_VK_ACT || v->kind == IR_VK_INPUT);
+}
+
+/* a node's forward FLOPs as op_cost.c counts them (the attention written
+ * out: its MatMuls and Softmax); 0 without static shapes */
+static double fwd_flops(const IrNode *n)
+{
+    OpCost c;
+    IrError e;
+    return op_cost_node(n, &c, &e) ? 0 : c.fwd_flops;
 }
 
 /* forward FLOPs of a Linear: 2 * outputs * K */
@@ -386,11 +396,8 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
             for (int o = 0; o < n->nout; o++)
                 if (n->out[o] && n->out[o]->id <= maxv)
                     sh[n->out[o]->id] = 1;
-            if (n->op == IR_OP_ATTENTION) { /* head-parallel: q k^T and p v */
-                const IrValue *x = n->in[0], *k = n->nin > 1 ? n->in[1] : NULL, *y = n->out[0];
-                double s = k && k->shape.rank >= 2 ? (double)k->shape.dims[k->shape.rank - 2] : 0;
-                li->tp_flops += 2.0 * numel(x) * s + 2.0 * numel(y) * s;
-            }
+            if (n->op == IR_OP_ATTENTION) /* head-parallel: q k^T and p v */
+                li->tp_flops += op_cost_attention_gemm_flops(n);
         }
         LayerIntra *li = &out[node_layer(p->row)];
         li->tp_flops += linear_flops(p->row);
@@ -425,12 +432,12 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
              * pattern tp_shard shards: replicated under TP) */
             any_mm = 1;
             if (li)
-                li->attn_flops += 2.0 * numel(y) * (double)last_dim(x);
+                li->attn_flops += fwd_flops(n);
         } else if (n->op == IR_OP_SOFTMAX && li) {
             /* attention probabilities: saved for backward, what selective
              * recompute drops (checked below: only beside an act x act MatMul) */
             li->attn_bytes += numel_bytes(y);
-            li->attn_flops += 5.0 * numel(y);
+            li->attn_flops += fwd_flops(n);
         }
     }
     layer_out_bytes(g, L, sh, maxv, tot_out, sh_out);

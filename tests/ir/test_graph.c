@@ -188,7 +188,39 @@ static void test_error_prefix_stage(void) {
     }
 }
 
+/* The flags column of ops.def agrees with the arities and with the passes
+ * that combine flags: tp_shard follows the ops its elementwise test accepts
+ * (F_ARITH, F_ACTIVATION) through a head shard, so they must be
+ * F_TP_SPLITTABLE; a view moves input 0's data; optional outputs and
+ * auxiliary inputs need an op with more than one of them; the accessor
+ * answers 0 outside the table. */
+static void test_op_flags(void) {
+    int nflagged = 0;
+    for (int op = 0; op < IR_OP_COUNT; op++) {
+        const IrOpInfo *i = ir_op_info((IrOp)op);
+        const char *nm = i->name;
+        nflagged += i->flags != 0;
+        if (ir_op_has((IrOp)op, IR_OPF_ARITH | IR_OPF_ACTIVATION))
+            CHECK_MSG(ir_op_has((IrOp)op, IR_OPF_TP_SPLITTABLE),
+                      "%s: elementwise, not TP-splittable", nm);
+        if (ir_op_has((IrOp)op, IR_OPF_VIEW))
+            CHECK_MSG(ir_op_has((IrOp)op, IR_OPF_MOVES_IN0),
+                      "%s: a view that does not move input 0", nm);
+        if (ir_op_has((IrOp)op, IR_OPF_OPT_OUTS))
+            CHECK_MSG(i->max_outputs != 1, "%s: optional outputs with one output", nm);
+        if (ir_op_has((IrOp)op, IR_OPF_AUX_INPUTS))
+            CHECK_MSG(i->max_inputs != 1, "%s: auxiliary inputs with one input", nm);
+        if (ir_op_has((IrOp)op, IR_OPF_ACTIVATION))
+            CHECK_MSG(i->min_inputs == 1 && i->max_inputs == 1, "%s: an activation is unary", nm);
+        CHECK_MSG(ir_op_has((IrOp)op, i->flags) == (i->flags != 0), "%s: ir_op_has vs flags", nm);
+    }
+    CHECK(nflagged > 0);
+    CHECK(ir_op_has(IR_OP_GELU, IR_OPF_ACTIVATION) && !ir_op_has(IR_OP_MATMUL, IR_OPF_ACTIVATION));
+    CHECK(!ir_op_has(IR_OP_COUNT, ~0u) && !ir_op_has((IrOp)-1, ~0u));
+}
+
 void test_graph(void) {
+    test_op_flags();
     test_error_prefix_stage();
     test_toposort();
     test_compact();
