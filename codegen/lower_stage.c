@@ -13,33 +13,24 @@
 #include "lower_node.h"
 #include "stage_abi.h"
 
-/* Mirrors the hetrt_* declarations of stage_abi.h. */
+/* The hetrt_* entries of runtime/abi/stage_abi.def, the rows stage_abi.h's
+ * prototypes come from. */
 const LeExtern lower_hetrt_externs[] = {
-    {"hetrt_node", LE_I32, 5, {LE_I32, LE_I32, LE_PTR, LE_PTR, LE_PTR}},
-    {"hetrt_recv", LE_I32, 2, {LE_I32, LE_PTR}},
-    {"hetrt_send", LE_I32, 2, {LE_I32, LE_PTR}},
-    {"hetrt_tokens", LE_I32, 3, {LE_I32, LE_PTR, LE_I32}},
-    {"hetrt_accum", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_loss", LE_I32, 1, {LE_PTR}},
-    {"hetrt_copy", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
-    {"hetrt_accum_scatter", LE_I32, 4, {LE_I32, LE_PTR, LE_PTR, LE_I64}},
+#define STAGE_ABI_IF_CORE STAGE_ABI_KEEP
+#define STAGE_ABI_IF_TP STAGE_ABI_DROP
+#define STAGE_ABI_IF_TP_KERNEL STAGE_ABI_DROP
+#define STAGE_ABI_IF_CUDA STAGE_ABI_DROP
+#include "stage_abi_externs.inc"
 };
 const int lower_hetrt_nexterns = (int)(sizeof lower_hetrt_externs / sizeof lower_hetrt_externs[0]);
-/* a TP stage also calls the TP all-reduce (stage_abi.h); kept out of the
- * plain list so stage binaries without TP never reference it */
+/* a TP stage also calls the TP all-reduce (the .def's TP set); kept out of
+ * the plain list so stage binaries without TP never reference it */
 const LeExtern lower_hetrt_externs_tp[] = {
-    {"hetrt_node", LE_I32, 5, {LE_I32, LE_I32, LE_PTR, LE_PTR, LE_PTR}},
-    {"hetrt_recv", LE_I32, 2, {LE_I32, LE_PTR}},
-    {"hetrt_send", LE_I32, 2, {LE_I32, LE_PTR}},
-    {"hetrt_tokens", LE_I32, 3, {LE_I32, LE_PTR, LE_I32}},
-    {"hetrt_accum", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_loss", LE_I32, 1, {LE_PTR}},
-    {"hetrt_copy", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
-    {"hetrt_accum_scatter", LE_I32, 4, {LE_I32, LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_tp_allreduce", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_tp_allreduce_max", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
+#define STAGE_ABI_IF_CORE STAGE_ABI_KEEP
+#define STAGE_ABI_IF_TP STAGE_ABI_KEEP
+#define STAGE_ABI_IF_TP_KERNEL STAGE_ABI_DROP
+#define STAGE_ABI_IF_CUDA STAGE_ABI_DROP
+#include "stage_abi_externs.inc"
 };
 const int lower_hetrt_nexterns_tp =
     (int)(sizeof lower_hetrt_externs_tp / sizeof lower_hetrt_externs_tp[0]);
