@@ -294,3 +294,8 @@ int lower_node_cuda(LnCtx *c) {
     }
     return 1;
 }
+
+/* The CUDA backend's codegen row (lower_node.h; its link list: driver/backends.c):
+ * device arenas, so no generated host kernels (docs/CUDA.md). */
+const LowerBackend lower_backend_cuda = {"cuda", lower_node_cuda, lower_node_cuda_externs,
+                                         NCUDA_EXTERNS, 0};

@@ -559,8 +559,9 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
         return ir_errorf(err, "lower_stage: no stage, options or graphs");
     if (check_opts(st, o, err)) return -1;
     FuseSet *fs = NULL;
-    /* fused kernels are host code: a CUDA program keeps per-node calls */
-    if (o->direct && o->fuse && !o->cuda && !(fs = fuse_stage(st, err))) return -1;
+    /* fused kernels are host code: a device backend keeps per-node calls */
+    const LowerBackend *be = o->backend ? o->backend : &lower_backend_host;
+    if (o->direct && o->fuse && be->fuse && !(fs = fuse_stage(st, err))) return -1;
     if (fs) prog->define = define_fused, prog->define_ctx = fs; /* freed with prog */
     if (memplan_build_fused(st, o->nslots, fs ? &fs->g[0] : NULL, fs ? &fs->g[1] : NULL, mp,
                             err)) {
@@ -624,7 +625,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
                 LocCtx lc = {mp, st, graph};
                 LnCtx c = {.n = (IrNode *)n, .loc = value_loc, .u = &lc, .tp = st->tp,
                            .out = &out};
-                if (o->cuda ? lower_node_cuda(&c) : lower_node(&c)) {
+                if (be->lower_node(&c)) {
                     if (stats) stats->direct++;
                     continue;
                 }
@@ -665,17 +666,17 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
         prog->nslots = mp->nslots;
         prog->externs = st->tp > 1 ? lower_hetrt_externs_tp : lower_hetrt_externs;
         prog->nexterns = st->tp > 1 ? lower_hetrt_nexterns_tp : lower_hetrt_nexterns;
-        if (o->direct) { /* the runtime's entries, the kernels', the generated kernels'
-                          * (CUDA: the hetrt_cu_* entries, no generated kernels) */
+        if (o->direct) { /* the runtime's entries, the kernels', the backend's own
+                          * (CUDA: hetrt_cu_*), the generated kernels' */
             int ngen = fs ? fs->g[0].ngroups + fs->g[1].ngroups : 0;
-            int ncu = o->cuda ? lower_node_cuda_nexterns : 0;
+            int ncu = be->nexterns;
             LeExtern *ex = ir_xcalloc((size_t)(prog->nexterns + lower_node_nexterns + ncu + ngen),
                                       sizeof *ex);
             memcpy(ex, prog->externs, sizeof *ex * (size_t)prog->nexterns);
             memcpy(ex + prog->nexterns, lower_node_externs,
                    sizeof *ex * (size_t)lower_node_nexterns);
             int nx = prog->nexterns + lower_node_nexterns;
-            if (ncu) memcpy(ex + nx, lower_node_cuda_externs, sizeof *ex * (size_t)ncu);
+            if (ncu) memcpy(ex + nx, be->externs, sizeof *ex * (size_t)ncu);
             nx += ncu;
             for (int g = 0; fs && g < 2; g++)
                 for (int i = 0; i < fs->g[g].ngroups; i++) {

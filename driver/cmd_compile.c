@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends.h"
 #include "build_dir.h"
 #include "cli.h"
 #include "cmd_plan.h"
@@ -156,21 +157,21 @@ int cmd_compile(int argc, char **argv) {
         }
         if ((r = cli_opt(argc, argv, &i, "--backend", &v)) != 0) {
             if (r < 0) goto bad;
-            if (!strcmp(v, "cuda")) {
-                if (!compile_have_cuda()) {
-                    fprintf(stderr, "hetc compile: --backend cuda: this hetc was built without "
-                                    "CUDA (configure with nvcc and NCCL present, HETC_CUDA=ON)\n");
-                    free(pargv);
-                    return 2;
-                }
-                ca.backend_cuda = 1;
-            } else if (!strcmp(v, "host")) {
-                ca.backend_cuda = 0;
-            } else {
-                fprintf(stderr, "hetc compile: --backend must be host or cuda, not '%s'\n", v);
+            const HetcBackend *be = hetc_backend_find(v);
+            char names[200];
+            hetc_backend_names(names, sizeof names);
+            if (!be) {
+                fprintf(stderr, "hetc compile: --backend must be %s, not '%s'\n", names, v);
                 free(pargv);
                 return 2;
             }
+            if (!hetc_backend_available(be)) {
+                fprintf(stderr, "hetc compile: --backend %s: this hetc was built without %s\n",
+                        v, be->missing);
+                free(pargv);
+                return 2;
+            }
+            ca.backend = be;
             continue;
         }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
