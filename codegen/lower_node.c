@@ -65,11 +65,13 @@ const LeExtern lower_node_externs[] = {
     {"hk_scatter_nd", I, 12, {I, P, I, P, I, P, I, P, P, I, P, P}},
     {"hk_gather_nd_backward_f32", I, 10, {P, I, P, I, P, I, P, I, P, P}},
     {"hk_gather_elements_backward_f32", I, 9, {P, I, P, I, I, P, P, P, P}},
-    /* the vocab-parallel kernels with the TP rank's vocab_start (stage_abi.h) */
-    {"hetrt_tp_embedding", I, 9, {I, P, L, P, L, L, L, L, P}},
-    {"hetrt_tp_embedding_grad", I, 9, {I, P, L, P, L, L, L, L, P}},
-    {"hetrt_tp_vocab_ce_stats", I, 11, {P, I, P, P, L, L, L, L, I, L, P}},
-    {"hetrt_tp_vocab_ce_bwd", I, 13, {P, I, P, P, P, L, L, L, L, I, L, P, P}},
+/* the vocab-parallel kernels with the TP rank's vocab_start: the .def's
+ * TP_KERNEL set (runtime/abi/stage_abi.def) */
+#define STAGE_ABI_IF_CORE STAGE_ABI_DROP
+#define STAGE_ABI_IF_TP STAGE_ABI_DROP
+#define STAGE_ABI_IF_TP_KERNEL STAGE_ABI_KEEP
+#define STAGE_ABI_IF_CUDA STAGE_ABI_DROP
+#include "stage_abi_externs.inc"
 };
 const int lower_node_nexterns = (int)(sizeof lower_node_externs / sizeof lower_node_externs[0]);
 #undef P
@@ -964,3 +966,7 @@ int lower_node(LnCtx *c) {
     }
     return 1;
 }
+
+/* The host backend's codegen row (lower_node.h): the host kernels above, no
+ * runtime entries of its own, generated kernels allowed (host arena). */
+const LowerBackend lower_backend_host = {"host", lower_node, NULL, 0, 1};

@@ -63,6 +63,21 @@ int lower_node_cuda_has_op(IrOp op);
 extern const LeExtern lower_node_cuda_externs[];
 extern const int lower_node_cuda_nexterns;
 
+/* What code generation knows of a stage backend (docs/CODEGEN.md "Adding a
+ * backend"): one row per backend, defined beside its lowering table; the
+ * driver's backend table (driver/backends.c) adds how its binaries link. */
+typedef struct LowerBackend {
+    const char *name;            /* hetc compile --backend=NAME */
+    int (*lower_node)(LnCtx *c); /* direct calls for one node (lower_node's contract) */
+    /* the runtime entries its lowering calls besides lower_node_externs and
+     * the stage's hetrt list: its set of runtime/abi/stage_abi.def */
+    const LeExtern *externs;
+    int nexterns;
+    int fuse; /* 1: generated host kernels (codegen/fuse.h) may run on its arena */
+} LowerBackend;
+extern const LowerBackend lower_backend_host; /* lower_node.c */
+extern const LowerBackend lower_backend_cuda; /* lower_node_cuda.c */
+
 /* Free what a call owns (LE_ARG_I64S arrays, LE_ARG_BYTES copies). */
 void lower_call_free(LeCall *c);
 

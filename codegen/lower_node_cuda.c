@@ -33,26 +33,16 @@
 
 #define IN(i) (c->n->in[i])
 #define OUT(i) (c->n->out[i])
-#define P LE_PTR
-#define I LE_I32
-#define L LE_I64
-#define D LE_F64
+/* the .def's CUDA set (runtime/abi/stage_abi.def) */
 const LeExtern lower_node_cuda_externs[] = {
-    {"hetrt_cu_binary", I, 8, {I, I, P, P, P, P, P, P}},
-    {"hetrt_cu_unary", I, 4, {I, P, P, L}},
-    {"hetrt_cu_unary_grad", I, 6, {I, P, P, P, P, L}},
-    {"hetrt_cu_linear", I, 7, {P, P, P, L, L, L, P}},
-    {"hetrt_cu_linear_grad", I, 9, {P, P, P, L, L, L, P, P, P}},
-    {"hetrt_cu_adamw", I, 15, {P, P, P, P, L, P, P, P, D, D, D, D, P, P, P}},
-    {"hetrt_cu_norm", I, 8, {I, P, P, P, L, L, D, P}},
-    {"hetrt_cu_norm_grad", I, 10, {I, P, P, P, L, L, D, P, P, P}},
+#define STAGE_ABI_IF_CORE STAGE_ABI_DROP
+#define STAGE_ABI_IF_TP STAGE_ABI_DROP
+#define STAGE_ABI_IF_TP_KERNEL STAGE_ABI_DROP
+#define STAGE_ABI_IF_CUDA STAGE_ABI_KEEP
+#include "stage_abi_externs.inc"
 };
-const int lower_node_cuda_nexterns =
-    (int)(sizeof lower_node_cuda_externs / sizeof lower_node_cuda_externs[0]);
-#undef P
-#undef I
-#undef L
-#undef D
+#define NCUDA_EXTERNS ((int)(sizeof lower_node_cuda_externs / sizeof lower_node_cuda_externs[0]))
+const int lower_node_cuda_nexterns = NCUDA_EXTERNS;
 
 static int all_f32(const IrNode *n) {
     for (int i = 0; i < n->nin; i++)
@@ -304,3 +294,8 @@ int lower_node_cuda(LnCtx *c) {
     }
     return 1;
 }
+
+/* The CUDA backend's codegen row (lower_node.h; its link list: driver/backends.c):
+ * device arenas, so no generated host kernels (docs/CUDA.md). */
+const LowerBackend lower_backend_cuda = {"cuda", lower_node_cuda, lower_node_cuda_externs,
+                                         NCUDA_EXTERNS, 0};

@@ -13,33 +13,24 @@
 #include "lower_node.h"
 #include "stage_abi.h"
 
-/* Mirrors the hetrt_* declarations of stage_abi.h. */
+/* The hetrt_* entries of runtime/abi/stage_abi.def, the rows stage_abi.h's
+ * prototypes come from. */
 const LeExtern lower_hetrt_externs[] = {
-    {"hetrt_node", LE_I32, 5, {LE_I32, LE_I32, LE_PTR, LE_PTR, LE_PTR}},
-    {"hetrt_recv", LE_I32, 2, {LE_I32, LE_PTR}},
-    {"hetrt_send", LE_I32, 2, {LE_I32, LE_PTR}},
-    {"hetrt_tokens", LE_I32, 3, {LE_I32, LE_PTR, LE_I32}},
-    {"hetrt_accum", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_loss", LE_I32, 1, {LE_PTR}},
-    {"hetrt_copy", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
-    {"hetrt_accum_scatter", LE_I32, 4, {LE_I32, LE_PTR, LE_PTR, LE_I64}},
+#define STAGE_ABI_IF_CORE STAGE_ABI_KEEP
+#define STAGE_ABI_IF_TP STAGE_ABI_DROP
+#define STAGE_ABI_IF_TP_KERNEL STAGE_ABI_DROP
+#define STAGE_ABI_IF_CUDA STAGE_ABI_DROP
+#include "stage_abi_externs.inc"
 };
 const int lower_hetrt_nexterns = (int)(sizeof lower_hetrt_externs / sizeof lower_hetrt_externs[0]);
-/* a TP stage also calls the TP all-reduce (stage_abi.h); kept out of the
- * plain list so stage binaries without TP never reference it */
+/* a TP stage also calls the TP all-reduce (the .def's TP set); kept out of
+ * the plain list so stage binaries without TP never reference it */
 const LeExtern lower_hetrt_externs_tp[] = {
-    {"hetrt_node", LE_I32, 5, {LE_I32, LE_I32, LE_PTR, LE_PTR, LE_PTR}},
-    {"hetrt_recv", LE_I32, 2, {LE_I32, LE_PTR}},
-    {"hetrt_send", LE_I32, 2, {LE_I32, LE_PTR}},
-    {"hetrt_tokens", LE_I32, 3, {LE_I32, LE_PTR, LE_I32}},
-    {"hetrt_accum", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_loss", LE_I32, 1, {LE_PTR}},
-    {"hetrt_copy", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_zero", LE_I32, 2, {LE_PTR, LE_I64}},
-    {"hetrt_accum_scatter", LE_I32, 4, {LE_I32, LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_tp_allreduce", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
-    {"hetrt_tp_allreduce_max", LE_I32, 3, {LE_PTR, LE_PTR, LE_I64}},
+#define STAGE_ABI_IF_CORE STAGE_ABI_KEEP
+#define STAGE_ABI_IF_TP STAGE_ABI_KEEP
+#define STAGE_ABI_IF_TP_KERNEL STAGE_ABI_DROP
+#define STAGE_ABI_IF_CUDA STAGE_ABI_DROP
+#include "stage_abi_externs.inc"
 };
 const int lower_hetrt_nexterns_tp =
     (int)(sizeof lower_hetrt_externs_tp / sizeof lower_hetrt_externs_tp[0]);
@@ -568,8 +559,9 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
         return ir_errorf(err, "lower_stage: no stage, options or graphs");
     if (check_opts(st, o, err)) return -1;
     FuseSet *fs = NULL;
-    /* fused kernels are host code: a CUDA program keeps per-node calls */
-    if (o->direct && o->fuse && !o->cuda && !(fs = fuse_stage(st, err))) return -1;
+    /* fused kernels are host code: a device backend keeps per-node calls */
+    const LowerBackend *be = o->backend ? o->backend : &lower_backend_host;
+    if (o->direct && o->fuse && be->fuse && !(fs = fuse_stage(st, err))) return -1;
     if (fs) prog->define = define_fused, prog->define_ctx = fs; /* freed with prog */
     if (memplan_build_fused(st, o->nslots, fs ? &fs->g[0] : NULL, fs ? &fs->g[1] : NULL, mp,
                             err)) {
@@ -633,7 +625,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
                 LocCtx lc = {mp, st, graph};
                 LnCtx c = {.n = (IrNode *)n, .loc = value_loc, .u = &lc, .tp = st->tp,
                            .out = &out};
-                if (o->cuda ? lower_node_cuda(&c) : lower_node(&c)) {
+                if (be->lower_node(&c)) {
                     if (stats) stats->direct++;
                     continue;
                 }
@@ -674,17 +666,17 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
         prog->nslots = mp->nslots;
         prog->externs = st->tp > 1 ? lower_hetrt_externs_tp : lower_hetrt_externs;
         prog->nexterns = st->tp > 1 ? lower_hetrt_nexterns_tp : lower_hetrt_nexterns;
-        if (o->direct) { /* the runtime's entries, the kernels', the generated kernels'
-                          * (CUDA: the hetrt_cu_* entries, no generated kernels) */
+        if (o->direct) { /* the runtime's entries, the kernels', the backend's own
+                          * (CUDA: hetrt_cu_*), the generated kernels' */
             int ngen = fs ? fs->g[0].ngroups + fs->g[1].ngroups : 0;
-            int ncu = o->cuda ? lower_node_cuda_nexterns : 0;
+            int ncu = be->nexterns;
             LeExtern *ex = ir_xcalloc((size_t)(prog->nexterns + lower_node_nexterns + ncu + ngen),
                                       sizeof *ex);
             memcpy(ex, prog->externs, sizeof *ex * (size_t)prog->nexterns);
             memcpy(ex + prog->nexterns, lower_node_externs,
                    sizeof *ex * (size_t)lower_node_nexterns);
             int nx = prog->nexterns + lower_node_nexterns;
-            if (ncu) memcpy(ex + nx, lower_node_cuda_externs, sizeof *ex * (size_t)ncu);
+            if (ncu) memcpy(ex + nx, be->externs, sizeof *ex * (size_t)ncu);
             nx += ncu;
             for (int g = 0; fs && g < 2; g++)
                 for (int i = 0; i < fs->g[g].ngroups; i++) {

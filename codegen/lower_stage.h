@@ -50,9 +50,10 @@ typedef struct LowerOpts {
      * kernel calls (hk_* with constant shapes), the rest hetrt_node; 0:
      * every node is hetrt_node (--interpret-nodes) */
     int direct;
-    /* with direct: the CUDA backend's table (codegen/lower_node_cuda.c:
-     * hetrt_cu_* entries on device memory) instead of the host kernels */
-    int cuda;
+    /* with direct: the backend whose lowering makes the calls (lower_node.h:
+     * its table of kernels, its own runtime entries, whether generated host
+     * kernels may run); NULL: lower_backend_host */
+    const struct LowerBackend *backend;
     /* with direct (host): 1 groups elementwise nodes into generated kernels
      * (codegen/fuse.h; their register-only values get no buffer), 0 keeps
      * one kernel call per node (hetc compile --no-fuse) */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends.h"
 #include "build_dir.h"
 #include "cli.h"
 #include "compile_ctx.h"
@@ -137,19 +138,19 @@ static int parse_compile_opt(CompileCtx *c, int argc, char **argv, int *ip) {
     }
     if ((r = cli_opt(argc, argv, ip, "--backend", &v)) != 0) {
         if (r < 0) return OPT_BAD;
-        if (!strcmp(v, "cuda")) {
-            if (!compile_have_cuda()) {
-                fprintf(stderr, "hetc compile: --backend cuda: this hetc was built without "
-                                "CUDA (configure with nvcc and NCCL present, HETC_CUDA=ON)\n");
-                return OPT_BAD;
-            }
-            ca->backend_cuda = 1;
-        } else if (!strcmp(v, "host")) {
-            ca->backend_cuda = 0;
-        } else {
-            fprintf(stderr, "hetc compile: --backend must be host or cuda, not '%s'\n", v);
+        const HetcBackend *be = hetc_backend_find(v);
+        char names[200];
+        hetc_backend_names(names, sizeof names);
+        if (!be) {
+            fprintf(stderr, "hetc compile: --backend must be %s, not '%s'\n", names, v);
             return OPT_BAD;
         }
+        if (!hetc_backend_available(be)) {
+            fprintf(stderr, "hetc compile: --backend %s: this hetc was built without %s\n", v,
+                    be->missing);
+            return OPT_BAD;
+        }
+        ca->backend = be;
         return 1;
     }
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return OPT_HELP;

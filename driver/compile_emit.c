@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends.h"
 #include "compile_launch.h"
 #include "compile_stage.h"
 #include "llvm_emit.h"
@@ -101,8 +102,6 @@ static char *config_with(const char *config, const char *extra) {
     return out;
 }
 
-int compile_have_cuda(void) { return HETC_STAGE_HAVE_CUDA; }
-
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
 /* The lowering options of one stage binary (slots, schedule, training). */
@@ -127,10 +126,12 @@ static void lower_opts(const CompileStages *cs, int *dp, int nslots, LeSched *ls
     lo->layers = cs->nlayers;
     lo->token_dtype = IR_UNDEF;
     lo->direct = !a->interpret_nodes;
-    lo->cuda = a->backend_cuda; /* device arenas: codegen/lower_node_cuda.c's table */
-    /* the generated fused kernels are host loops; their NVPTX lowering is
-     * not launched by the CUDA runtime yet (docs/CUDA.md) */
-    lo->fuse = !a->no_fuse && !a->backend_cuda;
+    /* its direct-call table (CUDA: device arenas) */
+    lo->backend = (a->backend ? a->backend : hetc_backend_host())->lower;
+    /* the generated fused kernels are host loops: lower_stage runs them
+     * only where the backend's row says so (not CUDA: their NVPTX lowering
+     * is not launched by the CUDA runtime yet, docs/CUDA.md) */
+    lo->fuse = !a->no_fuse;
 }
 
 /* Stage s's config: the lowering's, with the shared-parameter, link, build
@@ -206,6 +207,7 @@ static int write_reports(const CompileStages *cs, const char *report, size_t rep
 int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrError *err) {
     const CompPlan *p = cs->plan;
     const CompileArgs *a = cs->args;
+    const HetcBackend *be = a->backend ? a->backend : hetc_backend_host();
     int S = p->nstages, B = p->microbatches, rc = -1;
     int *warm = malloc((size_t)S * sizeof *warm), *dp = malloc((size_t)S * sizeof *dp);
     for (int s = 0; s < S; s++) {
@@ -226,7 +228,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
     }
     shared = shared_lines(p, ps);
     fprintf(rep, "\nstage memory plan (per rank, fp32 %s backend; the planner predicts the "
-                 "training dtype on the device)\n", a->backend_cuda ? "cuda" : "host");
+                 "training dtype on the device)\n", be->name);
     fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
                  "  arena MiB  planner GiB\n");
     for (int u = 0; u < 2 * S; u++) {
@@ -268,9 +270,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
          * and its hetrt_* calls are the same (docs/CUDA.md); the node
          * interpreter and the IR parser only for a program that still calls
          * hetrt_node (docs/STAGE_ABI.md "Nodes") */
-        const char *const *link = a->backend_cuda           ? hetc_stage_link_args_cuda
-                                  : lower_stage_interprets(&prog) ? hetc_stage_link_args_interp
-                                                                  : hetc_stage_link_args;
+        const char *const *link = hetc_backend_link(be, lower_stage_interprets(&prog));
         int nl = 0;
         while (link[nl])
             nl++;

@@ -16,7 +16,9 @@ typedef struct CompileArgs {
     int emit_llvm;
     int interpret_nodes; /* --interpret-nodes: every node through hetrt_node (no direct calls) */
     int no_fuse;         /* --no-fuse: one kernel call per node, no generated kernels */
-    int backend_cuda; /* --backend=cuda: link hetrt_stage_cuda (docs/CUDA.md) */
+    /* --backend=NAME: a row of backends.c (NULL: host; cuda links
+     * hetrt_stage_cuda, docs/CUDA.md) */
+    const struct HetcBackend *backend;
 } CompileArgs;
 void compile_args_default(CompileArgs *a);
 
@@ -56,7 +58,5 @@ int64_t graph_token_vocab(const IrGraph *g, const IrValue *ids);
 /* FLOPs of one run of g: op_cost's figure summed over its nodes (forward
  * and backward nodes alike; a node without static shapes counts 0). */
 double graph_flops(const IrGraph *g);
-/* 1 if this hetc can link CUDA stage binaries (--backend=cuda). */
-int compile_have_cuda(void);
 
 #endif

@@ -10,7 +10,7 @@
  * exactly as a stage binary runs it (outputs zeroed first, as hetrt_node
  * does); cudaEvents on the executor's stream bracket the forward and the
  * backward nodes.  Plain C header: no CUDA types, so the driver includes it
- * only in a build with the CUDA backend (HETC_STAGE_HAVE_CUDA). */
+ * only in a build with the CUDA backend (HETC_PROFILE_CUDA). */
 #ifndef HETC_CUDAPROF_H
 #define HETC_CUDAPROF_H
 

@@ -34,9 +34,10 @@
  * blocks.  Sends and receives on separate streams are what keeps two
  * stages sending to each other at once (1F1B) from deadlocking.
  *
- * The generated code calls hetrt_send / hetrt_recv; the CUDA stage library
- * compiles stage_exec.c with those renamed to hetrt_*_mediated
- * (runtime/cuda/CMakeLists.txt), and the entries below pick the path.
+ * The generated code calls hetrt_send / hetrt_recv (runtime/stage/stage_exec.c);
+ * they ask the backend first (stage_be_transfer, below), which moves the rows
+ * when the xfer has an NCCL link and otherwise leaves them to the shared
+ * CPU-mediated path.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,9 +45,6 @@
 
 #include "stage_cuda_internal.h"
 #include "stage_links.h"
-
-int32_t hetrt_send_mediated(int32_t xfer, const void *src);
-int32_t hetrt_recv_mediated(int32_t xfer, void *dst);
 
 static CudaBe *be_of(StageRt *rt) { return (CudaBe *)rt->be; }
 
@@ -320,18 +318,12 @@ static int32_t timed(StageRt *rt, int32_t xfer, int send, int32_t rc, double t0)
     return rc;
 }
 
-int32_t hetrt_send(int32_t xfer, const void *src) {
-    StageRt *rt = hetrt_stage_rt;
-    CudaLink *l = nccl_link(rt, xfer, 1);
-    if (!l) return hetrt_send_mediated(xfer, src); /* timed in stage_exec.c */
+int stage_be_transfer(StageRt *rt, int32_t xfer, void *dst, const void *src, int send,
+                      int32_t *rc) {
+    CudaLink *l = nccl_link(rt, xfer, send);
+    if (!l) return 0; /* the mediated path, timed in stage_exec.c */
     double t0 = stage_now();
-    return timed(rt, xfer, 1, nccl_send(rt, l, xfer, src), t0);
-}
-
-int32_t hetrt_recv(int32_t xfer, void *dst) {
-    StageRt *rt = hetrt_stage_rt;
-    CudaLink *l = nccl_link(rt, xfer, 0);
-    if (!l) return hetrt_recv_mediated(xfer, dst);
-    double t0 = stage_now();
-    return timed(rt, xfer, 0, nccl_recv(rt, l, xfer, dst), t0);
+    *rc = timed(rt, xfer, send, send ? nccl_send(rt, l, xfer, src) : nccl_recv(rt, l, xfer, dst),
+                t0);
+    return 1;
 }

@@ -12,6 +12,11 @@ int stage_be_probe(char *err, size_t errlen) { return 0; }
 int stage_be_setup(StageRt *rt) { return 0; }
 void stage_be_teardown(StageRt *rt) {}
 int stage_be_is_host(void) { return 1; }
+/* no links of its own: every transfer is MPI (stage_exec.c) */
+int stage_be_transfer(StageRt *rt, int32_t xfer, void *dst, const void *src, int send,
+                      int32_t *rc) {
+    return 0;
+}
 
 int stage_be_arena_alloc(StageRt *rt, size_t bytes) {
     return rt_arena_init(&rt->arena, bytes, 0);

@@ -99,8 +99,18 @@ static int32_t transfer(int32_t xfer, void *dst, const void *src, int send) {
     return rc;
 }
 
-int32_t hetrt_recv(int32_t xfer, void *dst) { return transfer(xfer, dst, NULL, 0); }
-int32_t hetrt_send(int32_t xfer, const void *src) { return transfer(xfer, NULL, src, 1); }
+/* The backend's own link first (stage_be_transfer: CUDA's NCCL links), else
+ * the CPU-mediated transfer above. */
+int32_t hetrt_recv(int32_t xfer, void *dst) {
+    int32_t rc;
+    if (stage_be_transfer(hetrt_stage_rt, xfer, dst, NULL, 0, &rc)) return rc;
+    return transfer(xfer, dst, NULL, 0);
+}
+int32_t hetrt_send(int32_t xfer, const void *src) {
+    int32_t rc;
+    if (stage_be_transfer(hetrt_stage_rt, xfer, NULL, src, 1, &rc)) return rc;
+    return transfer(xfer, NULL, src, 1);
+}
 
 int32_t hetrt_tokens(int32_t which, void *dst, int32_t dtype) {
     StageRt *rt = need_rt("hetrt_tokens");

@@ -234,6 +234,14 @@ int stage_be_tp_allreduce(StageRt *rt, float *buf, int64_t n, StageRedOp op, con
 int stage_be_reduce_scatter(StageRt *rt, float *buf, int64_t n, const char *what);
 int stage_be_allgather(StageRt *rt, const float *slice, float *full, int64_t n,
                        const char *what);
+/* A boundary transfer (hetrt_send / hetrt_recv: send picks src or dst) over
+ * a link of the backend's own (CUDA: NCCL between the two stages' GPUs,
+ * runtime/cuda/stage_p2p_cuda.c), timed as stage_exec.c's transfer() times
+ * the CPU-mediated one.  1 with *rc the call's status when the backend
+ * moved the rows, 0 when it has no link for this xfer (the shared
+ * CPU-mediated path runs then). */
+int stage_be_transfer(StageRt *rt, int32_t xfer, void *dst, const void *src, int send,
+                      int32_t *rc);
 /* The backend's kernel context for the node interpreter (HetrtInterpEnv
  * kernel_ctx): NULL on the host, the HkcCtx on the CUDA backend. */
 void *stage_be_kernel_ctx(StageRt *rt);
