@@ -7,7 +7,10 @@
  * asynchronous kernel faults surface at the next synchronisation.
  *
  * Storage is fp32 (the stage arena memplan lays out is fp32 everywhere);
- * bf16 storage is not implemented yet (docs/CUDA.md). */
+ * bf16 storage is not implemented yet (docs/CUDA.md).
+ *
+ * Definitions: one file per op family, named after its kernels/host twin
+ * (norm.cu <-> train_norm.c, ...: the table in docs/CUDA.md). */
 #ifndef HETC_HKC_H
 #define HETC_HKC_H
 

@@ -1,5 +1,7 @@
-/* Shared by the kernels/cuda translation units: launch helpers and the
- * index walk of HkcShape/HkcStrides. */
+/* Shared by the kernels/cuda translation units (one per op family, each
+ * paired with its kernels/host twin: docs/CUDA.md): launch helpers, the
+ * index walk of HkcShape/HkcStrides, the row-per-block launch shape and the
+ * token-id load used by both embedding.cu and softmax.cu's cross entropy. */
 #ifndef HETC_HKC_INTERNAL_CUH
 #define HETC_HKC_INTERNAL_CUH
 
@@ -86,6 +88,19 @@ __device__ static inline float hkc_block_max(float v, float *sh) {
     v = sh[0];
     __syncthreads();
     return v;
+}
+
+/* Row kernels (softmax, attention, norms, cross entropy): one block per row. */
+#define HKC_ROW_THREADS 256
+
+static inline unsigned hkc_grid_rows(int64_t rows) {
+    return (unsigned)(rows < 65535 ? rows : 65535);
+}
+#define HKC_ROW_LOOP(r, rows) for (int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
+
+/* Token ids: i32 (HkDType 6) or i64. */
+__device__ static inline int64_t hkc_load_id(int idt, const void *ids, int64_t i) {
+    return idt == 6 ? (int64_t)((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
 }
 
 #endif

@@ -1,4 +1,8 @@
-/* Matmuls through cuBLASLt (fp32 storage, fp32 compute), and the context
+/* Matmul family, device side.  Host twin: kernels/host/hk_matmul.c and
+ * train_matmul.c (the host computes through cblas_sgemm, this through
+ * cuBLASLt).  C, not CUDA: no kernel of its own, only library calls.
+ *
+ * Matmuls through cuBLASLt (fp32 storage, fp32 compute), and the context
  * every hkc_* call runs on.  Row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so A and B swap places in the cuBLASLt call. */
 #include <stdio.h>
