@@ -35,6 +35,9 @@ static double now_s(void) {
 }
 
 static void usage(FILE *f) {
+    /* the backend list is the table's rows (backends.c), not a copy of it */
+    char names[128];
+    hetc_backend_names(names, sizeof names);
     fprintf(f,
             "usage: hetc [compile] MODEL.onnx CLUSTER.yaml -o DIR [options]\n"
             "\n"
@@ -58,9 +61,12 @@ static void usage(FILE *f) {
             "  --no-fuse              one kernel call per node: no generated fused elementwise\n"
             "                         kernels (to compare; docs/CODEGEN.md)\n"
             "  --recompute none|full|selective  activation recompute of every stage, overriding\n"
-            "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n"
-            "  --backend host|cuda    runtime the stage binaries link (default host): cuda runs\n"
-            "                         nodes on an NVIDIA GPU (cuBLASLt, NCCL; docs/CUDA.md)\n"
+            "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n");
+    fprintf(f,
+            "  --backend NAME         runtime the stage binaries link: %s (default host);\n"
+            "                         cuda runs nodes on an NVIDIA GPU (cuBLASLt, NCCL; docs/CUDA.md)\n",
+            names);
+    fprintf(f,
             "  --steps N              default --steps of the stage binaries (default 100)\n"
             "training options (as hetc train):\n"
             "  --optimizer adamw|sgd  --lr X (1e-3)  --beta1 X (0.9)  --beta2 X (0.95)\n"
