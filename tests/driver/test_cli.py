@@ -51,6 +51,15 @@ for which in ("batch", "seq"):
         check(rc == 0 and names and got == names,
               f"{sub} --help: --{which} lists the importer's names {names}: {got}")
 
+# compile --help's --backend line: the rows of the backend table (driver/backends.c)
+be_src = open(os.path.join(SRC, "driver", "backends.c")).read()
+be_names = re.findall(r'\{"(\w+)", &lower_backend_', be_src)
+rc, out, err = run("compile", "--help")
+line = re.search(r"--backend NAME .*?: (.*?) \(default", out)
+got = re.split(r", | or ", line.group(1)) if line else []
+check(rc == 0 and len(be_names) >= 2 and got == be_names,
+      f"compile --help: --backend lists the backend table's rows {be_names}: {got}")
+
 rc, out, err = run("import", "m.onnx", "--batch", "abc")
 check(rc == 2 and "--batch" in err and "abc" in err, "--batch with junk")
 rc, out, err = run("import", "m.onnx", "--bind", "novalue")
