@@ -8,10 +8,11 @@
  * stage binary holding only that layer runs -- and times its forward and
  * backward nodes on the local GPU through the device executor (cudaEvents
  * around cudaexec_call_node: interp/cuda/cudaprof.c).  Memory comes from
- * the same graph: the layer's parameters at the CUDA backend's fp32
- * storage with AdamW (weight, gradient, m, v: 16 B per trained parameter,
- * 4 B per read-only one), and the bytes of the forward values (and received
- * boundary activations) its backward nodes read, per microbatch.
+ * the same graph: each trained parameter at the planner's model-state
+ * bytes (passes/planner/zero_memory.h, --dtype's size, no ZeRO: the layer
+ * runs as one DP rank without it; 16 B in every dtype), each read-only one
+ * as stored, and the bytes of the forward values (and received boundary
+ * activations) its backward nodes read, per microbatch.
  *
  * Two modes need no device: --analytic writes the analytic model's
  * figures for a one-mesh cluster of the device type (the writer of hetc plan
@@ -38,6 +39,7 @@
 #include "partition.h"
 #include "planner/cost_model.h"
 #include "planner/planner.h"
+#include "planner/zero_memory.h"
 #ifdef HETC_PROFILE_CUDA
 #include "cudaprof.h"
 #endif
@@ -179,13 +181,19 @@ done:
 
 /* ------------------------------------------------------------ layer graphs */
 
-/* Memory of one layer's stage graph (see the file comment). */
-static void layer_memory(const PartStage *ps, double *mem_static, double *mem_act) {
+/* Memory of one layer's stage graph (see the file comment): model states
+ * by the formula every planner uses, in dtype_bytes at ZeRO 0 over dp. */
+static void layer_memory(const PartStage *ps, double dtype_bytes, int dp, double *mem_static,
+                         double *mem_act) {
     IrGraph *g = ps->train;
+    double per_param = zero_state_bytes_per_param(dtype_bytes, 0, dp);
     *mem_static = 0;
     for (int p = 0; p < ps->nparams; p++) {
         IrValue *v = ir_graph_find_value(g, ps->params[p].name);
-        if (v) *mem_static += (double)ir_value_bytes(v) * (ps->params[p].trained ? 4 : 1);
+        if (!v) continue;
+        int64_t ne = ir_shape_numel(&v->shape);
+        *mem_static += ps->params[p].trained ? (ne > 0 ? (double)ne : 0) * per_param
+                                             : (double)ir_value_bytes(v);
     }
     /* forward values and received activations that a backward node reads,
      * each once */
@@ -405,7 +413,7 @@ static int profile_layer(const ProfArgs *a, const CompileOpts *co, IrGraph *g,
         fprintf(stderr, "hetc profile: layer %d: %s\n", l + 1, err->msg);
         return 1;
     }
-    layer_memory(&ps, &ms, &ma);
+    layer_memory(&ps, dtype_size_bytes(a->dtype), (int)a->dp, &ms, &ma);
     int nf = 0, nb = 0;
     for (int k = 0; k < ps.train->nnodes; k++) {
         nf += ps.train->nodes[k]->phase == IR_PHASE_FWD;
