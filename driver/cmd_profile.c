@@ -8,10 +8,11 @@
  * stage binary holding only that layer runs -- and times its forward and
  * backward nodes on the local GPU through the device executor (cudaEvents
  * around cudaexec_call_node: interp/cuda/cudaprof.c).  Memory comes from
- * the same graph: the layer's parameters at the CUDA backend's fp32
- * storage with AdamW (weight, gradient, m, v: 16 B per trained parameter,
- * 4 B per read-only one), and the bytes of the forward values (and received
- * boundary activations) its backward nodes read, per microbatch.
+ * the same graph: each trained parameter at the planner's model-state
+ * bytes (passes/planner/zero_memory.h, --dtype's size, no ZeRO: the layer
+ * runs as one DP rank without it; 16 B in every dtype), each read-only one
+ * as stored, and the bytes of the forward values (and received boundary
+ * activations) its backward nodes read, per microbatch.
  *
  * Two modes need no device: --analytic writes the analytic model's
  * figures for a one-mesh cluster of the device type (the writer of hetc plan
@@ -38,6 +39,7 @@
 #include "partition.h"
 #include "planner/cost_model.h"
 #include "planner/planner.h"
+#include "planner/zero_memory.h"
 #ifdef HETC_PROFILE_CUDA
 #include "cudaprof.h"
 #endif
@@ -179,13 +181,19 @@ done:
 
 /* ------------------------------------------------------------ layer graphs */
 
-/* Memory of one layer's stage graph (see the file comment). */
-static void layer_memory(const PartStage *ps, double *mem_static, double *mem_act) {
+/* Memory of one layer's stage graph (see the file comment): model states
+ * by the formula every planner uses, in dtype_bytes at ZeRO 0 over dp. */
+static void layer_memory(const PartStage *ps, double dtype_bytes, int dp, double *mem_static,
+                         double *mem_act) {
     IrGraph *g = ps->train;
+    double per_param = zero_state_bytes_per_param(dtype_bytes, 0, dp);
     *mem_static = 0;
     for (int p = 0; p < ps->nparams; p++) {
         IrValue *v = ir_graph_find_value(g, ps->params[p].name);
-        if (v) *mem_static += (double)ir_value_bytes(v) * (ps->params[p].trained ? 4 : 1);
+        if (!v) continue;
+        int64_t ne = ir_shape_numel(&v->shape);
+        *mem_static += ps->params[p].trained ? (ne > 0 ? (double)ne : 0) * per_param
+                                             : (double)ir_value_bytes(v);
     }
     /* forward values and received activations that a backward node reads,
      * each once */
@@ -405,7 +413,7 @@ static int profile_layer(const ProfArgs *a, const CompileOpts *co, IrGraph *g,
         fprintf(stderr, "hetc profile: layer %d: %s\n", l + 1, err->msg);
         return 1;
     }
-    layer_memory(&ps, &ms, &ma);
+    layer_memory(&ps, dtype_size_bytes(a->dtype), (int)a->dp, &ms, &ma);
     int nf = 0, nb = 0;
     for (int k = 0; k < ps.train->nnodes; k++) {
         nf += ps.train->nodes[k]->phase == IR_PHASE_FWD;
@@ -439,6 +447,61 @@ static int profile_layer(const ProfArgs *a, const CompileOpts *co, IrGraph *g,
     return failed;
 }
 
+/* Every distinct layer measured into a->out, one stage per layer of g at
+ * `local` rows; 1 after saying what failed (no half database is left). */
+static int profile_all(const ProfArgs *a, const CompileOpts *co, IrGraph *g,
+                       const PlanLayer *layers, int L, int64_t local, const char *gpu,
+                       int *nent, IrError *err) {
+    /* one stage per layer: stage l's train graph is layer l+1's fwd + bwd */
+    int *first = malloc((size_t)L * sizeof *first), *dps = malloc((size_t)L * sizeof *dps);
+    if (!first || !dps) {
+        free(first);
+        free(dps);
+        fprintf(stderr, "hetc profile: out of memory\n");
+        return 1;
+    }
+    for (int l = 0; l < L; l++) {
+        first[l] = l + 1;
+        dps[l] = 1;
+    }
+    PartSpec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.nstages = L;
+    spec.first_layer = first;
+    spec.last_layer = first;
+    spec.dp = dps;
+    spec.rows = local;
+    optim_opts_default(&spec.optim);
+
+    FILE *f;
+    if (!(f = fopen(a->out, "w"))) {
+        fprintf(stderr, "hetc profile: %s: cannot write\n", a->out);
+        free(first);
+        free(dps);
+        return 1;
+    }
+    write_db_head(f, a, gpu, layers, L);
+    int failed = 0;
+    for (int l = 0; l < L && !failed; l++) {
+        int dup = 0;
+        for (int q = 0; q < l && !dup; q++) dup = layers[q].sig == layers[l].sig;
+        if (dup) continue;
+        failed = profile_layer(a, co, g, &spec, layers, l, f, nent, err);
+    }
+    free(first);
+    free(dps);
+    fprintf(f, "\n  ]\n}\n");
+    if (fclose(f) != 0 && !failed) {
+        fprintf(stderr, "hetc profile: %s: write error\n", a->out);
+        return 1;
+    }
+    if (failed) {
+        remove(a->out); /* no half database */
+        return 1;
+    }
+    return 0;
+}
+
 int cmd_profile(int argc, char **argv) {
     ProfArgs a = {.out = "profile.json", .dtype = "fp32", .loss = "xent", .microbatch = 1,
                   .min_heavy = 2, .n = 1, .m = 1, .tp = 1, .reps = 10, .warmup = 3};
@@ -450,6 +513,10 @@ int cmd_profile(int argc, char **argv) {
     if ((r = check_args(&a, &co))) return r;
     IrError err = {{0}};
     char gpu[256] = "host";
+    /* the model is read and decoded once: the layering graph and the layer
+     * graphs are both built from it (as hetc compile does) */
+    ModelSource src = {0};
+    co.src = &src;
 
     /* the device first: without one, fail before any work */
     if (!a.analytic && !a.dry_run) {
@@ -472,7 +539,6 @@ int cmd_profile(int argc, char **argv) {
     IrGraph *lg = NULL, *g = NULL;
     PlanLayer *layers = NULL;
     LayerIndex lix = {0};
-    FILE *f = NULL;
     ModuleReport mrep;
     memset(&mrep, 0, sizeof mrep);
     PassContext ctx;
@@ -530,58 +596,15 @@ int cmd_profile(int argc, char **argv) {
         goto done;
     }
 
-    /* one stage per layer: stage l's train graph is layer l+1's fwd + bwd */
-    int *first = malloc((size_t)L * sizeof *first), *dps = malloc((size_t)L * sizeof *dps);
-    if (!first || !dps) {
-        free(first);
-        free(dps);
-        fprintf(stderr, "hetc profile: out of memory\n");
-        goto done;
-    }
-    for (int l = 0; l < L; l++) {
-        first[l] = l + 1;
-        dps[l] = 1;
-    }
-    PartSpec spec;
-    memset(&spec, 0, sizeof spec);
-    spec.nstages = L;
-    spec.first_layer = first;
-    spec.last_layer = first;
-    spec.dp = dps;
-    spec.rows = local;
-    optim_opts_default(&spec.optim);
-
-    if (!(f = fopen(a.out, "w"))) {
-        fprintf(stderr, "hetc profile: %s: cannot write\n", a.out);
-        free(first);
-        free(dps);
-        goto done;
-    }
-    write_db_head(f, &a, gpu, layers, L);
-    int nent = 0, failed = 0;
-    for (int l = 0; l < L && !failed; l++) {
-        int dup = 0;
-        for (int q = 0; q < l && !dup; q++) dup = layers[q].sig == layers[l].sig;
-        if (dup) continue;
-        failed = profile_layer(&a, &co, g, &spec, layers, l, f, &nent, &err);
-    }
-    free(first);
-    free(dps);
-    fprintf(f, "\n  ]\n}\n");
-    if (fclose(f) != 0 && !failed) {
-        f = NULL;
-        fprintf(stderr, "hetc profile: %s: write error\n", a.out);
-        goto done;
-    }
-    f = NULL;
-    if (failed) {
-        remove(a.out); /* no half database */
-        goto done;
-    }
+    int nent = 0;
+    if (profile_all(&a, &co, g, layers, L, local, gpu, &nent, &err)) goto done;
     fprintf(stderr, "wrote %s: %d entries in %.2f s\n", a.out, nent, now_s() - t0);
     rc = 0;
 done:
-    if (f) fclose(f);
+    if (co.verbose)
+        fprintf(stderr, "profile: model read %d time(s), %d graph(s) built from it\n", src.reads,
+                src.builds);
+    model_source_free(&src);
     layer_index_free(&lix);
     free(layers);
     module_report_free(&mrep);

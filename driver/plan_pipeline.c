@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "cmd_plan_alt.h"
 #include "plan_output.h"
+#include "planner/zero_memory.h"
 #include "planners.h"
 
 #define GIB 1073741824.0
@@ -209,9 +210,15 @@ static int step_profile(PlanCtx *pc)
     pc->cc = cost_model_counters(pc->cm);
     char line[512];
     cost_counters_summary(&pc->cc, line, sizeof line);
-    fprintf(stderr, "%s (imbalance threshold %g%s; memory: 16 B/parameter + runtime reserve + "
+    /* model states per parameter as the cost model counts them: its ZeRO
+     * stage (auto: 0 here) in the cluster's dtype, at dp 1 (ZeRO shares
+     * them further over a stage's DP ranks) */
+    int z = pc->cop.zero_stage > 0 ? pc->cop.zero_stage : 0;
+    fprintf(stderr, "%s (imbalance threshold %g%s; memory: %g B/parameter%s + runtime reserve + "
             "activations, K = 1)\n", line, pc->cop.imbalance_threshold,
-            pc->cop.imbalance_threshold > 0 ? "" : " = off");
+            pc->cop.imbalance_threshold > 0 ? "" : " = off",
+            zero_state_bytes_per_param(pc->lo.param_dtype_bytes, z, 1),
+            z ? " at dp 1, less under ZeRO over a stage's DP ranks" : "");
     if (a->profile_db) {
         cost_counters_db_summary(&pc->cc, &pc->pdb, line, sizeof line);
         fprintf(stderr, "%s\n", line);
@@ -291,13 +298,17 @@ static int search_failed(PlanCtx *pc)
         act += pc->layers[l].act_bytes;
     for (int m = 0; m < pc->cl.nmeshes; m++)
         cap += pc->cl.meshes[m].dev.mem_bytes * pc->cl.meshes[m].nodes * pc->cl.meshes[m].per_node;
+    /* model states per parameter without ZeRO (every replica holds them),
+     * in the cluster's dtype: zero_memory.h */
+    double states = zero_state_bytes_per_param(pc->lo.param_dtype_bytes, 0, 1);
     fprintf(stderr, "hetc plan: binding constraint: memory (Eq. 24) is the usual one here: the "
-            "model's weights, gradients and optimizer states take %.1f GiB once (16 B per "
+            "model's weights, gradients and optimizer states take %.1f GiB once (%g B per "
             "parameter) and every DP replica holds its stage's share again; one microbatch of "
             "saved activations takes %.1f GiB and a stage keeps K_i of them in flight; the "
             "cluster has %.1f GiB in all.  Intra-op plans (TP, ZeRO, recompute) were %s: "
             "try a smaller --microbatch, more --layers, or --schedule 1f1b (smaller K_i)\n",
-            pc->ls.total_param_bytes / pc->lo.param_dtype_bytes * 16 / GIB, act / GIB, cap / GIB,
+            pc->ls.total_param_bytes / pc->lo.param_dtype_bytes * states / GIB, states,
+            act / GIB, cap / GIB,
             a->no_intra ? "off (--no-intra-op)" : "tried");
     return 1;
 }

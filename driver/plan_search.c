@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "planner/zero_memory.h"
 #include "simulate.h"
 
 #define GIB 1073741824.0
@@ -130,11 +131,15 @@ void plan_explain_memory(CostModel *cm, const ClusterSpec *c, const PlanLayer *l
         }
     }
     (void)layers;
+    /* model states without ZeRO in the cluster's dtype (zero_memory.h): no
+     * fp32 master copy at fp32 */
+    double db = dtype_size_bytes(c->dtype);
     if (need > maxmem)
         fprintf(stderr, "hetc plan: the model fits nowhere: layer %d alone needs at least %.2f GiB "
-                "per device (16 bytes per parameter for weights, gradients, fp32 master and Adam "
-                "states, the runtime reserve and one microbatch of activations) but the largest "
-                "device (%s) has %.2f GiB\n", worst, need / GIB, bigdev, maxmem / GIB);
+                "per device (%g bytes per parameter for weights, gradients, %sAdam states, the "
+                "runtime reserve and one microbatch of activations) but the largest device (%s) "
+                "has %.2f GiB\n", worst, need / GIB, zero_state_bytes_per_param(db, 0, 1),
+                db < 4 ? "fp32 master and " : "", bigdev, maxmem / GIB);
 }
 
 /* The equal-layers-per-stage baseline: the plan's stages, meshes and

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """List C functions longer than a limit (issue 20: none over 150 lines in
-driver/).  A function is a line opening at column 0 with '(' that reaches a
-'{' closing its signature, up to the matching '}' at column 0.
+driver/ and passes/planner/).  A function is a line opening at column 0
+with '(' that reaches a '{' closing its signature, up to the matching '}'
+at column 0.  A folder stands for its .c and .h files, subfolders included.
 
 usage: scripts/fn_lengths.py [--max N] FILE_OR_DIR...   (exit 1 if any is over)
+tests/structure/test_structure_limits.py runs it on driver/ and passes/planner/.
 """
 import os
 import re
@@ -33,22 +35,32 @@ def functions(path):
         i += 1
 
 
+def source_files(paths):
+    """The files named, and the .c / .h files under the folders named."""
+    files = []
+    for a in paths:
+        if os.path.isdir(a):
+            for root, dirs, names in os.walk(a):
+                dirs.sort()
+                files += sorted(os.path.join(root, f) for f in names if f.endswith((".c", ".h")))
+        else:
+            files.append(a)
+    return files
+
+
+def over_limit(paths, limit=150):
+    """(file, line, name, length) of every function over `limit` lines."""
+    return [(f, line, name, n) for f in source_files(paths)
+            for name, line, n in functions(f) if n > limit]
+
+
 def main(argv):
     limit = 150
     if argv[:1] == ["--max"]:
         limit, argv = int(argv[1]), argv[2:]
-    files = []
-    for a in argv:
-        if os.path.isdir(a):
-            files += sorted(os.path.join(a, f) for f in os.listdir(a) if f.endswith(".c"))
-        else:
-            files.append(a)
-    over = 0
-    for f in files:
-        for name, line, n in functions(f):
-            if n > limit:
-                print("%s:%d: %s is %d lines (max %d)" % (f, line, name, n, limit))
-                over += 1
+    over = over_limit(argv, limit)
+    for f, line, name, n in over:
+        print("%s:%d: %s is %d lines (max %d)" % (f, line, name, n, limit))
     return 1 if over else 0
 
 

@@ -254,6 +254,154 @@ static void stage_rows(const PlanStage *st, long R, long *out) {
         out[r] = R / dp + (r < R % dp ? 1 : 0);
 }
 
+/* plan.json's "cluster": the meshes and links the plan was made for. */
+static void json_cluster(Jw *w, const ClusterSpec *c)
+{
+    jw_key(w, "cluster");
+    jw_open(w, '{');
+    KSTR(w, "name", c->name);
+    KSTR(w, "dtype", dtype_of(c));
+    KINT(w, "devices", cluster_total_devices(c));
+    jw_key(w, "meshes");
+    jw_open(w, '[');
+    for (int a = 0; a < c->nmeshes; a++) {
+        const MeshSpec *m = &c->meshes[a];
+        jw_open(w, '{');
+        KSTR(w, "name", m->name);
+        KSTR(w, "device", m->dev.name);
+        KINT(w, "nodes", m->nodes);
+        KINT(w, "devices_per_node", m->per_node);
+        KNUM(w, "peak_flops", device_peak_flops(&m->dev, dtype_of(c)));
+        KNUM(w, "mem_bytes", m->dev.mem_bytes);
+        jw_close(w, '}');
+    }
+    jw_close(w, ']');
+    jw_key(w, "links");
+    jw_open(w, '[');
+    for (int l = 0; l < c->nlinks; l++) {
+        const LinkSpec *k = &c->links[l];
+        jw_open(w, '{');
+        jw_key(w, "between");
+        int sv = jw_open_inline(w);
+        jw_str(w, mesh_name(c, k->a));
+        jw_str(w, mesh_name(c, k->b));
+        jw_close_inline(w, sv);
+        KNUM(w, "bandwidth_bytes_per_s", k->bw);
+        KNUM(w, "latency_s", k->lat);
+        KSTR(w, "transport", k->cpu_mediated ? "cpu-mediated" : "device-direct");
+        jw_close(w, '}');
+    }
+    jw_close(w, ']');
+    jw_close(w, '}');
+
+}
+
+/* plan.json's "search", "iteration_time", "throughput" and "eta". */
+static void json_search(Jw *w, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
+                        double iter)
+{
+    jw_key(w, "search");
+    jw_open(w, '{');
+    jw_key(w, "complete");
+    jw_pre(w);
+    fputs(p->time_limited ? "false" : "true", w->f);
+    KSTR(w, "result", p->time_limited ? "best found within the time limit, not proven optimal"
+                                       : "optimal over the searched shapes");
+    KINT(w, "node_grouped_meshes", p->coarse_meshes);
+    jw_close(w, '}');
+    KNUM(w, "iteration_time", iter);
+    jw_key(w, "throughput");
+    jw_open(w, '{');
+    KNUM(w, "microbatches_per_s", iter > 0 ? p->microbatches / iter : 0);
+    jw_key(w, "samples_per_s");
+    if (info && info->global_batch > 0 && iter > 0)
+        jw_num(w, info->global_batch / iter);
+    else
+        jw_null(w);
+    jw_key(w, "tokens_per_s");
+    if (info && info->global_batch > 0 && info->seq > 0 && iter > 0)
+        jw_num(w, (double)info->global_batch * info->seq / iter);
+    else
+        jw_null(w);
+    jw_close(w, '}');
+    KNUM(w, "eta", plan_eta(p, c));
+}
+
+/* One element of plan.json's "stages". */
+static void json_stage(Jw *w, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
+                       int s)
+{
+    int sv;
+    const PlanStage *st = &p->stages[s];
+    const DeviceSpec *d = mesh_dev(c, st->mesh);
+    jw_open(w, '{');
+    KINT(w, "index", s);
+    jw_key(w, "layers");
+    sv = jw_open_inline(w);
+    jw_int(w, st->first_layer);
+    jw_int(w, st->last_layer);
+    jw_close_inline(w, sv);
+    KSTR(w, "mesh", mesh_name(c, st->mesh));
+    KSTR(w, "device", d ? d->name : "?");
+    jw_key(w, "submesh");
+    sv = jw_open_inline(w);
+    jw_int(w, st->sub.n);
+    jw_int(w, st->sub.m);
+    jw_close_inline(w, sv);
+    KINT(w, "dp", st->dp);
+    if (info && info->global_batch > 0 && p->microbatches > 0 && st->dp > 1) {
+        long *rw = calloc((size_t)st->dp, sizeof *rw);
+        if (rw) {
+            stage_rows(st, (long)(info->global_batch / p->microbatches), rw);
+            jw_key(w, "rows");
+            jw_open(w, '[');
+            for (int r = 0; r < st->dp; r++)
+                jw_int(w, rw[r]);
+            jw_close(w, ']');
+            free(rw);
+        }
+    }
+    KINT(w, "tp", st->tp);
+    KINT(w, "zero", st->zero);
+    KSTR(w, "recompute", recompute_name(st->recompute));
+    KINT(w, "warmup", st->warmup);
+    KINT(w, "delta", st->delta);
+    jw_key(w, "delta_beyond_paper");
+    jw_pre(w);
+    fputs(st->delta_beyond_paper ? "true" : "false", w->f);
+    KNUM(w, "t_f", st->t_f);
+    KNUM(w, "t_b", st->t_b);
+    KNUM(w, "c_next", st->c_next);
+    KNUM(w, "mem_pred_bytes", st->mem_pred);
+    KNUM(w, "mem_capacity_bytes", d ? d->mem_bytes : 0);
+    /* issue 18: a seed planner's forms (absent in plans the binaries run) */
+    if (st->nparts > 1) {
+        jw_key(w, "parts");
+        jw_open(w, '[');
+        for (int j = 0; j < st->nparts && j < PLAN_MAX_PARTS; j++) {
+            jw_open(w, '{');
+            KSTR(w, "mesh", mesh_name(c, st->parts[j].mesh));
+            KINT(w, "devices", st->parts[j].devices);
+            KNUM(w, "share", st->parts[j].share);
+            jw_close(w, '}');
+        }
+        jw_close(w, ']');
+    }
+    if (st->group > 0)
+        KINT(w, "group", st->group);
+    if (st->pipe > 0) {
+        KINT(w, "pipe", st->pipe);
+        KINT(w, "pipes", st->npipes);
+        KINT(w, "pipe_microbatches", st->pipe_microbatches);
+    }
+    if (st->offload) {
+        jw_key(w, "offload");
+        jw_pre(w);
+        fputs("true", w->f);
+    }
+    jw_close(w, '}');
+}
+
 int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
                     const TimelineEvent *ev, int nev)
 {
@@ -263,43 +411,7 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
     KINT(&w, "version", PLAN_FORMAT_VERSION);
     KSTR(&w, "model", info && info->model ? info->model : "unknown");
 
-    jw_key(&w, "cluster");
-    jw_open(&w, '{');
-    KSTR(&w, "name", c->name);
-    KSTR(&w, "dtype", dtype_of(c));
-    KINT(&w, "devices", cluster_total_devices(c));
-    jw_key(&w, "meshes");
-    jw_open(&w, '[');
-    for (int a = 0; a < c->nmeshes; a++) {
-        const MeshSpec *m = &c->meshes[a];
-        jw_open(&w, '{');
-        KSTR(&w, "name", m->name);
-        KSTR(&w, "device", m->dev.name);
-        KINT(&w, "nodes", m->nodes);
-        KINT(&w, "devices_per_node", m->per_node);
-        KNUM(&w, "peak_flops", device_peak_flops(&m->dev, dtype_of(c)));
-        KNUM(&w, "mem_bytes", m->dev.mem_bytes);
-        jw_close(&w, '}');
-    }
-    jw_close(&w, ']');
-    jw_key(&w, "links");
-    jw_open(&w, '[');
-    for (int l = 0; l < c->nlinks; l++) {
-        const LinkSpec *k = &c->links[l];
-        jw_open(&w, '{');
-        jw_key(&w, "between");
-        int sv = jw_open_inline(&w);
-        jw_str(&w, mesh_name(c, k->a));
-        jw_str(&w, mesh_name(c, k->b));
-        jw_close_inline(&w, sv);
-        KNUM(&w, "bandwidth_bytes_per_s", k->bw);
-        KNUM(&w, "latency_s", k->lat);
-        KSTR(&w, "transport", k->cpu_mediated ? "cpu-mediated" : "device-direct");
-        jw_close(&w, '}');
-    }
-    jw_close(&w, ']');
-    jw_close(&w, '}');
-
+    json_cluster(&w, c);
     if (info && info->planner)
         KSTR(&w, "planner", info->planner);
     KSTR(&w, "schedule", schedule_name(p->schedule));
@@ -319,31 +431,7 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
     /* (issue 16) how the search ended: "complete" is false when --time-limit
      * stopped it (the best plan found so far); node_grouped_meshes > 0 when
      * the node-group heuristic (--max-node-groups) restricted some meshes. */
-    jw_key(&w, "search");
-    jw_open(&w, '{');
-    jw_key(&w, "complete");
-    jw_pre(&w);
-    fputs(p->time_limited ? "false" : "true", w.f);
-    KSTR(&w, "result", p->time_limited ? "best found within the time limit, not proven optimal"
-                                       : "optimal over the searched shapes");
-    KINT(&w, "node_grouped_meshes", p->coarse_meshes);
-    jw_close(&w, '}');
-    KNUM(&w, "iteration_time", iter);
-    jw_key(&w, "throughput");
-    jw_open(&w, '{');
-    KNUM(&w, "microbatches_per_s", iter > 0 ? p->microbatches / iter : 0);
-    jw_key(&w, "samples_per_s");
-    if (info && info->global_batch > 0 && iter > 0)
-        jw_num(&w, info->global_batch / iter);
-    else
-        jw_null(&w);
-    jw_key(&w, "tokens_per_s");
-    if (info && info->global_batch > 0 && info->seq > 0 && iter > 0)
-        jw_num(&w, (double)info->global_batch * info->seq / iter);
-    else
-        jw_null(&w);
-    jw_close(&w, '}');
-    KNUM(&w, "eta", plan_eta(p, c));
+    json_search(&w, p, c, info, iter);
     if (info && info->counters) {
         const CostCounters *k = info->counters;
         jw_key(&w, "profile");
@@ -358,76 +446,8 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
     }
     jw_key(&w, "stages");
     jw_open(&w, '[');
-    for (int s = 0; s < p->nstages; s++) {
-        const PlanStage *st = &p->stages[s];
-        const DeviceSpec *d = mesh_dev(c, st->mesh);
-        jw_open(&w, '{');
-        KINT(&w, "index", s);
-        jw_key(&w, "layers");
-        sv = jw_open_inline(&w);
-        jw_int(&w, st->first_layer);
-        jw_int(&w, st->last_layer);
-        jw_close_inline(&w, sv);
-        KSTR(&w, "mesh", mesh_name(c, st->mesh));
-        KSTR(&w, "device", d ? d->name : "?");
-        jw_key(&w, "submesh");
-        sv = jw_open_inline(&w);
-        jw_int(&w, st->sub.n);
-        jw_int(&w, st->sub.m);
-        jw_close_inline(&w, sv);
-        KINT(&w, "dp", st->dp);
-        if (info && info->global_batch > 0 && p->microbatches > 0 && st->dp > 1) {
-            long *rw = calloc((size_t)st->dp, sizeof *rw);
-            if (rw) {
-                stage_rows(st, (long)(info->global_batch / p->microbatches), rw);
-                jw_key(&w, "rows");
-                jw_open(&w, '[');
-                for (int r = 0; r < st->dp; r++)
-                    jw_int(&w, rw[r]);
-                jw_close(&w, ']');
-                free(rw);
-            }
-        }
-        KINT(&w, "tp", st->tp);
-        KINT(&w, "zero", st->zero);
-        KSTR(&w, "recompute", recompute_name(st->recompute));
-        KINT(&w, "warmup", st->warmup);
-        KINT(&w, "delta", st->delta);
-        jw_key(&w, "delta_beyond_paper");
-        jw_pre(&w);
-        fputs(st->delta_beyond_paper ? "true" : "false", f);
-        KNUM(&w, "t_f", st->t_f);
-        KNUM(&w, "t_b", st->t_b);
-        KNUM(&w, "c_next", st->c_next);
-        KNUM(&w, "mem_pred_bytes", st->mem_pred);
-        KNUM(&w, "mem_capacity_bytes", d ? d->mem_bytes : 0);
-        /* issue 18: a seed planner's forms (absent in plans the binaries run) */
-        if (st->nparts > 1) {
-            jw_key(&w, "parts");
-            jw_open(&w, '[');
-            for (int j = 0; j < st->nparts && j < PLAN_MAX_PARTS; j++) {
-                jw_open(&w, '{');
-                KSTR(&w, "mesh", mesh_name(c, st->parts[j].mesh));
-                KINT(&w, "devices", st->parts[j].devices);
-                KNUM(&w, "share", st->parts[j].share);
-                jw_close(&w, '}');
-            }
-            jw_close(&w, ']');
-        }
-        if (st->group > 0)
-            KINT(&w, "group", st->group);
-        if (st->pipe > 0) {
-            KINT(&w, "pipe", st->pipe);
-            KINT(&w, "pipes", st->npipes);
-            KINT(&w, "pipe_microbatches", st->pipe_microbatches);
-        }
-        if (st->offload) {
-            jw_key(&w, "offload");
-            jw_pre(&w);
-            fputs("true", f);
-        }
-        jw_close(&w, '}');
-    }
+    for (int s = 0; s < p->nstages; s++)
+        json_stage(&w, p, c, info, s);
     jw_close(&w, ']');
     jw_close(&w, '}');
     fputc('\n', f);

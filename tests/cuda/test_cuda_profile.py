@@ -12,6 +12,8 @@ On any machine:
     (an independent count: the layers pass's parameter bytes vs the
     parameters of the partitioned graph), activation memory at dp = 2 equal
     to that of half the microbatch at dp = 1 (a rank's rows), and loads with hetc plan --profile-db;
+  - the model is read once per run (issue 20): -v reports one read and
+    two graphs built from it, the layering graph and the layer graph;
   - bad options exit 2 with a message.
 Without a GPU the default (measuring) mode exits 1 with "no CUDA device".
 With one, it measures: positive times, the same signatures, and the file
@@ -21,6 +23,7 @@ usage: test_cuda_profile.py HETC WORKDIR
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,9 +95,13 @@ for e, a in zip(d1["entries"], ana["entries"]):
     check(e["microbatch"] == 4 and e["seq"] == 64 and e["dtype"] == "fp16" and e["dp"] == 1,
           f"dry run {e['layer_sig']}: context")
 # a DP rank of dp 2 runs B / 2 rows: its layer is the dp 1 layer of microbatch 2
-run(["profile", "--device-type", "A100-80GB", MODEL, "--seq", "64", "--microbatch", "2",
-     "--dtype", "fp16", "--dry-run", "--reps", "1", "--warmup", "0", "-o", P("dry_b2.json")])
+p = run(["profile", "--device-type", "A100-80GB", MODEL, "--seq", "64", "--microbatch", "2",
+         "--dtype", "fp16", "--dry-run", "--reps", "1", "--warmup", "0", "-v",
+         "-o", P("dry_b2.json")])
 db2 = load(P("dry_b2.json"))
+reads = re.findall(r"^profile: model read (\d+) time\(s\), (\d+) graph\(s\) built from it$",
+                   p.stderr, re.M)
+check(reads == [("1", "2")], f"-v: the model is read once, two graphs built from it: {reads}")
 for e1, e2, eb in zip(d1["entries"], d2["entries"], db2["entries"]):
     check(e2["submesh"] == [1, 2] and e2["dp"] == 2 and e2["microbatch"] == 4,
           f"dp 2 {e2['layer_sig']}: key")
