@@ -5,12 +5,16 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sanenv import compiler_env  # noqa: E402
+
 HETC, SRC = sys.argv[1], sys.argv[2]
 failures = []
 
 
 def run(*args, cwd=None):
-    p = subprocess.run([HETC, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    p = subprocess.run([HETC, *args], capture_output=True, text=True, cwd=cwd, timeout=300,
+                       env=compiler_env())
     return p.returncode, p.stdout, p.stderr
 
 

@@ -28,6 +28,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sanenv import compiler_env  # noqa: E402
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -51,7 +54,7 @@ def check(cond, what):
 
 def run(*args, timeout=600):
     p = subprocess.run([HETC, *args], capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+                       env=dict(compiler_env(), OPENBLAS_NUM_THREADS="1"))
     return p.returncode, p.stdout, p.stderr
 
 

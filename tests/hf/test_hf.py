@@ -37,6 +37,8 @@ import numpy as np
 import test_param_set as param_set  # the parameter-set oracle (tests/hf)
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(SRC, "tests"))
+from sanenv import compiler_env  # noqa: E402
 HF = os.path.join(SRC, "tests", "hf")
 DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
 CLUSTER = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")
@@ -57,7 +59,8 @@ def rel(a, b):
 
 
 def run(cmd, timeout=600):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout)
+    env = compiler_env(ENV) if os.path.basename(cmd[0]) == "hetc" else ENV
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     return p
 
 

@@ -118,6 +118,9 @@ def losses(text):
             re.finditer(r"^step\s+(\d+)/\d+ \| loss (\S+)", text, re.M)}
 
 
+sys.path.insert(0, os.path.join(SRC, "tests"))
+from sanenv import compiler_env  # noqa: E402
+
 DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
 OPT = ["--lr", "3e-3", "--warmup", "3", "--lr-schedule", "cosine", "--steps", "3"]
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -132,7 +135,7 @@ with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, f"{cl}-{mb}")
         p = subprocess.run([HETC, TINY, os.path.join(CL, cl + ".yaml"), "--seq", "64", "--microbatch",
                             str(mb), "--global-batch", str(gb), "--threads", "2", *OPT, "-o", out],
-                           capture_output=True, text=True, timeout=300, env=env)
+                           capture_output=True, text=True, timeout=300, env=compiler_env(env))
         check(p.returncode == 0, f"compile {cl} mb {mb}: {p.stderr[-400:]}")
         if p.returncode:
             continue
@@ -144,7 +147,7 @@ with tempfile.TemporaryDirectory() as tmp:
         if (mb, gb) not in ref:
             r = subprocess.run([HETC, "train", TINY, "--data", DATA, "--microbatch", str(mb), "--accum",
                                 str(gb // mb), "--seq", "64", *OPT, "--no-checkpoint"],
-                               capture_output=True, text=True, timeout=300, env=env)
+                               capture_output=True, text=True, timeout=300, env=compiler_env(env))
             check(r.returncode == 0, f"hetc train mb {mb}: {r.stderr[-300:]}")
             ref[(mb, gb)] = losses(r.stdout)
         p = subprocess.run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", "3",

@@ -7,6 +7,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sanenv import compiler_env  # noqa: E402
+
 FAILS = []
 
 
@@ -25,7 +28,8 @@ def run(args, timeout=120, env=None, **kw):
     """Run args; returns CompletedProcess (rc -9 and 'TIMEOUT' in stderr on a
     timeout, so a hang fails the test instead of blocking it).  A signal or a
     sanitizer report is a failure by itself."""
-    e = dict(os.environ)
+    hetc = os.path.basename(str(args[0])) == "hetc"
+    e = compiler_env() if hetc else dict(os.environ)
     e["ASAN_OPTIONS"] = e.get("ASAN_OPTIONS", "") + ":exitcode=86"
     e["UBSAN_OPTIONS"] = e.get("UBSAN_OPTIONS", "") + ":halt_on_error=1:exitcode=87"
     e.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -17,7 +17,7 @@ import time
 import rel_common as rc
 
 HETC, SRC = sys.argv[1], sys.argv[2]
-N, ITER = 8, 20
+N, ITER = 8, int(os.environ.get("HETC_KILL_LOOP_ITER", "20"))
 work = rc.workdir()
 out = os.path.join(work, "build")
 p = rc.compile_tiny(HETC, SRC, out, steps=N)

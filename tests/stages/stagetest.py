@@ -18,6 +18,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sanenv import compiler_env  # noqa: E402
+
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
 DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
@@ -113,6 +116,8 @@ class StageTest:
         """Runs cmd, printing it; the tails of its output when it fails
         unless quiet (for commands expected to fail)."""
         print("$", " ".join(cmd), flush=True)
+        if cmd[0] == self.hetc:
+            kw["env"] = compiler_env(kw.get("env"))
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
         if p.returncode and not quiet:
             print(p.stdout[-3000:], p.stderr[-3000:], sep="\n", flush=True)
