@@ -47,7 +47,9 @@ static int parse_word(PlanArgs *a, const char *v, int r, const char *name)
     if (!strcmp(name, "--schedule")) {
         a->schedule = schedule_from_name(v);
         if (a->schedule < 0) {
-            fprintf(stderr, "hetc plan: unknown schedule '%s' (h1f1b, 1f1b, eager1f1b, gpipe)\n", v);
+            char names[128];
+            schedule_names(names, sizeof names, "");
+            fprintf(stderr, "hetc plan: unknown schedule '%s' (%s)\n", v, names);
             return -1;
         }
     } else if (!strcmp(name, "--zero")) {

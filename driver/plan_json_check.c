@@ -162,9 +162,12 @@ int plan_json_check(const cJSON *root, const char *path, IrError *err)
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "schedule");
     if (str_or_absent(sc, 16, path, "\"schedule\"", err))
         return -1;
-    if (sc && schedule_from_name(sc->valuestring) < 0)
-        return ir_errorf(err, "%s: \"schedule\" must be \"h1f1b\", \"1f1b\", \"eager1f1b\" or "
-                         "\"gpipe\", got \"%s\"", path, sc->valuestring);
+    if (sc && schedule_from_name(sc->valuestring) < 0) {
+        char names[160];
+        schedule_names(names, sizeof names, "\"");
+        return ir_errorf(err, "%s: \"schedule\" must be %s, got \"%s\"", path, names,
+                         sc->valuestring);
+    }
     /* the cluster section, when present, names the meshes stages and links may use */
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(root, "cluster");
     const cJSON *meshes = cl ? cJSON_GetObjectItemCaseSensitive(cl, "meshes") : NULL;

@@ -122,6 +122,8 @@ typedef enum ScheduleKind {
 } ScheduleKind;
 const char *schedule_name(ScheduleKind k);
 int schedule_from_name(const char *s); /* -1 if unknown */
+/* "h1f1b, 1f1b, eager1f1b or gpipe" (each name between quote), for messages */
+void schedule_names(char *buf, size_t n, const char *quote);
 
 /* One mesh's part of a stage whose DP group spans meshes (issue 18): its
  * devices and the share of each microbatch's rows they take. */

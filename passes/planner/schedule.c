@@ -2,6 +2,7 @@
 #include "schedule.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -19,6 +20,19 @@ const char *schedule_name(ScheduleKind k)
     if ((int)k < 0 || (int)k >= kNumSched)
         return "unknown";
     return kSchedNames[k];
+}
+
+void schedule_names(char *buf, size_t n, const char *quote)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int k = 0; k < kNumSched && o < n; k++) {
+        const char *sep = k == 0 ? "" : k == kNumSched - 1 ? " or " : ", ";
+        int w = snprintf(buf + o, n - o, "%s%s%s%s", sep, quote, kSchedNames[k], quote);
+        if (w < 0)
+            break;
+        o += (size_t)w;
+    }
 }
 
 int schedule_from_name(const char *s)
