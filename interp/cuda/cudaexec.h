@@ -31,7 +31,8 @@ int cudaexec_init_on(CudaExec *x, const HkcCtx *k, IrError *err);
 void cudaexec_free(CudaExec *x);
 /* 1 if op has a device kernel (for some dtypes/layouts; others fall back). */
 int cudaexec_op_native(IrOp op);
-/* Device copy of a CONST value's data (cached for the executor's life). */
+/* Device copy of a CONST value's data (cached for the executor's life,
+ * keyed by the IrValue's address: the graph holding v must outlive x). */
 const void *cudaexec_const(CudaExec *x, IrValue *v, IrError *err);
 /* Run n: in[i] device pointers (NULL for an omitted optional input), out[i]
  * zeroed device buffers of the outputs' static shapes.  Synchronous with

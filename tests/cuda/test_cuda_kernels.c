@@ -122,7 +122,11 @@ static void fill(IrValue *v, void *h, const Case *c) {
     }
 }
 
-static int run_case(CudaExec *x, const Case *c) {
+/* The case's graph goes to *keep, freed by the caller after the executor:
+ * cudaexec_const caches device copies by IrValue address, so a graph freed
+ * while the executor lives would let the next case's constants (allocated
+ * at the same addresses) hit the stale copies. */
+static int run_case(CudaExec *x, const Case *c, IrGraph **keep) {
     char text[4096];
     snprintf(text, sizeof text, "graph \"t\" opset=0 {\n %s\n}\n", c->text);
     IrError err = {{0}};
@@ -132,6 +136,7 @@ static int run_case(CudaExec *x, const Case *c) {
         if (g) ir_graph_free(g);
         return 1;
     }
+    *keep = g;
     IrNode *n = g->nodes[0];
     const void *hin[8] = {0}, *din[8] = {0};
     void *hout[4] = {0}, *dout[4] = {0}, *back[4] = {0};
@@ -209,7 +214,6 @@ static int run_case(CudaExec *x, const Case *c) {
         free(back[i]);
         cudaFree(dout[i]);
     }
-    ir_graph_free(g);
     return fails;
 }
 
@@ -229,8 +233,11 @@ int main(void) {
         return 1;
     }
     int fails = 0, n = (int)(sizeof cases / sizeof *cases);
-    for (int i = 0; i < n; i++) fails += run_case(&x, &cases[i]) != 0;
+    IrGraph *graphs[sizeof cases / sizeof *cases] = {0};
+    for (int i = 0; i < n; i++) fails += run_case(&x, &cases[i], &graphs[i]) != 0;
     cudaexec_free(&x);
+    for (int i = 0; i < n; i++)
+        if (graphs[i]) ir_graph_free(graphs[i]);
     printf("%d of %d cases failed\n", fails, n);
     return fails ? 1 : 0;
 }
