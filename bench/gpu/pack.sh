@@ -204,6 +204,7 @@ export PATH=$G/ompi/bin:$PATH
 export OMPI_MCA_mca_base_component_path=$G/ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
 export PMIX_PREFIX=$G/ompi/pmix2
 export PMIX_MCA_mca_base_component_path=$G/ompi/pmix2/lib/pmix
+export PMIX_MCA_pcompress_base_silence_warning=1  # no zlib plugin packed: one-node jobs send little
 export OMPI_MCA_mca_base_component_show_load_errors=0
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none

@@ -2,7 +2,7 @@
 # The whole GPU validation of hetc's CUDA backend, in one call on a lent GPU
 # machine (docs/CUDA.md, "Running on a lent GPU"; bench/gpu/README.md).
 #
-#   bench/gpu/run.sh [--pack DIR] [--skip-bench] [--bench-steps N] [--bench-compile]
+#   bench/gpu/run.sh [--pack DIR] [--skip-bench] [--bench-steps N] [--no-torch-compile] [--profile]
 #
 # Needs the folder bench/gpu/pack.sh made on the development machine
 # (default .gpu/, carried with the call): the stage binaries, the kernel test,
@@ -19,13 +19,16 @@
 #                 max relative difference <= 1e-4
 #   (c) bench     bench/gpu/run.py: GPT-2 124M shape, B 8 x T 1024, hetc
 #                 (packed build) vs PyTorch eager and torch.compile, fp32
+#   (d) profile   (--profile) bench/gpu/kernel_profile.py: that build's kernels under
+#                 ncu, grouped by family, ms per step and the GPU-busy share
 # Logs go to $OUT (or --out DIR; default /tmp/hetc_gpu_out): env.log,
-# kernels.log, e2e.log, bench.log, summary.md -- at most 8 files.  The
+# kernels.log, e2e.log, bench.log, profile.log, ncu.csv, summary.md -- at
+# most 8 files.  The
 # summary table is printed last.  Exit 0 when every part that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-pack=.gpu out=${OUT:-/tmp/hetc_gpu_out} bench=1 bench_steps=20 bench_compile=1
+pack=.gpu out=${OUT:-/tmp/hetc_gpu_out} bench=1 bench_steps=20 bench_compile=1 profile=0
 while (($#)); do
   case "$1" in
     --pack) pack=$2; shift 2 ;;
@@ -33,7 +36,8 @@ while (($#)); do
     --skip-bench) bench=0; shift ;;
     --bench-steps) bench_steps=$2; shift 2 ;;
     --no-torch-compile) bench_compile=0; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --profile) profile=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -135,6 +139,17 @@ if ((bench)); then
     IFS='|' read -r _ _ label tps mfu ratio loss _ <<< "$l"
     row bench "$(echo $label)" info "$(echo $tps) tok/s, MFU $(echo $mfu), $(echo $ratio) of best PyTorch, step-1 loss $(echo $loss)"
   done < <(grep '^| ' "$out/bench.log" | grep -v '^| GPU |' | grep -v -- '| --- |')
+fi
+
+# --- (d) where the GPU time goes ---------------------------------------------
+if ((profile)); then
+  bd=$G/bench/gpt2
+  if [ -f "$bd/init.tar.gz" ] && [ ! -d "$bd/init" ]; then tar -C "$bd" -xzf "$bd/init.tar.gz"; fi
+  timeout "$(left 300)" python3 bench/gpu/kernel_profile.py --build "$bd" --data "$ROOT/examples/tiny_corpus.bin" \
+    --steps 2 --out "$out" --timeout "$(left 280)" --launch-count "${PROFILE_LAUNCHES:-0}" > "$out/profile.log" 2>&1
+  rc=$?
+  if ((rc)); then row profile "GPT-2 124M kernels (ncu)" FAIL "exit $rc (profile.log)"
+  else row profile "GPT-2 124M kernels (ncu)" info "$(head -1 "$out/profile.log")"; fi
 fi
 
 # --- summary -----------------------------------------------------------------
