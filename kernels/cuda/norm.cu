@@ -74,20 +74,31 @@ __global__ static void k_norm_grad_dx(int rms, const float *x, const float *scal
     }
 }
 
-/* dscale[j] = sum_r dy xhat, dbias[j] = sum_r dy: one thread per column,
- * rows in order (deterministic). */
+/* dscale[j] = sum_r dy xhat, dbias[j] = sum_r dy: column tiles
+ * (hkc_internal.cuh), double accumulation, a fixed split (deterministic). */
 __global__ static void k_norm_grad_params(const float *x, const float *dy, int64_t rows,
                                           int64_t n, const float *stats, float *dscale,
                                           float *dbias) {
-    HKC_LOOP(j, n) {
+    __shared__ double ps[HKC_COL_LANES][HKC_COLS], pb[HKC_COL_LANES][HKC_COLS];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int64_t j0 = (int64_t)blockIdx.x * HKC_COLS; j0 < n; j0 += (int64_t)gridDim.x * HKC_COLS) {
+        int64_t j = j0 + tx;
         double ss = 0, sb = 0;
-        for (int64_t r = 0; r < rows; r++) {
-            double g = dy[r * n + j];
-            ss += g * ((double)x[r * n + j] - stats[2 * r]) * stats[2 * r + 1];
-            sb += g;
+        if (j < n)
+            for (int64_t r = ty; r < rows; r += HKC_COL_LANES) {
+                double g = dy[r * n + j];
+                ss += g * ((double)x[r * n + j] - stats[2 * r]) * stats[2 * r + 1];
+                sb += g;
+            }
+        ps[ty][tx] = ss, pb[ty][tx] = sb;
+        __syncthreads();
+        if (ty == 0 && j < n) {
+            double ts = 0, tb = 0;
+            for (int l = 0; l < HKC_COL_LANES; l++) ts += ps[l][tx], tb += pb[l][tx];
+            if (dscale) dscale[j] = (float)ts;
+            if (dbias) dbias[j] = (float)tb;
         }
-        if (dscale) dscale[j] = (float)ss;
-        if (dbias) dbias[j] = (float)sb;
+        __syncthreads();
     }
 }
 
@@ -100,7 +111,7 @@ extern "C" int hkc_norm_grad_f32(HkcCtx *c, int rms, const float *x, const float
                                                                    eps, stats, dx);
     if (hkc_launched("norm grad", err)) return -1;
     if (!dscale && !dbias) return 0;
-    k_norm_grad_params<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(x, dy, rows, n, stats,
-                                                                     dscale, rms ? NULL : dbias);
+    k_norm_grad_params<<<hkc_col_blocks(n), dim3(HKC_COLS, HKC_COL_LANES), 0, c->stream>>>(
+        x, dy, rows, n, stats, dscale, rms ? NULL : dbias);
     return hkc_launched("norm grad params", err);
 }

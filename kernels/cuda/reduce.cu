@@ -1,6 +1,7 @@
 /* Reductions, device side.  Host twin: kernels/host/train_reduce.c
  * (sum to a broadcast input's shape: the column sum of a bias gradient) and
- * hk_reduce.c's hk_reduce.  One thread per output element, double accumulation. */
+ * hk_reduce.c's hk_reduce.  Double accumulation; one thread per output
+ * element, column sums in column tiles (hkc_internal.cuh). */
 #include <math.h>
 
 #include "hkc_internal.cuh"
@@ -30,17 +31,29 @@ extern "C" int hkc_reduce_f32(HkcCtx *c, int op, const float *x, HkcShape out, H
     return hkc_launched("reduce", err);
 }
 
+/* column tiles: hkc_internal.cuh's HKC_COLS x HKC_COL_LANES scheme */
 __global__ static void k_col_sum(const float *x, int64_t rows, int64_t n, float *out) {
-    HKC_LOOP(j, n) {
+    __shared__ double part[HKC_COL_LANES][HKC_COLS];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int64_t j0 = (int64_t)blockIdx.x * HKC_COLS; j0 < n; j0 += (int64_t)gridDim.x * HKC_COLS) {
+        int64_t j = j0 + tx;
         double s = 0;
-        for (int64_t r = 0; r < rows; r++) s += x[r * n + j];
-        out[j] = (float)s;
+        if (j < n)
+            for (int64_t r = ty; r < rows; r += HKC_COL_LANES) s += x[r * n + j];
+        part[ty][tx] = s;
+        __syncthreads();
+        if (ty == 0 && j < n) {
+            double t = 0;
+            for (int l = 0; l < HKC_COL_LANES; l++) t += part[l][tx];
+            out[j] = (float)t;
+        }
+        __syncthreads();
     }
 }
 
 extern "C" int hkc_col_sum_f32(HkcCtx *c, const float *x, int64_t rows, int64_t n, float *out,
                                char *err) {
     if (n == 0) return 0;
-    k_col_sum<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(x, rows, n, out);
+    k_col_sum<<<hkc_col_blocks(n), dim3(HKC_COLS, HKC_COL_LANES), 0, c->stream>>>(x, rows, n, out);
     return hkc_launched("column sum", err);
 }
