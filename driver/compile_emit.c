@@ -140,8 +140,11 @@ static void lower_opts(const CompileStages *cs, int *dp, int nslots, LeSched *ls
 static char *stage_config(const CompileStages *cs, const PartStage *ps, const PartStage *mps,
                           int s, const char *shared, const char *config) {
     char *links = link_lines(cs->plan, ps, s);
-    char idline[40];
-    snprintf(idline, sizeof idline, "build %016llx\n", (unsigned long long)cs->build_id);
+    char idline[64];
+    /* `offload 1`: the runtime keeps the stage's parameters and optimizer
+     * state in its host offload store (docs/STAGE_ABI.md) */
+    snprintf(idline, sizeof idline, "%sbuild %016llx\n",
+             cs->plan->stages[s].offload ? "offload 1\n" : "", (unsigned long long)cs->build_id);
     char *mlines = compile_metrics_lines(cs, mps, s); /* flops at this binary's rows */
     size_t mlen = mlines ? strlen(mlines) : 0;
     char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + mlen + 1);
@@ -175,6 +178,20 @@ static void report_stage(FILE *rep, FILE *kern, const CompPlan *p, int s, int lo
         fprintf(kern, "  fused: %d of them in %d generated elementwise kernels\n", lst->fused,
                 lst->kernels);
     if (lst->interp && lst->why[0]) fprintf(kern, "  first: %s\n", lst->why);
+    if (p->stages[s].offload) { /* what the host store holds, beside the planner's figures */
+        int64_t pb = 0, ob = 0; /* as runtime/stage/stage_offload.c lays the store out */
+        for (int i = 0; i < mp->nparams; i++) {
+            const MpParam *q = &mp->params[i];
+            pb += q->bytes;
+            ob += 4 * q->zlen * ((q->m_off >= 0) + (q->v_off >= 0));
+        }
+        fprintf(kern, "  offload: host store %.3f MiB per rank (fp32 parameters %.3f + optimizer "
+                "state %.3f), copied into the arena before use and back after the update "
+                "every step; the arena keeps their regions as the streamed working set (the "
+                "planner counts 16 B per parameter on the host and 2 ministages' "
+                "training-dtype weights and gradients on the device)\n",
+                (double)(pb + ob) / 1048576.0, (double)pb / 1048576.0, (double)ob / 1048576.0);
+    }
 }
 
 /* DIR/stages.txt; and the same table at the end of plan.txt */
@@ -222,6 +239,14 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
     char *kbuf = NULL; /* the per-stage direct / interpreted node counts */
     size_t klen = 0;
     FILE *kern = open_memstream(&kbuf, &klen);
+    /* the offload store is host memory the host runtime copies through
+     * (runtime/stage/stage_offload.c); the CUDA runtime has no such path yet */
+    for (int s = 0; s < S; s++)
+        if (p->stages[s].offload && be != hetc_backend_host()) {
+            ir_errorf(err, "stage %d: \"offload\" (CPU offload) runs on the host backend only, "
+                      "not --backend=%s", s, be->name);
+            goto done;
+        }
     if (schedule_build(S, B, warm, &sch, err)) {
         ir_error_prefix(err, "schedule");
         goto done;

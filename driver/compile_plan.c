@@ -146,6 +146,16 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
         return -1;
     }
     c->zero = zr ? (int)i64 : 0; /* ZeRO 1/2: passes/partition.h, runtime stage_sync.c */
+    /* Zorse's CPU offload: the stage's config gets an `offload 1` record
+     * (runtime/stage/stage_offload.c).  Only true / false (or 1 / 0): any
+     * other value would be a guess at what the plan asked for. */
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
+    if (off && !cJSON_IsBool(off) && !cJSON_IsNull(off) &&
+        !(cJSON_IsNumber(off) && (off->valuedouble == 0 || off->valuedouble == 1))) {
+        ir_errorf(err, "%s: %s\"offload\" must be true or false", path, where);
+        return -1;
+    }
+    c->offload = off && (cJSON_IsTrue(off) || (cJSON_IsNumber(off) && off->valuedouble == 1));
     const cJSON *rcm = cJSON_GetObjectItemCaseSensitive(o, "recompute");
     PartRecompute rm = PART_RC_NONE;
     if (rcm && (!cJSON_IsString(rcm) || part_recompute_parse(rcm->valuestring, &rm))) {

@@ -13,6 +13,8 @@ typedef struct CpStage {
     int first_layer, last_layer; /* 1-based inclusive */
     int dp, tp;
     int zero;                    /* ZeRO stage 0|1|2 ("zero", default 0) */
+    int offload;                 /* 1: parameters and optimizer state kept in a host store and
+                                  * streamed through the arena every step ("offload", Zorse) */
     int recompute;               /* PartRecompute ("recompute": none|full|selective, default none) */
     int warmup;                  /* N_i: forward microbatches before the first backward */
     char mesh[64], device[64];

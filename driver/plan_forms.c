@@ -58,15 +58,11 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
     const cJSON *o;
     cJSON_ArrayForEach(o, stages) {
         const cJSON *parts = cJSON_GetObjectItemCaseSensitive(o, "parts");
-        const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
         int np = cJSON_IsArray(parts) ? cJSON_GetArraySize(parts) : 0;
         int group = int_of(o, "group", 0), pipe = int_of(o, "pipe", 0);
-        /* anything but absent / false / null asks for offload: compiling a plan
-         * that asked for it without it would be a silent change of plan */
+        /* "offload" runs since issue 18 item 4 (compile_plan.c reads it) */
         int zero = int_of(o, "zero", 0);
-        int offload = off && !cJSON_IsFalse(off) && !cJSON_IsNull(off) &&
-                      !(cJSON_IsNumber(off) && off->valuedouble == 0);
-        if (np < 2 && group <= 0 && pipe <= 0 && !offload) {
+        if (np < 2 && group <= 0 && pipe <= 0) {
             s++;
             continue;
         }
@@ -93,10 +89,6 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
                 put(&m, ", ZeRO-%d on that uneven DP group", zero);
                 forms++;
             }
-        }
-        if (offload) {
-            put(&m, "%sCPU offload of its parameters and optimizer state (streamed per "
-                "ministage)", forms++ ? ", " : "");
         }
         if (group > 0) {
             put(&m, "%sministages sharing devices (group %d with stage ", forms++ ? ", " : "",

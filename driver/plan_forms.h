@@ -2,10 +2,11 @@
  * binaries do not run yet (issue 18; docs/PLAN_FORMAT.md, "Seed planners'
  * forms"): a DP group over several meshes with per-mesh row shares ("parts",
  * Zorse, Metis's heterogeneous DP), ZeRO over such an uneven group, ministages
- * sharing devices ("group", Zorse), CPU offload ("offload", Zorse) and several
- * pipelines with their own stage boundaries ("pipe", AutoHet's DP groups).
+ * sharing devices ("group", Zorse) and several pipelines with their own
+ * stage boundaries ("pipe", AutoHet's DP groups).
  * hetc compile --plan refuses such a plan before anything else is read, with
- * one message naming every such stage, its layers and the forms it needs. */
+ * one message naming every such stage, its layers and the forms it needs.
+ * CPU offload ("offload", Zorse) compiles (issue 18 item 4). */
 #ifndef HETC_PLAN_FORMS_H
 #define HETC_PLAN_FORMS_H
 

@@ -186,15 +186,20 @@ int stage_ckpt_load(StageRt *rt, const char *path, int with_opt) {
             StageParam *p = &c->params[i];
             if (p->layer != L) continue;
             size_t nb = (size_t)p->numel * sizeof(float);
-            rc = load_one(rt, &l, path, p->name, p,
-                          STAGE_AT(&rt->arena, (size_t)p->off_param, nb), 0);
+            /* an offloaded stage loads into its host store (stage_offload.c) */
+            int ho = rt->off.store != NULL;
+            float *pd = ho ? stage_offload_at(rt, p, -1)
+                           : STAGE_AT(&rt->arena, (size_t)p->off_param, nb);
+            rc = load_one(rt, &l, path, p->name, p, pd, ho);
             for (int k = 0; k < 2 && !rc && with_opt; k++) {
                 int64_t off = k ? p->off_v : p->off_m;
                 if (off < 0 || (k && c->sgd)) continue;
                 char name[RT_CKPT_MAX_NAME + 16];
                 snprintf(name, sizeof name, "opt/%s/%s", state_kind(rt, k), p->name);
                 if (!c->zero) {
-                    rc = load_one(rt, &l, path, name, p, STAGE_AT(&rt->arena, (size_t)off, nb), 0);
+                    rc = load_one(rt, &l, path, name, p,
+                                  ho ? stage_offload_at(rt, p, k)
+                                     : STAGE_AT(&rt->arena, (size_t)off, nb), ho);
                     continue;
                 }
                 /* ZeRO: the file holds the whole state; keep this rank's slice,
@@ -203,13 +208,14 @@ int stage_ckpt_load(StageRt *rt, const char *path, int with_opt) {
                 float *full = malloc(nb + (size_t)p->zlen * sizeof(float) + 1);
                 int64_t start, count;
                 stage_zero_range(rt, p, &start, &count);
-                float *dst = STAGE_AT(&rt->arena, (size_t)off, (size_t)p->zlen * 4);
+                float *dst = ho ? stage_offload_at(rt, p, k)
+                                : STAGE_AT(&rt->arena, (size_t)off, (size_t)p->zlen * 4);
                 rc = !full || load_one(rt, &l, path, name, p, full, 1);
                 if (!rc) {
                     float *z = full + p->numel;
                     memcpy(z, full + start, (size_t)count * sizeof(float));
                     memset(z + count, 0, (size_t)(p->zlen - count) * sizeof(float));
-                    rc = stage_be_put(rt, dst, z, (size_t)p->zlen * sizeof(float));
+                    rc = put(rt, dst, z, (size_t)p->zlen * sizeof(float), ho);
                 }
                 free(full);
             }
@@ -262,16 +268,21 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
                 int64_t shape[RT_CKPT_MAX_DIMS];
                 int nd = param_shape(rt, p, shape);
                 size_t nb = (size_t)p->numel * sizeof(float);
-                const void *src = STAGE_AT(&rt->arena, (size_t)off, k < 0 ? nb
-                                                                        : (size_t)p->zlen * 4);
+                /* an offloaded stage's store is the source of truth (host
+                 * memory: hsrc); the arena's regions are poisoned now */
+                const float *st = stage_offload_at(rt, p, k);
+                int hsrc = stage_be_is_host() || st;
+                const void *src = st ? (const void *)st
+                                     : STAGE_AT(&rt->arena, (size_t)off,
+                                                k < 0 ? nb : (size_t)p->zlen * 4);
                 void *h = NULL, *zfull = NULL;
                 if (k >= 0 && c->zero) { /* gathered into host memory */
                     char what[RT_CKPT_MAX_NAME + 64];
                     snprintf(what, sizeof what, "checkpoint: ZeRO all-gather of '%s'", nm);
                     int64_t zs, zc; /* a device arena's slice goes through the host */
                     stage_zero_range(rt, p, &zs, &zc);
-                    void *hs = stage_be_is_host() ? NULL : malloc((size_t)zc * 4 + 1);
-                    int bad = !stage_be_is_host() &&
+                    void *hs = hsrc ? NULL : malloc((size_t)zc * 4 + 1);
+                    int bad = !hsrc &&
                               (!hs || stage_be_get(rt, hs, src, (size_t)zc * 4));
                     if (bad || !(zfull = malloc(nb ? nb : 1)) ||
                         rt_dp_allgather_f32(&rt->ctx, hs ? hs : src, zfull, (size_t)p->numel,
@@ -286,7 +297,7 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
                     src = h = zfull; /* the tensor written, freed with the host copies */
                 }
                 if (p->tpshard >= 0) {
-                    h = tp_gather(rt, p, src, zfull != NULL, shape, nd, nm);
+                    h = tp_gather(rt, p, src, zfull != NULL || st, shape, nd, nm);
                     free(zfull);
                     if (!h) {
                         rc = 1;
@@ -294,7 +305,7 @@ int stage_ckpt_save(StageRt *rt, const char *dir, int64_t step) {
                     }
                 } else if (zfull) {
                     /* h = zfull already */
-                } else if (writer && !stage_be_is_host()) { /* a device arena: a host copy */
+                } else if (writer && !hsrc) { /* a device arena: a host copy */
                     h = malloc(nb ? nb : 1);
                     if (!h || stage_be_get(rt, h, src, nb)) {
                         free(h);

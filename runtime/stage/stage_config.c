@@ -380,6 +380,12 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
         c->zero = (int)v;
         return 0;
     }
+    if (!strcmp(k, "offload")) { /* stage_offload.c */
+        if (nf != 2 || get_i64(f[1], &v) || v < 0 || v > 1)
+            return fail(err, errlen, ln, "expected 'offload 0|1'");
+        c->offload = (int)v;
+        return 0;
+    }
     if (!strcmp(k, "zslice")) { /* after its param record */
         int64_t len, off;
         const char *l = kv(f, nf, 2, "len"), *o = kv(f, nf, 2, "off");

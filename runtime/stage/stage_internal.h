@@ -83,6 +83,8 @@ typedef struct StageConfig {
     StageTpShard *tpshards;
     int ntpshards;
     int zero;                /* ZeRO level of this stage (`zero` record), 0 without */
+    int offload;             /* `offload 1`: parameters and optimizer state live in the
+                              * host offload store (stage_offload.c), 0 without */
     uint64_t build_id;       /* hetc compile's build id (`build` record), 0 without */
     /* Metrics (records written by hetc compile; absent in older binaries):
      * `vocab V` the model's vocabulary (token ids must be below it),
@@ -143,6 +145,25 @@ typedef struct StageMet {
     RtStageTimes *st;
 } StageMet;
 
+/* ------------------------------------------------------------ CPU offload
+ * A stage compiled with `offload 1` (Zorse's CPU offload, issue 18 item 4;
+ * docs/STAGES.md "CPU offload") keeps its parameters and optimizer state
+ * (AdamW m / v or SGD's momentum; ZeRO: this rank's zlen slices) in the
+ * offload store, host memory allocated apart from the arena and the one
+ * copy that persists between steps.  The arena's regions for them are the
+ * streamed working set: filled from the store before they are read,
+ * written back after the update, and poisoned (NaN) in between, so a read
+ * the streaming missed shows in the loss. */
+typedef struct StageOffload {
+    float *store;            /* NULL: the stage is not offloaded */
+    int64_t *at;             /* [nparams][3] element offsets of param, m, v in store (-1) */
+    int64_t param_bytes, opt_bytes; /* the store's two parts */
+    int64_t in_bytes, out_bytes;    /* copied store -> arena / arena -> store this step */
+    double copy_s;                  /* time spent copying this step */
+} StageOffload;
+
+enum { STAGE_OFF_PARAMS = 1, STAGE_OFF_OPT = 2 };
+
 /* ------------------------------------------------------------ runtime state */
 typedef struct StageRt {
     const HetcStageDesc *desc;
@@ -171,6 +192,7 @@ typedef struct StageRt {
     void *stage_buf;          /* host staging for device backends (boundary rows, tokens) */
     size_t stage_buf_bytes;
     StageMet met;             /* metrics and --trace (stage_metrics.c) */
+    StageOffload off;         /* `offload 1` stages (stage_offload.c) */
     RtDataLoader vdl;         /* --val-data, when given */
     int in_val;               /* 1: hetrt_tokens reads vdl batch val_batch */
     int64_t val_batch;
@@ -293,6 +315,24 @@ void stage_met_free(StageRt *rt);
 /* At the end of the run, on every rank: the printer writes trace.json and
  * trace.svg beside `trace_dir`'s files (gathering every rank's spans). */
 int stage_met_finish(StageRt *rt, const char *trace_json, const char *trace_svg);
+
+/* stage_offload.c: all no-ops (0) on a stage without `offload 1`.
+ * setup: after the arena is allocated and `init` ran, before any
+ * checkpoint load: allocates the store, moves the arena's parameter and
+ * state regions into it and poisons them.  in: store -> arena of the
+ * parts in `what` (STAGE_OFF_*); out: arena -> store of both parts, then
+ * poisons them; evict: poisons the parts in `what`.  step_done: the
+ * HETRT_VERBOSE line of the step's copies (rank 0 of the stage's DP and
+ * TP groups), counters reset. */
+int stage_offload_setup(StageRt *rt);
+int stage_offload_in(StageRt *rt, int what);
+int stage_offload_out(StageRt *rt);
+int stage_offload_evict(StageRt *rt, int what);
+void stage_offload_step_done(StageRt *rt, int64_t step);
+void stage_offload_free(StageRt *rt);
+/* The store's copy of p's parameter (k -1), m (0) or v (1): numel or zlen
+ * f32; NULL when the stage is not offloaded or p has no such state. */
+float *stage_offload_at(const StageRt *rt, const StageParam *p, int k);
 
 /* stage_ckpt.c */
 int stage_ckpt_load(StageRt *rt, const char *ckpt_path, int with_opt);

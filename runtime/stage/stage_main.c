@@ -291,6 +291,9 @@ static double val_loss(StageRt *rt, int64_t nbatches) {
     char when[96];
     rt->in_val = 1;
     rt->tok_mb = -1;
+    /* an offloaded stage's parameters are in its store between steps */
+    if (stage_offload_in(rt, STAGE_OFF_PARAMS))
+        STAGE_DIE("stage %d: offload: validation parameters failed", c->stage);
     int64_t done = 0;
     for (int64_t b = 0; b < nbatches; done++) {
         rt->step_loss = 0;
@@ -315,6 +318,7 @@ static double val_loss(StageRt *rt, int64_t nbatches) {
     rt->in_val = 0;
     rt->tok_mb = -1;
     rt->step_loss = saved;
+    stage_offload_evict(rt, STAGE_OFF_PARAMS);
     return done ? sum / (double)nbatches : 0;
 }
 
@@ -505,6 +509,14 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
         rt->step = k;
         rt->step_loss = 0;
         zero_accumulators(rt);
+        /* CPU offload: the parameters come in from the host store before the
+         * first forward (the copy counts as communication, like a device's
+         * host transfer) */
+        double to = now_s();
+        if (stage_offload_in(rt, STAGE_OFF_PARAMS))
+            STAGE_DIE("stage %d: offload: parameters of step %lld failed", c->stage,
+                      (long long)k + 1);
+        rt->met.comm += now_s() - to;
         for (int e = 0; e < d->nsched; e++) {
             const HetcSchedEntry *se = &d->sched[e];
             rt->micro = se->microbatch;
@@ -530,11 +542,19 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
         double lr = rt_lr_at(&sched, k);
         write_scalars(rt, lr, k + 1, norm);
         snprintf(when, sizeof when, "at step %lld", (long long)k + 1);
+        if (stage_offload_in(rt, STAGE_OFF_OPT)) /* m, v from the host store */
+            STAGE_DIE("stage %d: offload: optimizer state of step %lld failed", c->stage,
+                      (long long)k + 1);
         if (stage_zero_pre_update(rt))
             STAGE_DIE("ZeRO parameter slices of step %lld failed", (long long)k + 1);
         if (upd) run_fn(rt, upd, NULL, when); /* no microbatch: no slot (STAGE_ABI.md) */
         if (stage_zero_post_update(rt))
             STAGE_DIE("ZeRO parameter all-gather of step %lld failed", (long long)k + 1);
+        /* the updated parameters and state back to the host store (the
+         * checkpoint below is written from it) */
+        if (stage_offload_out(rt))
+            STAGE_DIE("stage %d: offload: write-back of step %lld failed", c->stage,
+                      (long long)k + 1);
         double tl = now_s();
         rt->met.compute += tl - tu; /* the ZeRO slice copies and all-gather count here too */
         stage_span(rt, 'U', -1, tu, tl);
@@ -562,6 +582,7 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
         RtStepMetrics sm = {.step = k + 1, .loss = loss, .grad_norm = norm, .lr = lr,
                             .tokens = tok_per_step, .val_loss = vl};
         if (stage_met_step(rt, &sm, dt)) STAGE_DIE("metrics of step %lld failed", (long long)k + 1);
+        stage_offload_step_done(rt, k + 1);
         if (last || (o->ckpt_every > 0 && (k + 1) % o->ckpt_every == 0)) {
             if (stage_ckpt_save(rt, o->ckpt_dir, k + 1))
                 STAGE_DIE("checkpoint of step %lld in '%s' failed", (long long)k + 1, o->ckpt_dir);
@@ -716,6 +737,8 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     open_interp(&rt);
     const HetcStageFn *init = find_fn(desc, "init");
     if (init) run_fn(&rt, init, NULL, "during init");
+    /* after init, before any checkpoint load: loads write the store */
+    if (stage_offload_setup(&rt)) STAGE_DIE("stage %d: offload store setup failed", c->stage);
 
     int printer = c->stage == c->nstages - 1 && rt.ctx.dp_rank == 0 && rt.ctx.tp_rank == 0;
     claim_ckpt_dir(&rt, &o);
@@ -769,6 +792,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     }
 
     stage_met_free(&rt);
+    stage_offload_free(&rt);
     rt_send_queue_free(&rt.sendq);
     stage_sync_teardown(&rt);
     hetrt_stage_rt = NULL;
