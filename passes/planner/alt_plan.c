@@ -621,8 +621,8 @@ void alt_plan_print(FILE *f, const AltContext *x, const AltPlan *p)
 /* The runnable rule of docs/STAGES.md (after issue 9): one pipeline of
  * single-mesh stages, PP + DP + Megatron TP per stage, ZeRO-1/2 over the
  * stage's DP group, full recompute, one uniform microbatch whose rows each
- * stage's dp divides; no offload, no DP group spanning device types, no
- * separate pipelines.  hetc compile refuses the rest by name (compile_plan.c). */
+ * stage's dp divides; CPU offload (issue 18 item 4); no DP group spanning
+ * device types, no ministages sharing devices, no separate pipelines.  hetc compile refuses the rest by name (compile_plan.c). */
 /* 1 when fine layers [a, b] hold a whole repeated block (what TP shards:
  * the partition finds attention / MLP patterns only inside blocks). */
 static int holds_block(const AltContext *x, int a, int b)
@@ -641,8 +641,10 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
 {
     char buf[256] = "";
     size_t n = 0;
-    int multi = 0, tp = 0, rec = 0, pipes = 0, tp_noblock = 0;
+    int multi = 0, tp = 0, rec = 0, pipes = 0, tp_noblock = 0, grouped = 0;
     for (int s = 0; s < p->nstages; s++) {
+        for (int q = 0; q < s && p->stages[s].group > 0; q++) /* as plan.json's "group" */
+            grouped |= p->stages[q].group == p->stages[s].group;
         pipes |= p->stages[s].pipe > 1;
         tp_noblock |= p->stages[s].tp > 1 &&
                       !holds_block(x, p->stages[s].first_layer, p->stages[s].last_layer);
@@ -665,8 +667,10 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
     /* ZeRO-1/2 run since issue 9, on a DP group of one mesh (even shards) */
     if (p->zero_stage && multi && n < sizeof buf)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "ZeRO-2 on an uneven DP group; ");
-    if (p->offload && n < sizeof buf)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "CPU offload of ministages; ");
+    /* CPU offload runs since issue 18 item 4 (runtime/stage/stage_offload.c);
+     * several ministages on one group's devices do not */
+    if (grouped && n < sizeof buf)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "ministages sharing devices; ");
     if (n && n < sizeof buf) {
         buf[n - 2] = 0;
         snprintf(p->needs, sizeof p->needs, "needs runtime work: %s", buf);

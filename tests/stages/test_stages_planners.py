@@ -13,16 +13,18 @@ tests' batch shape: seq 64, microbatch 4, global batch 16):
   to 1e-5 relative; or refuses it, and then the plan records a form the
   binaries lack and the refusal names every such stage and each form it
   needs.  Which forms a stage needs is read from plan.json's keys ("parts",
-  "zero" on such a stage, "offload", "group", "pipe"; a "dp" above the
+  "zero" on such a stage, "group", "pipe"; a "dp" above the
   rows of a microbatch: a DP rank without a row), not from the message.
   A plan that records no such form must compile; one that does must be
-  refused.
+  refused.  "offload" is no such form since issue 18 item 4: an offloaded
+  stage compiles and trains (its parameters and optimizer state streamed
+  through a host store, tests/stages/test_stages_offload.py).
 
 The same on examples/clusters/three_mesh.yaml (16 devices, three device
 types), where the planners choose the other forms: TP on the embedding or
 the head alone (tied gpt_tiny: nothing to shard, run replicated), several
 pipelines with their own boundaries (autohet), offload on single-mesh stages
-(zorse).  Every compiled run's printed gradient norms must equal hetc
+(zorse: it runs, every stage offloaded, ZeRO-2).  Every compiled run's printed gradient norms must equal hetc
 train's to 5e-5 (6 printed digits) too.
 
 Prints one line per planner (compiled + max relative difference, or the
@@ -69,8 +71,6 @@ def forms_of(plan):
             w += [f"{q['devices']} x {q['mesh']}" for q in s["parts"]]
             if s.get("zero", 0):
                 w.append(f"ZeRO-{s['zero']} on that uneven DP group")
-        if s.get("offload"):
-            w.append("CPU offload")
         if s.get("group", 0) > 0:
             w.append("ministages sharing devices")
         if w:
