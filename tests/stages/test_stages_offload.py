@@ -21,6 +21,9 @@ read the streaming missed would show in the loss.
   (offloaded) equals the uninterrupted run from step 6 on, bit for bit, and
   so does the same step-5 checkpoint resumed by the plan without offload;
 - SGD with momentum (the buffer as the store's only state) vs hetc train;
+- TP 2 and DP 2 x TP 2 with ZeRO-1 on tiny_pair.yaml, offloaded: 6 steps bit
+  for bit without offload, and its step-3 checkpoint (TP slices and ZeRO
+  states gathered from the store) resumes without offload bit for bit;
 - "offload": "yes" is refused naming the key.
 
 usage: test_stages_offload.py HETC WORKDIR
@@ -132,6 +135,41 @@ if check(cs.returncode == 0, f"SGD: hetc compile exit {cs.returncode}"):
                 str(rows), "--accum", str(B), "--seq", str(t.seq), *OPT, *sgd, "--no-checkpoint"])
     check(sr.returncode == 0, "hetc train (SGD) failed")
     t.expect_run(so, STEPS, losses(sr.stdout), "offloaded, SGD momentum 0.9")
+
+# TP and ZeRO-1 under offload (tiny_pair.yaml, as test_stages_tp.py): stage 0
+# TP 2, stage 1 DP 2 x TP 2 with ZeRO-1, both offloaded: checkpoints gather
+# the TP slices and ZeRO states from the store
+tp1 = t.path("build_pair")
+c = t.compile(tp1, cluster="tiny_pair.yaml", steps=6)
+if check(c.returncode == 0, f"tiny_pair: hetc compile exit {c.returncode}"):
+    q = json.load(open(os.path.join(tp1, "plan.json")))
+    s0, s1 = dict(q["stages"][0]), dict(q["stages"][-1])
+    s0.update(layers=[1, 9], dp=1, tp=2, warmup=2, zero=0, offload=True)
+    s1.update(layers=[10, 18], dp=2, tp=2, warmup=1, zero=1, offload=True)
+    q["stages"] = [s0, s1]
+    json.dump(q, open(t.path("pair_off.json"), "w"), indent=1)
+    for s in q["stages"]:
+        s.pop("offload")
+    json.dump(q, open(t.path("pair_plain.json"), "w"), indent=1)
+    to, tpl = t.path("build_pair_off"), t.path("build_pair_plain")
+    ok = t.compile(to, "--plan", t.path("pair_off.json"), cluster="tiny_pair.yaml",
+                   steps=6).returncode == 0
+    ok &= t.compile(tpl, "--plan", t.path("pair_plain.json"), cluster="tiny_pair.yaml",
+                    steps=6).returncode == 0
+    if check(ok, "tiny_pair TP plans with and without offload: hetc compile failed"):
+        a1 = t.launch(to, 6, "--checkpoint-dir", t.path("ck_pair_off"), "--checkpoint-every", "3")
+        a2 = t.launch(tpl, 6, "--checkpoint-dir", t.path("ck_pair_plain"))
+        la, lb = losses(a1.stdout, True), losses(a2.stdout, True)
+        check(a1.returncode == 0 and a2.returncode == 0 and len(la) == 6 and la == lb,
+              f"TP + ZeRO-1 offloaded {la} != without offload {lb}")
+        shutil.rmtree(os.path.join(t.path("ck_pair_off"), "step_00000006"))
+        r3 = t.launch(tpl, 6, "--checkpoint-dir", t.path("ck_pair_off"), "--resume")
+        check(r3.returncode == 0 and losses(r3.stdout, True) == {k: v for k, v in lb.items()
+                                                                 if k > 3},
+              f"the offloaded TP run's step-3 checkpoint resumed without offload: "
+              f"{losses(r3.stdout, True)}")
+        print(f"TP 2 + DP 2 x TP 2 ZeRO-1, offloaded: 6 steps bit for bit without offload "
+              f"({la == lb}); its step-3 checkpoint resumes without offload", flush=True)
 
 # a value that is neither true nor false
 bad = json.loads(json.dumps(plan))
