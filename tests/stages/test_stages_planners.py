@@ -99,6 +99,8 @@ def refusal_names_forms(label, err, plan):
         return
     check(bool(need or whole), f"{label}: refused though plan.json records no form the "
           f"binaries lack: {err.strip()[-400:]}")
+    # offload runs (issue 18 item 4): a refusal names only the forms still missing
+    check("CPU offload" not in err, f"{label}: the refusal names CPU offload: {err.strip()[-400:]}")
     for k, words in need.items():
         s = plan["stages"][k]
         head = f"stage {k} (layers {s['layers'][0]}-{s['layers'][1]}) needs"
