@@ -24,7 +24,8 @@ read the streaming missed would show in the loss.
 - TP 2 and DP 2 x TP 2 with ZeRO-1 on tiny_pair.yaml, offloaded: 6 steps bit
   for bit without offload, and its step-3 checkpoint (TP slices and ZeRO
   states gathered from the store) resumes without offload bit for bit;
-- "offload": "yes" is refused naming the key.
+- "offload": "yes" is refused naming the key, and --backend=cuda refuses
+  an offloaded plan (the host backend only).
 
 usage: test_stages_offload.py HETC WORKDIR
 """
@@ -178,4 +179,14 @@ json.dump(bad, open(t.path("bad.json"), "w"), indent=1)
 b = t.compile(t.path("build_bad"), "--plan", t.path("bad.json"), mb=rows, quiet=True)
 check(b.returncode != 0 and 'stages[0]."offload" must be true or false' in b.stderr
       and "Traceback" not in b.stderr, f"offload 'yes': exit {b.returncode}: {b.stderr[-300:]}")
+# the CUDA runtime has no offload store: --backend=cuda refuses the plan (or, in a
+# hetc built without CUDA, the backend itself)
+cu = t.compile(t.path("build_cuda"), "--plan", t.path("plan", "plan.json"), "--backend=cuda",
+               mb=rows, quiet=True)
+check(cu.returncode != 0 and "Traceback" not in cu.stderr and
+      ('"offload" (CPU offload) runs on the host backend only' in cu.stderr or
+       "this hetc was built without" in cu.stderr),
+      f"offload with --backend=cuda: exit {cu.returncode}: {cu.stderr[-300:]}")
+check(not os.path.exists(os.path.join(t.path("build_cuda"), "stage_0")),
+      "offload with --backend=cuda wrote stage binaries")
 t.finish()
