@@ -10,9 +10,12 @@ own split (the first rows mod dp ranks one row more).
   rt_row_split's [2, 1, 1], and a count that comes back after another:
   stage_1 for DP ranks 0 and 2, stage_1_r2 between them in launch order).
   The boundary reshard moves rows [0, 1) | [1, 4) to [0, 1) | [1, 3) | [3, 4).
-- plan A with ZeRO-2 on both stages (flat even shards, uneven rows).
-- plan B: 8-row microbatches, 2 a step; stage 0 (layers 1-6) DP 1, stage 1
-  (layers 7-18) over DP 4 with rows [2, 1, 1, 4] and ZeRO-1.
+- plan A with ZeRO-2 on both stages (flat even shards, uneven rows) and
+  TP 2 on stage 0 (its DP rank with one row: TP pieces of 1 and 0 rows).
+- plan B: 8-row microbatches, 2 a step; stage 0 (layers 1-6) DP 1 x TP 2
+  (each TP rank sends its piece of the rows: rt_stage_row_overlaps with
+  TP on one side), stage 1 (layers 7-18) over DP 4 with rows [2, 1, 1, 4]
+  and ZeRO-1.
 
 Oracle: `hetc train`, one process, the same global batch of 16 rows (4 x 4
 and 2 x 8 microbatches): 10 steps' losses to 1e-5 relative.  Each row
@@ -38,11 +41,12 @@ check = t.check
 
 def plan(rows_per_mb, stages):
     """A plan.json dict: 16 rows a step in microbatches of rows_per_mb, the
-    stages given as (layers, dp, rows or None, warmup, zero)."""
+    stages given as (layers, dp, rows or None, warmup, zero[, tp])."""
     st = []
-    for k, (layers, dp, rows, warm, zero) in enumerate(stages):
+    for k, (layers, dp, rows, warm, zero, *tp) in enumerate(stages):
+        tp = tp[0] if tp else 1
         s = {"index": k, "layers": list(layers), "mesh": "v100", "device": "V100-32GB",
-             "submesh": [1, dp], "dp": dp, "tp": 1, "zero": zero, "recompute": "none",
+             "submesh": [1, dp * tp], "dp": dp, "tp": tp, "zero": zero, "recompute": "none",
              "warmup": warm}
         if rows is not None:
             s["rows"] = rows
@@ -59,15 +63,16 @@ def write(name, q):
 
 def binaries(q, k):
     """stage k's binaries in DP rank order, as launch.sh must start them:
-    [(name, ranks)], stage_K for DP rank 0's rows, stage_K_rN for N rows."""
-    rows = q["stages"][k]["rows"]
+    [(name, ranks)], stage_K for DP rank 0's rows, stage_K_rN for N rows;
+    each DP rank's TP ranks run its binary."""
+    rows, tp = q["stages"][k]["rows"], q["stages"][k]["tp"]
     runs = []
     for n in rows:
         name = f"stage_{k}" if n == rows[0] else f"stage_{k}_r{n}"
         if runs and runs[-1][0] == name:
-            runs[-1][1] += 1
+            runs[-1][1] += tp
         else:
-            runs.append([name, 1])
+            runs.append([name, tp])
     return runs
 
 
@@ -81,7 +86,7 @@ def run_plan(label, q, ref, mb):
     first = 0
     for k, s in enumerate(q["stages"]):
         if "rows" not in s:
-            first += s["dp"]
+            first += s["dp"] * s["tp"]
             continue
         runs = binaries(q, k)
         want = " : ".join(f"-np {n} {out}/{b} --data x" for b, n in runs)
@@ -100,7 +105,8 @@ def run_plan(label, q, ref, mb):
                   f"{label}: {b} lacks stage {k}'s row table: {tab}")
     pr = t.launch(out, STEPS)
     got, w = t.expect_losses(pr, label, ref, n=STEPS)
-    shape = " | ".join(f"{s['layers'][0]}-{s['layers'][1]} dp{s['dp']} rows {s.get('rows')}"
+    shape = " | ".join(f"{s['layers'][0]}-{s['layers'][1]} dp{s['dp']} tp{s['tp']} rows "
+                       f"{s.get('rows')}"
                        + (f" z{s['zero']}" if s.get("zero") else "") for s in q["stages"])
     print(f"{label} ({shape}): {STEPS} steps == hetc train to {w:.2g} relative", flush=True)
 
@@ -112,10 +118,11 @@ run_plan("a", a, ref4, 4)
 a2 = json.loads(json.dumps(a))
 for s in a2["stages"]:
     s["zero"] = 2
+a2["stages"][0].update(tp=2, submesh=[1, 4])  # a row table under TP: 1 row over 2 TP ranks
 run_plan("a_zero2", a2, ref4, 4)
 
 ref8 = t.reference(STEPS, mb=8, accum=2)
-b = plan(8, [((1, 6), 1, None, 2, 0), ((7, 18), 4, [2, 1, 1, 4], 1, 1)])
+b = plan(8, [((1, 6), 1, None, 2, 0, 2), ((7, 18), 4, [2, 1, 1, 4], 1, 1)])
 run_plan("b_zero1", b, ref8, 8)
 
 # bad row tables: refused naming the stage and the key
