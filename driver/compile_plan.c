@@ -68,15 +68,33 @@ static int check_rows(const cJSON *o, CpStage *c, int64_t rows, const char *path
     if (!cJSON_IsArray(rw))
         return ir_errorf(err, "%s: %s\"rows\" must be an array of %d row counts (one per DP "
                          "rank)", path, where, dp);
-    if (cJSON_GetArraySize(rw) != dp)
+    int len = cJSON_GetArraySize(rw), stale = len > 0;
+    int64_t had = 0; /* the rows it split: the plan's before a hand edit of dp or the batch */
+    for (int r = 0; r < len && stale; r++) {
+        const cJSON *x = cJSON_GetArrayItem(rw, r);
+        stale = cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 1e15;
+        had += stale ? (int64_t)x->valuedouble : 0;
+    }
+    for (int r = 0; r < len && stale; r++) /* the runtime's split of them over len ranks? */
+        stale = cJSON_GetArrayItem(rw, r)->valuedouble == (double)(had / len + (r < had % len));
+    if (len != dp && stale) {
+        /* the planner's split for another dp: a plan whose dp was edited
+         * by hand (docs/PLAN_FORMAT.md) still carries it.  Say so and run
+         * the runtime's split, as for a plan without rows. */
+        fprintf(stderr, "hetc compile: %s: %s\"rows\" has %d counts for dp = %d (the runtime's "
+                "split written for dp %d): ignored, the stage binaries split each microbatch's "
+                "%lld rows over the %d DP ranks themselves\n", path, where, len, dp, len,
+                (long long)rows, dp);
+        return 0;
+    }
+    if (len != dp)
         return ir_errorf(err, "%s: %s\"rows\" has %d counts for \"dp\" = %d: give one row "
                          "count per DP rank (or leave \"rows\" out for the runtime's split of "
-                         "the %lld rows)", path, where, cJSON_GetArraySize(rw), dp,
-                         (long long)rows);
+                         "the %lld rows)", path, where, len, dp, (long long)rows);
     char got[256];
     size_t ng = 0;
     int64_t sum = 0, differ = 0;
-    int64_t *t = calloc((size_t)dp, sizeof *t);
+    int64_t *t = calloc(dp > 0 ? (size_t)dp : 1, sizeof *t); /* dp >= 1: read_stage checked */
     if (!t)
         return ir_errorf(err, "%s: out of memory", path);
     for (int r = 0; r < dp; r++) {

@@ -24,7 +24,9 @@ another count N); launch.sh's mpirun command and srun.conf start them in DP
 rank order; every binary carries the row table (`rowtable` records).
 
 Bad tables are refused naming the stage and the key: a sum other than the
-microbatch's rows, a zero share, a length other than dp, a non-number.
+microbatch's rows, a zero share, a length other than dp, a non-number.  The
+runtime's own split written for another dp (a plan whose dp was edited by
+hand) is ignored with a warning, as before.
 
 usage: test_stages_rowtable.py HETC WORKDIR
 """
@@ -138,5 +140,15 @@ for label, rows, words in (("sum", [1, 2], ['stages[0]."rows" [1, 2] sum to 3', 
           f"rows {rows}: exit {p.returncode}, want {words} in: {p.stderr.strip()[-400:]}")
     print(f"rows {rows} for dp 2 over 4 rows: refused: {p.stderr.strip().splitlines()[-1][:200]}",
           flush=True)
+
+# the runtime's split written for another dp (a plan whose dp was edited by
+# hand, as stages_zero's are): ignored with a warning, the runtime's split runs
+q = json.loads(json.dumps(a))
+q["stages"][0]["rows"] = [2, 1, 1]
+p = t.compile(t.path("build_stale"), "--plan", write("stale", q), mb=4)
+check(p.returncode == 0 and 'stages[0]."rows" has 3 counts for dp = 2' in p.stderr and
+      "ignored" in p.stderr and os.path.exists(t.path("build_stale", "stage_0")) and
+      not os.path.exists(t.path("build_stale", "stage_0_r3")),
+      f"stale rows [2, 1, 1] for dp 2: exit {p.returncode}, {p.stderr.strip()[-300:]}")
 
 t.finish()
