@@ -26,7 +26,8 @@ rank order; every binary carries the row table (`rowtable` records).
 Bad tables are refused naming the stage and the key: a sum other than the
 microbatch's rows, a zero share, a length other than dp, a non-number.  The
 runtime's own split written for another dp (a plan whose dp was edited by
-hand) is ignored with a warning, as before.
+hand) is ignored with a warning, as before.  A DP group over two meshes
+(`parts`) is refused saying that the launch layout, not the row table, lacks.
 
 usage: test_stages_rowtable.py HETC WORKDIR
 """
@@ -140,6 +141,16 @@ for label, rows, words in (("sum", [1, 2], ['stages[0]."rows" [1, 2] sum to 3', 
           f"rows {rows}: exit {p.returncode}, want {words} in: {p.stderr.strip()[-400:]}")
     print(f"rows {rows} for dp 2 over 4 rows: refused: {p.stderr.strip().splitlines()[-1][:200]}",
           flush=True)
+
+# a DP group over two meshes (plan.json parts, Zorse): its row table would run,
+# the launch layout cannot place one stage on two meshes: refused saying so
+q = json.loads(json.dumps(a))
+q["stages"][1]["parts"] = [{"mesh": "v100", "devices": 2, "share": 0.75},
+                           {"mesh": "t4", "devices": 1, "share": 0.25}]
+p = t.compile(t.path("build_parts"), "--plan", write("parts", q), mb=4, quiet=True)
+check(p.returncode in (1, 2) and "stage 1 (layers 10-18) needs heterogeneous data parallelism"
+      in p.stderr and "its row table runs, but launch.sh places a stage's ranks on one mesh"
+      in p.stderr, f"parts: exit {p.returncode}, {p.stderr.strip()[-400:]}")
 
 # the runtime's split written for another dp (a plan whose dp was edited by
 # hand, as stages_zero's are): ignored with a warning, the runtime's split runs
