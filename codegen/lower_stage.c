@@ -88,9 +88,11 @@ static int check_opts(const PartStage *st, const LowerOpts *o, IrError *err) {
         return ir_errorf(err, "stage %d: rows %lld, seq %lld, accum %d, slots %d, layers %d must "
                          "all be positive", s, (long long)o->rows, (long long)o->seq, o->accum,
                          o->nslots, o->layers);
-    /* uneven DP (rows % dp != 0): a binary per row count, ceil or floor */
-    if (st->local_rows != o->rows / st->dp &&
-        !(o->rows % st->dp && st->local_rows == o->rows / st->dp + 1))
+    /* uneven DP: a binary per row count, the runtime's split (ceil or
+     * floor) or a plan's row table (any count leaving the other DP ranks a
+     * row each); one rank holds them all */
+    if (st->dp == 1 ? st->local_rows != o->rows
+                    : st->local_rows < 1 || st->local_rows > o->rows - (st->dp - 1))
         return ir_errorf(err, "stage %d: %lld rows over dp %d is not the partition's %lld local "
                          "rows", s, (long long)o->rows, st->dp, (long long)st->local_rows);
     if (!o->optimizer || (strcmp(o->optimizer, "adamw") && strcmp(o->optimizer, "sgd")))

@@ -277,17 +277,6 @@ static int step_read_plan(CompileCtx *c, IrError *err) {
     }
     c->co.batch = c->rows;
     if (c->co.seq < 0 && c->plan.seq > 0) c->co.seq = c->plan.seq;
-    int S = c->plan.nstages;
-    c->local_rows = calloc((size_t)S * 2, sizeof *c->local_rows);
-    if (!c->local_rows) {
-        ir_errorf(err, "out of memory");
-        return 1;
-    }
-    for (int s = 0; s < S; s++) {
-        int dp = c->plan.stages[s].dp;
-        c->local_rows[s] = part_local_rows(c->rows, dp, 0);
-        c->local_rows[S + s] = part_local_rows(c->rows, dp, dp - 1);
-    }
     return 0;
 }
 
@@ -333,7 +322,6 @@ static int step_stages(CompileCtx *c, CompileStages *cs, IrError *err) {
     cs->layers = &c->lix;
     cs->plan_path = c->planpath;
     cs->rows = c->rows;
-    cs->local_rows = c->local_rows;
     int rc = compile_stages(cs, err);
     compile_stages_free(cs);
     if (rc) return 1;
@@ -362,7 +350,6 @@ static void compile_ctx_free(CompileCtx *c) {
     layer_index_free(&c->lix);
     plan_ctx_free(&c->pc);
     comp_plan_free(&c->plan);
-    free(c->local_rows);
     model_source_free(&c->src);
 }
 

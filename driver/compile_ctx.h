@@ -35,7 +35,6 @@ typedef struct CompileCtx {
     int64_t global_batch;   /* rows per optimizer step */
     int64_t rows;           /* rows per microbatch, global_batch / microbatches */
     int microbatches;       /* per step */
-    int64_t *local_rows;    /* [s]: stage s's rows on DP rank 0; [S + s]: on its last rank */
     CompileOpts co;         /* the stage graphs' import options (batch = rows) */
     double t0, t_plan;
 } CompileCtx;

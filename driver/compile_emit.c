@@ -137,6 +137,26 @@ static void lower_opts(const CompileStages *cs, int *dp, int nslots, LeSched *ls
 /* Stage s's config: the lowering's, with the shared-parameter, link, build
  * id and metrics records before its "end" (mps: the stages at this
  * binary's rows, for its flops). */
+/* `rowtable S N0 .. N(dp-1)` for every stage with a row table
+ * (heterogeneous DP): every binary splits boundary tensors by its
+ * neighbours' rows too (runtime/rt.h rt_stage_row_split). */
+static char *rowtable_lines(const CompPlan *p) {
+    size_t cap = 64, n = 0;
+    for (int s = 0; s < p->nstages; s++)
+        cap += p->stages[s].row_table ? 32 + (size_t)p->stages[s].dp * 21 : 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    for (int s = 0; s < p->nstages; s++) {
+        if (!p->stages[s].row_table)
+            continue;
+        n += (size_t)snprintf(out + n, cap - n, "rowtable %d", s);
+        for (int r = 0; r < p->stages[s].dp; r++)
+            n += (size_t)snprintf(out + n, cap - n, " %lld", (long long)p->stages[s].row_table[r]);
+        n += (size_t)snprintf(out + n, cap - n, "\n");
+    }
+    return out;
+}
+
 static char *stage_config(const CompileStages *cs, const PartStage *ps, const PartStage *mps,
                           int s, const char *shared, const char *config) {
     char *links = link_lines(cs->plan, ps, s);
@@ -160,13 +180,15 @@ static char *stage_config(const CompileStages *cs, const PartStage *ps, const Pa
 }
 
 /* One row of the memory table (rep), the stage's kernel lines (kern). */
-static void report_stage(FILE *rep, FILE *kern, const CompPlan *p, int s, int lo_var,
-                         int64_t rows, const MemPlan *mp, const LowerStats *lst) {
-    int dp = p->stages[s].dp;
-    char sname[24];
-    snprintf(sname, sizeof sname, "%d%s", s, lo_var ? "lo" : "");
+static void report_stage(FILE *rep, FILE *kern, const CompPlan *p, const StageVariant *v,
+                         const MemPlan *mp, const LowerStats *lst) {
+    int s = v->stage, nranks = 0;
+    for (int r = 0; r < p->stages[s].dp; r++) /* the DP ranks running this binary */
+        nranks += comp_plan_rank_rows(p, s, r) == v->rows;
+    char sname[48];
+    snprintf(sname, sizeof sname, "%d%s", s, v->suffix[0] ? v->suffix + 1 : "");
     fprintf(rep, "%5s  %5d  %5d  %10.2f  %9.2f  %9.2f  %12.2f  %11.2f  %9.2f  %11.3f\n", sname,
-            lo_var ? dp - (int)(rows % dp) : rows % dp ? (int)(rows % dp) : dp,
+            nranks,
             mp->nslots, mp->param_bytes / 1048576.0, mp->grad_bytes / 1048576.0,
             mp->opt_bytes / 1048576.0, mp->slot_bytes / 1048576.0,
             mp->scratch_bytes / 1048576.0, mp->arena_bytes / 1048576.0,
@@ -221,7 +243,8 @@ static int write_reports(const CompileStages *cs, const char *report, size_t rep
     return rc;
 }
 
-int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrError *err) {
+int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *var, int nvar,
+                        IrError *err) {
     const CompPlan *p = cs->plan;
     const CompileArgs *a = cs->args;
     const HetcBackend *be = a->backend ? a->backend : hetc_backend_host();
@@ -252,16 +275,21 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
         goto done;
     }
     shared = shared_lines(p, ps);
+    char *rtab = rowtable_lines(p);
+    char *both = malloc(strlen(shared) + strlen(rtab) + 1);
+    strcpy(both, shared);
+    strcat(both, rtab);
+    free(shared);
+    free(rtab);
+    shared = both;
     fprintf(rep, "\nstage memory plan (per rank, fp32 %s backend; the planner predicts the "
                  "training dtype on the device)\n", be->name);
     fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
                  "  arena MiB  planner GiB\n");
-    for (int u = 0; u < 2 * S; u++) {
-        int s = u % S, lo_var = u >= S;
-        if (lo_var && !lo_ps[s].train)
-            continue;
-        PartStage *st = lo_var ? &lo_ps[s] : &ps[s];
-        const char *sfx = lo_var ? "_lo" : ""; /* the DP ranks with one row less */
+    for (int u = 0; u < nvar; u++) {
+        int s = var[u].stage;
+        PartStage *st = &ps[u];
+        const char *sfx = var[u].suffix; /* "" for DP rank 0's rows; _lo, _rN: other counts */
         LeSched *ls = malloc((size_t)2 * B * sizeof *ls);
         for (int i = 0; i < 2 * B; i++) {
             ls[i].kind = sch.actions[s][i].kind;
@@ -278,7 +306,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
             ir_error_prefix_stage(err, NULL, s);
             goto done;
         }
-        char *cfg = stage_config(cs, ps, lo_var ? lo_ps : ps, s, shared, config);
+        char *cfg = stage_config(cs, ps, st, s, shared, config);
         prog.config = cfg;
         char obj[4200], ll[4200], exe[4200], tmp[4300];
         snprintf(obj, sizeof obj, "%s/stage_%d%s.o", cs->out_dir, s, sfx);
@@ -324,7 +352,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo_ps, IrEr
             erc = ir_errorf(err, "%s: cannot rename into place (%s)", exe, strerror(errno));
         if (erc)
             unlink(tmp);
-        report_stage(rep, kern, p, s, lo_var, lo.rows, &mp, &lst);
+        report_stage(rep, kern, p, &var[u], &mp, &lst);
         lower_stats_free(&lst);
         lower_stage_free(&prog);
         memplan_free(&mp);

@@ -94,17 +94,30 @@ static const char LAUNCH_HEAD[] =
 
 static int stage_ranks(const CpStage *st) { return st->dp * (st->tp > 1 ? st->tp : 1); }
 
-/* Ranks of stage s that run stage_S_lo: where dp does not divide the
- * microbatch rows, the DP ranks from rows % dp on hold one row less
- * (rt_row_split), each with its TP ranks. */
-static int lo_ranks(const CompPlan *plan, int s) {
+/* The binaries of stage s in DP rank order, as runs of ranks: the run's
+ * binary suffix (comp_plan_binary_suffix: "" for DP rank 0's rows, _lo or
+ * _rN for other counts of an uneven split) and its ranks (DP ranks x TP).
+ * out[] needs dp entries; returns the number of runs. */
+typedef struct StageRun {
+    char suffix[32];
+    int ranks;
+} StageRun;
+static int stage_runs(const CompPlan *plan, int s, StageRun *out) {
     const CpStage *st = &plan->stages[s];
-    int rem = (int)(plan->rows % st->dp);
-    return rem ? (st->dp - rem) * (st->tp > 1 ? st->tp : 1) : 0;
+    int n = 0, tp = st->tp > 1 ? st->tp : 1;
+    int64_t prev = -1;
+    for (int r = 0; r < st->dp; r++) {
+        int64_t rows = comp_plan_rank_rows(plan, s, r);
+        if (rows != prev) {
+            comp_plan_binary_suffix(plan, s, rows, out[n].suffix, sizeof out[n].suffix);
+            out[n++].ranks = 0;
+            prev = rows;
+        }
+        out[n - 1].ranks += tp;
+    }
+    return n;
 }
 
-/* Index of stage s's mesh among the plan's meshes in order of first use
- * (the hostfile template's lines). */
 static int mesh_index(const CompPlan *plan, int s) {
     int k = 0;
     for (int t = 0; t < s; t++) {
@@ -297,10 +310,10 @@ static const char LAUNCH_ELASTIC[] =
 static const char LAUNCH_BODY[] =
     "node_name() { echo \"${SLURMD_NODENAME:-$(hostname)}\"; }\n"
     "# stage_$1 runnable here and of this compile, or a message naming it and this node\n"
-    "# (and stage_$1_lo, the binary of its DP ranks with one row less, where it has one)\n"
+    "# (and its other binaries, for DP ranks with other row counts: runs[$1])\n"
     "check_stage() {\n"
-    "  local got f\n"
-    "  for f in \"stage_$1\" $( ((${lo_ranks[$1]:-0})) && echo \"stage_$1_lo\"); do\n"
+    "  local got f run\n"
+    "  for run in ${runs[$1]}; do f=${run%%:*}\n"
     "  if [ ! -x \"$here/$f\" ]; then\n"
     "    echo \"launch.sh: node $(node_name): stage binary $here/$f is missing or not executable\" >&2\n"
     "    return 1\n"
@@ -314,7 +327,7 @@ static const char LAUNCH_BODY[] =
     "}\n"
     "if [ -n \"$check\" ]; then check_stage \"$check\" || exit 1; exit 0; fi\n"
     "for s in \"${!stages[@]}\"; do\n"
-    "  for f in \"stage_$s\" $( ((lo_ranks[s])) && echo \"stage_${s}_lo\"); do\n"
+    "  for run in ${runs[s]}; do f=${run%%:*}\n"
     "  [ -x \"$here/$f\" ] || { echo \"launch.sh: missing stage binary $here/$f (re-run hetc to rebuild it)\" >&2; exit 1; }\n"
     "  got=$(\"$here/$f\" --build-id 2>/dev/null) || got=unknown\n"
     "  [ \"$got\" = \"$build_id\" ] || { echo \"launch.sh: $here/$f is from another hetc compile (build id $got, this launch.sh's $build_id): re-run hetc compile into $here\" >&2; exit 1; }\n"
@@ -398,8 +411,11 @@ static const char LAUNCH_BODY[] =
     "  [ -n \"${HETC_FAULT_INJECT:-}\" ] && cmd+=(-x HETC_FAULT_INJECT)\n"
     "  for s in \"${!stages[@]}\"; do\n"
     "    ((s)) && cmd+=(:) && pre+=(:)\n"
-    "    cmd+=(-np \"$((stages[s] - lo_ranks[s]))\" \"$here/stage_$s\" \"${args[@]+\"${args[@]}\"}\")\n"
-    "    ((lo_ranks[s])) && cmd+=(: -np \"${lo_ranks[$s]}\" \"$here/stage_${s}_lo\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "    run_sep=\"\"  # the stage's binaries in DP rank order (runs: binary:ranks)\n"
+    "    for run in ${runs[s]}; do\n"
+    "      [ -n \"$run_sep\" ] && cmd+=(:); run_sep=1\n"
+    "      cmd+=(-np \"${run##*:}\" \"$here/${run%%:*}\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "    done\n"
     "    pre+=(-np \"${stages[$s]}\" \"$here/launch.sh\" --check-stage \"$s\")\n"
     "  done\n"
     "  [ -n \"$hostfile\" ] || pre=()  # one machine: checked above\n"
@@ -522,11 +538,25 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
     for (int s = 0; s < plan->nstages; s++)
         bprintf(&b, "%s%d", s ? " " : "", stage_ranks(&plan->stages[s]));
     bprintf(&b, ")\n");
-    /* uneven DP: the last ranks of such a stage run stage_S_lo (one row less) */
-    bprintf(&b, "lo_ranks=(");
+    /* uneven DP: a binary per row count of a stage's DP ranks */
+    StageRun *runs = NULL;
+    int maxdp = 1;
     for (int s = 0; s < plan->nstages; s++)
-        bprintf(&b, "%s%d", s ? " " : "", lo_ranks(plan, s));
-    bprintf(&b, ")  # ranks of each stage that run stage_S_lo (DP ranks with one row less)\n");
+        maxdp = plan->stages[s].dp > maxdp ? plan->stages[s].dp : maxdp;
+    if (!(runs = calloc((size_t)maxdp, sizeof *runs))) {
+        free(b.s);
+        return ir_errorf(err, "out of memory");
+    }
+    bprintf(&b, "runs=(");
+    for (int s = 0; s < plan->nstages; s++) {
+        int n = stage_runs(plan, s, runs);
+        bprintf(&b, "%s\"", s ? " " : "");
+        for (int k = 0; k < n; k++)
+            bprintf(&b, "%sstage_%d%s:%d", k ? " " : "", s, runs[k].suffix, runs[k].ranks);
+        bprintf(&b, "\"");
+    }
+    bprintf(&b, ")  # each stage's binaries in DP rank order, binary:ranks (uneven DP: one "
+            "binary per row count)\n");
     /* mesh k = line k of the hostfile template = node k of a Slurm job */
     bprintf(&b, "stage_mesh=(");
     for (int s = 0; s < plan->nstages; s++)
@@ -546,25 +576,28 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
     snprintf(path, sizeof path, "%s/launch.sh", dir);
     int rc = compile_write_file(path, b.s, 0755, err);
     free(b.s);
-    if (rc)
+    if (rc) {
+        free(runs);
         return rc;
+    }
 
     /* srun --multi-prog: "ranks program"; launch.sh --slurm appends the args */
     Buf c = {0};
     int r0 = 0;
     for (int s = 0; s < plan->nstages; s++) {
-        int d = stage_ranks(&plan->stages[s]);
         char abs[4096]; /* final_dir may not exist yet: the build is swapped in later */
         build_dir_abs(final_dir, abs, sizeof abs);
-        for (int v = 0; v < 2; v++) { /* stage_S, then stage_S_lo's ranks */
-            int n = v ? lo_ranks(plan, s) : d - lo_ranks(plan, s);
+        int nr = stage_runs(plan, s, runs);
+        for (int v = 0; v < nr; v++) { /* the stage's binaries in DP rank order */
+            int n = runs[v].ranks;
             if (n == 1)
-                bprintf(&c, "%d %s/stage_%d%s\n", r0, abs, s, v ? "_lo" : "");
+                bprintf(&c, "%d %s/stage_%d%s\n", r0, abs, s, runs[v].suffix);
             else if (n > 1)
-                bprintf(&c, "%d-%d %s/stage_%d%s\n", r0, r0 + n - 1, abs, s, v ? "_lo" : "");
+                bprintf(&c, "%d-%d %s/stage_%d%s\n", r0, r0 + n - 1, abs, s, runs[v].suffix);
             r0 += n;
         }
     }
+    free(runs);
     snprintf(path, sizeof path, "%s/srun.conf", dir);
     rc = compile_write_file(path, c.s, 0644, err);
     free(c.s);

@@ -111,11 +111,11 @@ static void ptl_lines(const char *plan_path, char **out, size_t *len) {
 char *compile_metrics_lines(const CompileStages *cs, const PartStage *ps, int s) {
     char head[256];
     const CpStage *st = &cs->plan->stages[s];
-    int64_t v = stage_vocab(&ps[s]);
+    int64_t v = stage_vocab(ps);
     int n = 0;
     if (v > 0) n += snprintf(head + n, sizeof head - (size_t)n, "vocab %lld\n", (long long)v);
     n += snprintf(head + n, sizeof head - (size_t)n, "flops %.17g\npeak_flops %.17g\n",
-                  graph_flops(ps[s].train), st->peak_flops);
+                  graph_flops(ps->train), st->peak_flops);
     size_t len = (size_t)n;
     char *out = malloc(len + 1);
     if (!out) return NULL;

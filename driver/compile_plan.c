@@ -53,52 +53,96 @@ static void copy_str(char *dst, size_t n, const cJSON *o, const char *key) {
     snprintf(dst, n, "%s", cJSON_IsString(x) ? x->valuestring : "");
 }
 
-/* stages[].rows (version 2): each DP rank's rows of a microbatch.  They must
- * sum to the microbatch's rows, and the stage binaries run one layout:
- * rt_row_split's, the first rows % dp ranks one row more (stage_S, the rest
- * stage_S_lo); a plan asking for another split (a share proportional to a
- * device's speed beyond that) is refused naming the stage. */
-static int check_rows(const cJSON *o, int dp, int64_t rows, const char *path, const char *where,
-                      IrError *err) {
+/* stages[].rows (version 2): each DP rank's rows of a microbatch, any
+ * split summing to the microbatch's rows with a row on every rank
+ * (heterogeneous DP: Zorse's and Metis's shares in proportion to each
+ * device's speed).  A split other than rt_row_split's becomes the stage's
+ * row table (c->row_table): a stage binary per distinct count, the runtime
+ * splitting boundary tensors and data by it (docs/STAGES.md). */
+static int check_rows(const cJSON *o, CpStage *c, int64_t rows, const char *path,
+                      const char *where, IrError *err) {
     const cJSON *rw = cJSON_GetObjectItemCaseSensitive(o, "rows");
+    int dp = c->dp;
     if (!rw)
         return 0;
-    if (cJSON_GetArraySize(rw) != dp) {
-        /* "rows" is derived from dp and the microbatch: a plan whose dp was
-         * edited by hand (docs/PLAN_FORMAT.md) still carries the old split.
-         * Say so and run the runtime's split, as for a plan without rows. */
-        fprintf(stderr, "hetc compile: %s: %s\"rows\" has %d counts for dp = %d (written for "
-                "another dp): ignored, the stage binaries split each microbatch's %lld rows "
-                "over the %d DP ranks themselves\n", path, where, cJSON_GetArraySize(rw), dp,
+    if (!cJSON_IsArray(rw))
+        return ir_errorf(err, "%s: %s\"rows\" must be an array of %d row counts (one per DP "
+                         "rank)", path, where, dp);
+    int len = cJSON_GetArraySize(rw), stale = len > 0;
+    int64_t had = 0; /* the rows it split: the plan's before a hand edit of dp or the batch */
+    for (int r = 0; r < len && stale; r++) {
+        const cJSON *x = cJSON_GetArrayItem(rw, r);
+        stale = cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 1e15;
+        had += stale ? (int64_t)x->valuedouble : 0;
+    }
+    for (int r = 0; r < len && stale; r++) /* the runtime's split of them over len ranks? */
+        stale = cJSON_GetArrayItem(rw, r)->valuedouble == (double)(had / len + (r < had % len));
+    if (len != dp && stale) {
+        /* the planner's split for another dp: a plan whose dp was edited
+         * by hand (docs/PLAN_FORMAT.md) still carries it.  Say so and run
+         * the runtime's split, as for a plan without rows. */
+        fprintf(stderr, "hetc compile: %s: %s\"rows\" has %d counts for dp = %d (the runtime's "
+                "split written for dp %d): ignored, the stage binaries split each microbatch's "
+                "%lld rows over the %d DP ranks themselves\n", path, where, len, dp, len,
                 (long long)rows, dp);
         return 0;
     }
-    char want[256], got[256];
-    size_t nw = 0, ng = 0;
+    if (len != dp)
+        return ir_errorf(err, "%s: %s\"rows\" has %d counts for \"dp\" = %d: give one row "
+                         "count per DP rank (or leave \"rows\" out for the runtime's split of "
+                         "the %lld rows)", path, where, len, dp, (long long)rows);
+    char got[256];
+    size_t ng = 0;
     int64_t sum = 0, differ = 0;
+    int64_t *t = calloc(dp > 0 ? (size_t)dp : 1, sizeof *t); /* dp >= 1: read_stage checked */
+    if (!t)
+        return ir_errorf(err, "%s: out of memory", path);
     for (int r = 0; r < dp; r++) {
-        int64_t n = (int64_t)cJSON_GetArrayItem(rw, r)->valuedouble;
-        int64_t e = rows / dp + (r < rows % dp ? 1 : 0);
+        const cJSON *x = cJSON_GetArrayItem(rw, r);
+        int64_t n = 0;
+        if (!cJSON_IsNumber(x) || whole(x->valuedouble, 0, &n)) {
+            free(t);
+            return ir_errorf(err, "%s: %s\"rows\"[%d] must be a whole number of rows", path,
+                             where, r);
+        }
+        if (n < 1) {
+            free(t);
+            return ir_errorf(err, "%s: %s\"rows\"[%d] is %lld: every DP rank needs at least "
+                             "one row of a microbatch (drop the rank: a smaller \"dp\")", path,
+                             where, r, (long long)n);
+        }
+        t[r] = n;
         sum += n;
-        differ |= n != e;
-        if (nw < sizeof want - 24)
-            nw += (size_t)snprintf(want + nw, sizeof want - nw, "%s%lld", r ? ", " : "",
-                                   (long long)e);
+        differ |= n != rows / dp + (r < rows % dp ? 1 : 0);
         if (ng < sizeof got - 24)
             ng += (size_t)snprintf(got + ng, sizeof got - ng, "%s%lld", r ? ", " : "",
                                    (long long)n);
     }
-    if (sum != rows)
+    if (sum != rows) {
+        free(t);
         return ir_errorf(err, "%s: %s\"rows\" [%s] sum to %lld, not the %lld rows of a "
                          "microbatch (global_batch / microbatches)", path, where, got,
                          (long long)sum, (long long)rows);
+    }
     if (differ)
-        return ir_errorf(err, "%s: %s\"rows\" [%s]: the stage binaries do not run this per-rank "
-                         "split yet (heterogeneous data parallelism with rows in proportion to "
-                         "each device's speed); they split a microbatch's %lld rows over the %d "
-                         "DP ranks as [%s] (the first rows %% dp ranks one row more): give that "
-                         "or leave \"rows\" out", path, where, got, (long long)rows, dp, want);
+        c->row_table = t; /* another split than the runtime's: a row table */
+    else
+        free(t);
     return 0;
+}
+
+int64_t comp_plan_rank_rows(const CompPlan *p, int s, int r) {
+    const CpStage *c = &p->stages[s];
+    return c->row_table ? c->row_table[r] : p->rows / c->dp + (r < p->rows % c->dp ? 1 : 0);
+}
+
+void comp_plan_binary_suffix(const CompPlan *p, int s, int64_t rows, char *buf, size_t n) {
+    if (rows == comp_plan_rank_rows(p, s, 0))
+        snprintf(buf, n, "%s", "");
+    else if (!p->stages[s].row_table)
+        snprintf(buf, n, "%s", "_lo");
+    else
+        snprintf(buf, n, "_r%lld", (long long)rows);
 }
 
 /* stages[s] of plan.json into p->stages[s] (the stages before it read). */
@@ -183,8 +227,8 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
     copy_str(c->mesh, sizeof c->mesh, o, "mesh");
     copy_str(c->device, sizeof c->device, o, "device");
     /* dp need not divide the rows (heterogeneous DP: the first rows % dp
-     * ranks take one row more, stage_S_lo runs the rest), but every DP
-     * rank needs a row */
+     * ranks take one row more, stage_S_lo runs the rest, or the plan's
+     * row table), but every DP rank needs a row */
     if (p->rows < c->dp) {
         ir_errorf(err, "%s: %s\"dp\" %d exceeds the %lld rows of a microbatch "
                   "(global_batch / microbatches): a DP rank would hold no row (plan with a "
@@ -192,7 +236,7 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
                   (long long)p->rows);
         return -1;
     }
-    if (check_rows(o, c->dp, p->rows, path, where, err))
+    if (check_rows(o, c, p->rows, path, where, err))
         return -1;
     return 0;
 }
@@ -326,6 +370,8 @@ int comp_plan_set_recompute(CompPlan *p, const char *mode, IrError *err) {
 }
 
 void comp_plan_free(CompPlan *p) {
+    for (int s = 0; p->stages && s < p->nstages; s++)
+        free(p->stages[s].row_table);
     free(p->stages);
     free(p->links);
     memset(p, 0, sizeof *p);

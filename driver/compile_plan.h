@@ -20,6 +20,10 @@ typedef struct CpStage {
     char mesh[64], device[64];
     double mem_pred;             /* predicted bytes per device (0: unknown) */
     double peak_flops;           /* the mesh's device peak FLOP/s (cluster.meshes; 0: unknown) */
+    /* stages[].rows where it differs from rt_row_split's split: each DP
+     * rank's rows of a microbatch (heterogeneous DP, a per-stage row
+     * table); NULL: the runtime's split */
+    int64_t *row_table;
 } CpStage;
 
 /* A cluster link of plan.json's "cluster.links" (every mesh pair is there:
@@ -48,6 +52,15 @@ typedef struct CompPlan {
  * global_batch divisible by microbatches, warm-ups non-increasing along the
  * pipe.  Errors name the file and the JSON key. */
 int comp_plan_read(const char *path, CompPlan *p, IrError *err);
+/* Rows of a microbatch on DP rank r of stage s: its row table, or
+ * rt_row_split's count. */
+int64_t comp_plan_rank_rows(const CompPlan *p, int s, int r);
+/* The file-name suffix of the binary of stage s that runs `rows` rows per
+ * microbatch: "" for DP rank 0's count (stage_S), "_lo" for the one row
+ * less of rt_row_split's split (stage_S_lo), "_rN" for another count N of
+ * a row table (stage_S_rN). */
+void comp_plan_binary_suffix(const CompPlan *p, int s, int64_t rows, char *buf, size_t n);
+
 /* hetc compile --recompute MODE: every stage recomputes MODE, whatever the
  * plan says.  Error: MODE is none of none|full|selective. */
 int comp_plan_set_recompute(CompPlan *p, const char *mode, IrError *err);

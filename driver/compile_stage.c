@@ -134,14 +134,17 @@ static int write_init(const CompileStages *cs, PartStage *ps, IrGraph **gs, IrEr
 
 int compile_stages(CompileStages *cs, IrError *err) {
     const CompPlan *p = cs->plan;
-    int S = p->nstages, rc = -1;
+    int S = p->nstages, rc = -1, nv = S, cap = S;
     int64_t rows = cs->rows;
-    /* [u] for u < S: stage u at DP rank 0's rows; [S + s]: stage s at the
-     * last DP rank's rows when dp does not divide them (uneven DP); a graph
-     * is shared by equal row counts */
-    IrGraph **gs = calloc((size_t)S * 2, sizeof *gs);
-    PartStage *ps = calloc((size_t)S * 2, sizeof *ps), *pl = ps + S;
-    int64_t *nrows = calloc((size_t)S * 2, sizeof *nrows);
+    for (int s = 0; s < S; s++)
+        cap += p->stages[s].dp;
+    /* var[u] for u < S: stage u at DP rank 0's rows; then every other row
+     * count of a stage's DP ranks (uneven DP: the runtime's split or the
+     * plan's row table), one binary each; a graph is shared by equal row
+     * counts */
+    StageVariant *var = calloc((size_t)cap, sizeof *var);
+    IrGraph **gs = calloc((size_t)cap, sizeof *gs);
+    PartStage *ps = calloc((size_t)cap, sizeof *ps);
     int *first = malloc((size_t)S * sizeof *first), *last = malloc((size_t)S * sizeof *last);
     int *dp = malloc((size_t)S * sizeof *dp), *tp = malloc((size_t)S * sizeof *tp);
     PartRecompute *recompute = malloc((size_t)S * sizeof *recompute);
@@ -153,7 +156,21 @@ int compile_stages(CompileStages *cs, IrError *err) {
         dp[s] = p->stages[s].dp;
         tp[s] = p->stages[s].tp > 1 ? p->stages[s].tp : 1;
         recompute[s] = (PartRecompute)p->stages[s].recompute;
+        var[s].stage = s;
+        var[s].rows = comp_plan_rank_rows(p, s, 0);
     }
+    for (int s = 0; s < S; s++)
+        for (int r = 1; r < dp[s] && rows >= dp[s]; r++) {
+            int64_t n = comp_plan_rank_rows(p, s, r);
+            int seen = n == var[s].rows;
+            for (int u = S; u < nv && !seen; u++)
+                seen = var[u].stage == s && var[u].rows == n;
+            if (!seen)
+                var[nv++] = (StageVariant){.stage = s, .rows = n};
+        }
+    for (int u = 0; u < nv; u++)
+        comp_plan_binary_suffix(p, var[u].stage, var[u].rows, var[u].suffix,
+                                sizeof var[u].suffix);
     PartSpec spec;
     memset(&spec, 0, sizeof spec);
     spec.nstages = S;
@@ -179,23 +196,20 @@ int compile_stages(CompileStages *cs, IrError *err) {
     spec.optim.clip = cs->args->clip;
 
     double t = now_s();
-    for (int u = 0; u < 2 * S; u++) {
-        int s = u % S, lo = u >= S;
-        if (lo && rows % dp[s] == 0)
-            continue; /* even rows: one binary serves the whole DP group */
+    for (int u = 0; u < nv; u++) {
+        int s = var[u].stage;
         if (rows < dp[s]) {
             ir_errorf(err, "stage %d: dp %d over a microbatch of %lld rows leaves DP ranks "
                       "without a row: give the stage at most %lld DP ranks or a larger "
                       "--microbatch", s, dp[s], (long long)rows, (long long)rows);
             goto done;
         }
-        spec.dp_rank = lo ? dp[s] - 1 : 0;
-        nrows[u] = cs->local_rows[u];
+        spec.local_rows = var[u].rows; /* the loss scale local_rows / rows (partition.h) */
         for (int q = 0; q < u && !gs[u]; q++)
-            if (nrows[q] == nrows[u])
+            if (var[q].rows == var[u].rows)
                 gs[u] = gs[q];
-        if (!gs[u] && !(gs[u] = stage_graph(cs, nrows[u], err))) {
-            ir_error_prefix(err, "stage %d (local batch %lld)", s, (long long)nrows[u]);
+        if (!gs[u] && !(gs[u] = stage_graph(cs, var[u].rows, err))) {
+            ir_error_prefix(err, "stage %d (local batch %lld)", s, (long long)var[u].rows);
             goto done;
         }
         if (partition_stage(gs[u], &spec, s, &ps[u], err))
@@ -207,12 +221,12 @@ int compile_stages(CompileStages *cs, IrError *err) {
         goto done;
     cs->t_init = now_s() - t;
     t = now_s();
-    if (compile_emit_stages(cs, ps, pl, err))
+    if (compile_emit_stages(cs, ps, var, nv, err))
         goto done;
     cs->t_lower = now_s() - t;
     rc = 0;
 done:
-    for (int u = 0; u < 2 * S; u++) {
+    for (int u = 0; u < cap; u++) {
         partition_stage_free(&ps[u]);
         int dup = !gs[u];
         for (int q = 0; q < u && !dup; q++)
@@ -222,7 +236,7 @@ done:
     }
     free(ps);
     free(gs);
-    free(nrows);
+    free(var);
     free(first);
     free(last);
     free(dp);

@@ -33,8 +33,6 @@ typedef struct CompileStages {
     const char *plan_path;     /* plan.json: its timeline.json beside it gives the last
                                 * stage's `ptl` records (NULL: none) */
     int64_t rows;              /* microbatch rows: plan global_batch / microbatches */
-    const int64_t *local_rows; /* [s]: stage s's rows on DP rank 0; [S + s]: on its last
-                                * DP rank (compile_ctx.h computes them once) */
     /* results */
     double t_graphs, t_init, t_lower;
 } CompileStages;
@@ -45,12 +43,21 @@ void compile_stages_free(CompileStages *cs);
 
 #include "partition.h"
 /* Memory plan, lowering, emission and link of every stage (compile_emit.c). */
-/* ps[s]: stage s at DP rank 0's rows; lo[s]: where dp does not divide the
- * microbatch rows, the same stage at one row less (the last DP ranks'),
- * emitted as stage_S_lo (lo[s].train NULL where there is none). */
-int compile_emit_stages(CompileStages *cs, PartStage *ps, PartStage *lo, IrError *err);
-/* Stage s's metrics config records (vocab, flops, peak_flops, ptl):
- * compile_metrics.c.  Malloc'd text, NULL when out of memory. */
+/* One stage binary: stage `stage` at `rows` rows per microbatch, emitted
+ * as stage_S<suffix> (comp_plan_binary_suffix). */
+typedef struct StageVariant {
+    int stage;
+    int64_t rows;
+    char suffix[32];
+} StageVariant;
+/* ps[u] is the stage graph of var[u], u < nvar; the first nstages are the
+ * stages at DP rank 0's rows (stage_S), then each other row count of a
+ * stage's DP ranks (uneven DP: stage_S_lo, or a row table's stage_S_rN). */
+int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *var, int nvar,
+                        IrError *err);
+/* Stage s's metrics config records (vocab, flops, peak_flops, ptl) for the
+ * binary whose stage graph is ps: compile_metrics.c.  Malloc'd text, NULL
+ * when out of memory. */
 char *compile_metrics_lines(const CompileStages *cs, const PartStage *ps, int s);
 /* The vocabulary size the token ids `ids` (and the "targets" input) index
  * in g; 0 when no Embedding / Gather / loss reads them. */

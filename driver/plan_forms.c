@@ -83,7 +83,10 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
                     int_of(pt, "devices", 0), cJSON_IsString(me) ? me->valuestring : "?",
                     cJSON_IsNumber(sh) ? 100 * sh->valuedouble : 0.0);
             }
-            put(&m, ")");
+            /* the per-rank row table runs (stages[].rows on one mesh); the
+             * launch layout is what lacks: one stage, one mesh's host */
+            put(&m, "; its row table runs, but launch.sh places a stage's ranks on one "
+                "mesh, not on several meshes' devices)");
             forms++;
             if (zero > 0) {
                 put(&m, ", ZeRO-%d on that uneven DP group", zero);

@@ -346,7 +346,11 @@ int partition_stage(const IrGraph *fwd, const PartSpec *spec, int s, PartStage *
     if (spec->dp_rank < 0 || spec->dp_rank >= spec->dp[s] || spec->rows < spec->dp[s])
         return ir_errorf(err, "partition stage %d: DP rank %d of dp %d over %lld rows (every DP "
                          "rank needs a row)", s, spec->dp_rank, spec->dp[s], (long long)spec->rows);
-    out->local_rows = part_local_rows(spec->rows, spec->dp[s], spec->dp_rank);
+    if (spec->local_rows > spec->rows)
+        return ir_errorf(err, "partition stage %d: %lld local rows exceed the %lld microbatch "
+                         "rows", s, (long long)spec->local_rows, (long long)spec->rows);
+    out->local_rows = spec->local_rows > 0 ? spec->local_rows
+                                           : part_local_rows(spec->rows, spec->dp[s], spec->dp_rank);
     out->recompute = spec->recompute ? spec->recompute[s] : PART_RC_NONE;
     out->tp = tp;
     out->tp_rank = spec->tp_rank;

@@ -122,6 +122,9 @@ typedef struct PartSpec {
      * count is its own binary.  dp_rank picks the DP rank whose rows to
      * build (0: the larger count). */
     int dp_rank;
+    /* > 0: the rows this DP rank runs instead (a plan's per-stage row
+     * table, any split of rows; the loss is scaled by local_rows / rows) */
+    int64_t local_rows;
 } PartSpec;
 
 /* Rows of DP rank r of dp in a microbatch of `rows` (rt_row_split's count). */

@@ -193,6 +193,23 @@ int rt_data_open_format(RtDataLoader *dl, const char *path, RtTokenFormat format
     return 0;
 }
 
+int rt_data_set_shard(RtDataLoader *dl, int64_t row0, int64_t rows, char *err)
+{
+    char msg[RT_ERRLEN];
+    if (row0 < 0 || rows < 1 || row0 + rows > dl->B) {
+        snprintf(msg, sizeof msg, "rows [%lld, %lld) are not inside a batch of %lld rows",
+                 (long long)row0, (long long)(row0 + rows), (long long)dl->B);
+        return fail(err, dl->path, msg);
+    }
+    uint16_t *b = realloc(dl->buf, ((size_t)rows * (size_t)dl->T + 1) * sizeof *b);
+    if (!b)
+        return fail(err, dl->path, "out of memory for one batch of tokens");
+    dl->buf = b;
+    dl->row0 = row0;
+    dl->rows = rows;
+    return 0;
+}
+
 static int bad_step(int64_t step, char *err)
 {
     if (step >= 0)

@@ -73,6 +73,10 @@ int rt_data_open(RtDataLoader *dl, const char *path, int64_t B, int64_t T, int d
 /* rt_data_open for a given format (rt_data_open reads RT_TOKENS_LLMC). */
 int rt_data_open_format(RtDataLoader *dl, const char *path, RtTokenFormat format, int64_t B,
                         int64_t T, int dp_rank, int dp_size, char *err);
+/* Read rows [row0, row0 + rows) of each batch instead (a stage's row
+ * table, heterogeneous DP: docs/STAGES.md).  -1 with err when the range is
+ * not inside the batch or memory runs out. */
+int rt_data_set_shard(RtDataLoader *dl, int64_t row0, int64_t rows, char *err);
 /* "llmc" / "raw-u16" (also "nanogpt") -> format; -1 if unknown. */
 int rt_token_format_parse(const char *name, RtTokenFormat *out);
 /* This rank's rows of step k's batch: rows*T inputs and rows*T targets.

@@ -77,6 +77,11 @@ typedef struct RtContext {
     MPI_Comm tp_comm;  /* the ranks of this stage with this dp_rank (one TP group) */
     double timeout_s;  /* deadline for every wait; env HETRT_TIMEOUT_S, default 300 */
     int owns_mpi;      /* 1 when rt_init called MPI_Init (rt_finalize then finalizes) */
+    /* Per-stage row table (heterogeneous DP, docs/STAGES.md): stage_rows[s]
+     * is stage s's stage_dp[s] row counts of a microbatch in DP rank order,
+     * or NULL for rt_row_split's split.  Not owned (the stage config's);
+     * set after rt_init.  Used for a batch of exactly their sum rows. */
+    const int64_t *stage_rows[RT_MAX_STAGES];
 } RtContext;
 
 /* Initialise MPI (if not yet), read HETRT_TIMEOUT_S, and describe the world:
@@ -107,6 +112,12 @@ int rt_stage_rank(const RtContext *ctx, int stage, int dp_rank);
  * the single-process batch. */
 void rt_row_split(int64_t B, int dp, int r, int64_t *start, int64_t *count);
 
+/* The split of stage `stage`'s B rows over its DP ranks: its row table
+ * (ctx->stage_rows) when it has one summing to B, else rt_row_split.
+ * Every boundary reshard, the data loader and the TP pieces use it. */
+void rt_stage_row_split(const RtContext *ctx, int stage, int64_t B, int r, int64_t *start,
+                        int64_t *count);
+
 /* One piece of a many-to-many redistribution: rows [start, start+count) of
  * the global batch move from src dp rank to dst dp rank. */
 typedef struct RtOverlap {
@@ -126,6 +137,13 @@ void rt_row_piece(int64_t B, int dp, int tp, int v, int64_t *start, int64_t *cou
 /* Overlaps between the pieces of (dp_a, tp_a) and (dp_b, tp_b); src/dst are
  * piece indices.  `out` needs dp_a*tp_a + dp_b*tp_b - 1 entries. */
 int rt_row_overlaps_tp(int64_t B, int dp_a, int tp_a, int dp_b, int tp_b, RtOverlap *out);
+/* rt_row_piece and rt_row_overlaps_tp for the stages of ctx, each DP
+ * shard as rt_stage_row_split gives it (a stage's row table).  with_tp 0:
+ * the DP shards alone (rt_row_overlaps; src/dst are DP ranks). */
+void rt_stage_row_piece(const RtContext *ctx, int stage, int64_t B, int v, int64_t *start,
+                        int64_t *count);
+int rt_stage_row_overlaps(const RtContext *ctx, int stage_a, int stage_b, int64_t B,
+                          int with_tp, RtOverlap *out);
 
 /* ---------------------------------------------------------------- arena */
 

@@ -222,6 +222,57 @@ void rt_row_piece(int64_t B, int dp, int tp, int v, int64_t *start, int64_t *cou
     *count = pc;
 }
 
+void rt_stage_row_split(const RtContext *ctx, int stage, int64_t B, int r, int64_t *start,
+                        int64_t *count) {
+    int dp = ctx->stage_dp[stage];
+    const int64_t *t = ctx->stage_rows[stage];
+    int64_t sum = 0, at = 0;
+    for (int q = 0; t && q < dp; q++) {
+        if (q == r) at = sum;
+        sum += t[q];
+    }
+    if (!t || sum != B) { /* no table, or a batch of another size than a microbatch */
+        rt_row_split(B, dp, r, start, count);
+        return;
+    }
+    *start = at;
+    *count = t[r];
+}
+
+void rt_stage_row_piece(const RtContext *ctx, int stage, int64_t B, int v, int64_t *start,
+                        int64_t *count) {
+    int tp = ctx->stage_tp[stage] > 0 ? ctx->stage_tp[stage] : 1;
+    int64_t s, c, ps, pc;
+    rt_stage_row_split(ctx, stage, B, v / tp, &s, &c);
+    rt_row_split(c, tp, v % tp, &ps, &pc);
+    *start = s + ps;
+    *count = pc;
+}
+
+static void shard_piece(const RtContext *ctx, int stage, int64_t B, int v, int with_tp,
+                        int64_t *start, int64_t *count) {
+    if (with_tp) rt_stage_row_piece(ctx, stage, B, v, start, count);
+    else rt_stage_row_split(ctx, stage, B, v, start, count);
+}
+
+int rt_stage_row_overlaps(const RtContext *ctx, int stage_a, int stage_b, int64_t B,
+                          int with_tp, RtOverlap *out) {
+    int ta = with_tp && ctx->stage_tp[stage_a] > 0 ? ctx->stage_tp[stage_a] : 1;
+    int tb = with_tp && ctx->stage_tp[stage_b] > 0 ? ctx->stage_tp[stage_b] : 1;
+    int n = 0, a = 0, b = 0, na = ctx->stage_dp[stage_a] * ta, nb = ctx->stage_dp[stage_b] * tb;
+    while (a < na && b < nb) { /* as rt_row_overlaps_tp */
+        int64_t sa, ca, sb, cb;
+        shard_piece(ctx, stage_a, B, a, with_tp, &sa, &ca);
+        shard_piece(ctx, stage_b, B, b, with_tp, &sb, &cb);
+        int64_t lo = sa > sb ? sa : sb;
+        int64_t hi = (sa + ca) < (sb + cb) ? (sa + ca) : (sb + cb);
+        if (hi > lo) out[n++] = (RtOverlap){.src = a, .dst = b, .start = lo, .count = hi - lo};
+        if (sa + ca <= sb + cb) a++;
+        else b++;
+    }
+    return n;
+}
+
 /* Walk both splits' boundaries together, like merging two sorted lists:
  * each step emits the overlap of the current A piece and B piece and
  * advances whichever ends first. */

@@ -257,7 +257,8 @@ static int tp_piece_layout(const RtContext *ctx, int64_t B, int dp, size_t row_b
     }
     for (int t = 0; t < tp; t++) {
         int64_t st, cnt;
-        rt_row_piece(B, dp, tp, ctx->dp_rank * tp + t, &st, &cnt);
+        (void)dp; /* the stage's own split (its row table, if any) */
+        rt_stage_row_piece(ctx, ctx->stage, B, ctx->dp_rank * tp + t, &st, &cnt);
         size_t bytes = (size_t)cnt * row_bytes, off = (size_t)(st - shard_start) * row_bytes;
         if (check_count(bytes, what) || check_count(off + bytes, what)) {
             free(*counts), free(*displs);
@@ -309,10 +310,9 @@ static int row_plan(const RtContext *ctx, int src_stage, int dst_stage, int64_t 
         rt_log_error("%s: out of memory", what);
         return 1;
     }
-    rp->nov = rt_row_overlaps_tp(B, dp_a, tp_a, dp_b, tp_b, rp->ov);
+    rp->nov = rt_stage_row_overlaps(ctx, src_stage, dst_stage, B, 1, rp->ov);
     rp->me = ctx->dp_rank * ctx->tp_size + ctx->tp_rank;
-    rt_row_split(B, ctx->stage == src_stage ? dp_a : dp_b, ctx->dp_rank, &rp->shard_start,
-                 &rp->shard_count);
+    rt_stage_row_split(ctx, ctx->stage, B, ctx->dp_rank, &rp->shard_start, &rp->shard_count);
     return 0;
 }
 

@@ -661,12 +661,12 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
     if (pipes)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "layer-wise all-reduce across DP groups "
                               "whose stages do not line up; ");
+    /* per-GPU row shares (a stage's row table) and ZeRO-1/2 on such a DP
+     * group run since issue 18; what lacks is one stage's ranks on several
+     * meshes' devices (launch.sh places a stage on one mesh) */
     if (multi)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "DP groups across device types with "
-                              "per-GPU microbatch sizes; ");
-    /* ZeRO-1/2 run since issue 9, on a DP group of one mesh (even shards) */
-    if (p->zero_stage && multi && n < sizeof buf)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "ZeRO-2 on an uneven DP group; ");
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "a DP group's ranks on several meshes "
+                              "(launch placement); ");
     /* CPU offload runs since issue 18 item 4 (runtime/stage/stage_offload.c);
      * several ministages on one group's devices do not */
     if (grouped && n < sizeof buf)

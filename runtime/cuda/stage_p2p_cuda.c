@@ -237,9 +237,9 @@ static int p2p(StageRt *rt, CudaLink *l, const StageXfer *x, int send, void *buf
     int dps = rt->ctx.stage_dp[src], dpd = rt->ctx.stage_dp[dst];
     RtOverlap *ov = malloc(sizeof *ov * (size_t)(dps + dpd));
     if (!ov) return 1;
-    int nov = rt_row_overlaps(x->rows, dps, dpd, ov);
-    int64_t my_start, my_count;
-    rt_row_split(x->rows, send ? dps : dpd, rt->ctx.dp_rank, &my_start, &my_count);
+    int nov = rt_stage_row_overlaps(&rt->ctx, src, dst, x->rows, 0, ov);
+    int64_t my_start, my_count; /* the stages' row tables (heterogeneous DP) */
+    rt_stage_row_split(&rt->ctx, me, x->rows, rt->ctx.dp_rank, &my_start, &my_count);
     CudaGroup *g = &l->dir[src == l->lo ? 0 : 1];
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; i < nov && r == ncclSuccess; i++) {

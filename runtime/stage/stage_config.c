@@ -306,6 +306,24 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
                         nf - 1, c->nstages);
         return 0;
     }
+    if (!strcmp(k, "rowtable")) {
+        int st = -1;
+        if (nf < 3 || get_int(f[1], &st) || st < 0 || st >= c->nstages || !c->dp ||
+            nf - 2 != c->dp[st])
+            return fail(err, errlen, ln, "expected 'rowtable S N0 .. N(dp-1)': a stage in "
+                        "[0, %d) and one row count per DP rank of it (put 'stages', 'dp' first)",
+                        c->nstages);
+        if (!c->rowtab && !(c->rowtab = calloc((size_t)c->nstages, sizeof *c->rowtab)))
+            return fail(err, errlen, ln, "out of memory");
+        free(c->rowtab[st]);
+        if (!(c->rowtab[st] = calloc((size_t)nf - 2, sizeof **c->rowtab)))
+            return fail(err, errlen, ln, "out of memory");
+        for (int i = 2; i < nf; i++)
+            if (get_i64(f[i], &c->rowtab[st][i - 2]) || c->rowtab[st][i - 2] < 1)
+                return fail(err, errlen, ln, "rowtable %d: bad row count '%s' (every DP rank "
+                            "needs a row)", st, f[i]);
+        return 0;
+    }
     if (!strcmp(k, "token_dtype")) {
         if (nf != 2 || (strcmp(f[1], "i64") && strcmp(f[1], "i32")))
             return fail(err, errlen, ln, "expected 'token_dtype i64|i32'");
@@ -427,6 +445,12 @@ static int check(StageConfig *c, char *err, size_t errlen) {
     REQ(c->rows >= 1 && c->local_rows >= 0 && c->seq >= 1 && c->accum >= 1,
         "rows, seq and accum must be positive (rows %lld, seq %lld, accum %lld)",
         (long long)c->rows, (long long)c->seq, (long long)c->accum);
+    for (int s = 0; c->rowtab && s < c->nstages; s++) {
+        int64_t sum = 0;
+        for (int r = 0; c->rowtab[s] && r < c->dp[s]; r++) sum += c->rowtab[s][r];
+        REQ(!c->rowtab[s] || sum == c->rows, "rowtable %d: the row counts sum to %lld, not the "
+            "%lld rows of a microbatch", s, (long long)sum, (long long)c->rows);
+    }
     for (int i = 0; i < c->nxfers; i++)
         REQ(c->xfers[i].peer >= 0 && c->xfers[i].peer < c->nstages &&
                 c->xfers[i].peer != c->stage,
@@ -499,6 +523,8 @@ void stage_config_free(StageConfig *c) {
     free(c->params);
     free(c->xfers);
     free(c->shared);
+    for (int s = 0; c->rowtab && s < c->nstages; s++) free(c->rowtab[s]);
+    free(c->rowtab);
     free(c->dp);
     free(c->ptl);
     stage_tp_config_free(c);

@@ -67,6 +67,9 @@ typedef struct StageConfig {
     int stage, nstages;
     int *dp;                 /* [nstages] */
     int64_t rows, local_rows, seq, accum, steps, warmup;
+    /* `rowtable S N0 .. N(dp-1)` records (heterogeneous DP): rowtab[s] is
+     * stage s's rows per DP rank, NULL where the stage has none (rt_row_split) */
+    int64_t **rowtab;
     int layers;
     int token_i32;           /* token_dtype i32 */
     int sgd;

@@ -684,14 +684,15 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         STAGE_DIE("the binary of stage %d runs on world rank %d, which the plan gives to stage "
                   "%d: launch the stages in order (mpirun -np d0 ./stage_0 : -np d1 ./stage_1 ...)",
                   c->stage, rt.ctx.world_rank, rt.ctx.stage);
-    int64_t row0, my_rows; /* this DP rank's rows: uneven when dp does not divide them */
-    rt_row_split(c->rows, rt.ctx.dp_size, rt.ctx.dp_rank, &row0, &my_rows);
+    for (int s = 0; c->rowtab && s < c->nstages; s++) rt.ctx.stage_rows[s] = c->rowtab[s];
+    int64_t row0, my_rows; /* this DP rank's rows: the stage's row table, or rt_row_split's */
+    rt_stage_row_split(&rt.ctx, c->stage, c->rows, rt.ctx.dp_rank, &row0, &my_rows);
     if (c->local_rows != my_rows)
         STAGE_DIE("stage %d: this binary runs %lld rows per microbatch, DP rank %d of %d holds "
-                  "%lld of the %lld rows: launch the stage's ranks with launch.sh (stage_%d_lo "
-                  "runs the ranks with one row less)", c->stage, (long long)c->local_rows,
-                  rt.ctx.dp_rank, rt.ctx.dp_size, (long long)my_rows, (long long)c->rows,
-                  c->stage);
+                  "%lld of the %lld rows: launch the stage's ranks with launch.sh (it starts "
+                  "each DP rank with the stage_%d binary of its row count)", c->stage,
+                  (long long)c->local_rows, rt.ctx.dp_rank, rt.ctx.dp_size, (long long)my_rows,
+                  (long long)c->rows, c->stage);
     check_same_build(&rt, argv[0]);
     hetrt_stage_rt = &rt;
 
@@ -700,11 +701,13 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
                             rt.ctx.dp_size, derr))
         STAGE_DIE("--data: %s", derr);
     rt.dl_open = 1;
+    if (rt_data_set_shard(&rt.dl, row0, my_rows, derr)) STAGE_DIE("--data: %s", derr);
     rt.dl.vocab = c->vocab;
     if (o.val_data) {
         if (rt_data_open_format(&rt.vdl, o.val_data, o.data_format, c->rows, c->seq,
                                 rt.ctx.dp_rank, rt.ctx.dp_size, derr))
             STAGE_DIE("--val-data: %s", derr);
+        if (rt_data_set_shard(&rt.vdl, row0, my_rows, derr)) STAGE_DIE("--val-data: %s", derr);
         rt.vdl.vocab = c->vocab;
         if (o.val_batches > rt.vdl.nbatches) o.val_batches = rt.vdl.nbatches;
     }

@@ -1,5 +1,5 @@
-/* hetrt single-process tests: row split and overlaps against a brute-force
- * per-row assignment, arena bounds, and checkpoint files (round trip,
+/* hetrt single-process tests: row split and overlaps (also a stage's row
+ * table's, with and without TP) against a brute-force per-row assignment, arena bounds, and checkpoint files (round trip,
  * truncation, flipped byte, missing MANIFEST, newest complete checkpoint). */
 #define _POSIX_C_SOURCE 200809L
 #include "rt.h"
@@ -69,6 +69,67 @@ static void test_split(void) {
                 EXPECT(covered == B);
             }
         }
+}
+
+/* Row tables (heterogeneous DP): a brute-force per-row owner list from the
+ * table, each row's piece under TP (the shard's rows dealt to TP ranks as
+ * rt_row_split does), against rt_stage_row_split / _piece / _overlaps. */
+static int table_owner(int64_t i, const int64_t *t, int dp, int tp, int with_tp) {
+    int64_t acc = 0;
+    for (int r = 0; r < dp; r++) {
+        if (i < acc + t[r])
+            return with_tp ? r * tp + owner_of(i - acc, t[r], tp) : r;
+        acc += t[r];
+    }
+    return -1;
+}
+
+static void test_row_tables(void) {
+    static const int64_t ta[] = {1, 3}, tb[] = {1, 2, 1}, tc[] = {2, 1, 1, 4}, td[] = {4, 1};
+    const int64_t *tabs[] = {ta, tb, tc, td, NULL};
+    int dps[] = {2, 3, 4, 2, 3};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++)
+            for (int ta_ = 1; ta_ <= 2; ta_++)
+                for (int tb_ = 1; tb_ <= 3; tb_ += 2)
+                    for (int with_tp = 0; with_tp <= 1; with_tp++) {
+                        RtContext c;
+                        memset(&c, 0, sizeof c);
+                        c.nstages = 2;
+                        c.stage_dp[0] = dps[a], c.stage_dp[1] = dps[b];
+                        c.stage_tp[0] = ta_, c.stage_tp[1] = tb_;
+                        c.stage_rows[0] = tabs[a], c.stage_rows[1] = tabs[b];
+                        int64_t sa = 0, sb = 0;
+                        for (int r = 0; tabs[a] && r < dps[a]; r++) sa += tabs[a][r];
+                        for (int r = 0; tabs[b] && r < dps[b]; r++) sb += tabs[b][r];
+                        /* a table holds only for its own sum; others: rt_row_split */
+                        int64_t B = tabs[a] ? sa : tabs[b] ? sb : 7;
+                        int64_t fa[16], fb[16];
+                        for (int r = 0; r < dps[a]; r++) fa[r] = B / dps[a] + (r < B % dps[a]);
+                        for (int r = 0; r < dps[b]; r++) fb[r] = B / dps[b] + (r < B % dps[b]);
+                        const int64_t *oa = tabs[a] && sa == B ? tabs[a] : fa;
+                        const int64_t *ob = tabs[b] && sb == B ? tabs[b] : fb;
+                        int64_t next = 0;
+                        for (int r = 0; r < dps[a]; r++) {
+                            int64_t s, n;
+                            rt_stage_row_split(&c, 0, B, r, &s, &n);
+                            EXPECT(s == next && n == oa[r]);
+                            next = s + n;
+                        }
+                        RtOverlap ov[32];
+                        int n = rt_stage_row_overlaps(&c, 0, 1, B, with_tp, ov);
+                        int64_t covered = 0, prev = 0;
+                        for (int k = 0; k < n; k++) {
+                            EXPECT(ov[k].count > 0 && ov[k].start == prev);
+                            for (int64_t i = ov[k].start; i < ov[k].start + ov[k].count; i++) {
+                                EXPECT(table_owner(i, oa, dps[a], ta_, with_tp) == ov[k].src);
+                                EXPECT(table_owner(i, ob, dps[b], tb_, with_tp) == ov[k].dst);
+                            }
+                            covered += ov[k].count;
+                            prev = ov[k].start + ov[k].count;
+                        }
+                        EXPECT(covered == B);
+                    }
 }
 
 static void test_arena(void) {
@@ -239,6 +300,7 @@ int main(int argc, char **argv) {
     }
     snprintf(tmpdir, sizeof tmpdir, "%s/ckpt_unit_%ld", argv[1], (long)getpid());
     test_split();
+    test_row_tables();
     test_arena();
     test_checkpoint();
     if (failures) {

@@ -134,6 +134,19 @@ int main(void) {
         CHECK(ok);
     }
     stage_config_free(&c);
+    /* row tables (heterogeneous DP): one count per DP rank, each >= 1,
+     * summing to the microbatch's rows */
+    CHECK(stage_config_parse("hetc-stage 1\nstage 0\nstages 2\ndp 2 3\nrows 4\nlocal_rows 1\n"
+                             "seq 2\naccum 1\nrowtable 0 1 3\nrowtable 1 1 2 1\nend\n", &c, err,
+                             sizeof err) == 0);
+    CHECK(c.rowtab && c.rowtab[0][0] == 1 && c.rowtab[0][1] == 3 && c.rowtab[1][1] == 2);
+    stage_config_free(&c);
+    CHECK(parse_err("hetc-stage 1\nstages 2\ndp 2 1\nrows 4\nlocal_rows 1\nseq 2\naccum 1\n"
+                    "rowtable 0 1 2\n", "rowtable 0: the row counts sum to 3, not the 4 rows"));
+    CHECK(parse_err("hetc-stage 1\nstages 2\ndp 2 1\nrows 4\nlocal_rows 1\nseq 2\naccum 1\n"
+                    "rowtable 0 0 4\n", "bad row count '0'"));
+    CHECK(parse_err("hetc-stage 1\nstages 2\ndp 2 1\nrows 4\nlocal_rows 1\nseq 2\naccum 1\n"
+                    "rowtable 0 1 1 2\n", "line 8"));
     CHECK(parse_err("hetc-stage 1\nstages 2\ndp 1 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
                     "tp 2\n", "line 8"));
     CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
