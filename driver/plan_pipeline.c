@@ -178,6 +178,10 @@ static int profile_options(PlanCtx *pc)
     }
     if (a->dp_divides)
         cop->dp_divides = pc->fixed_batch > 0 ? 1 : a->co.batch; /* 1: only dp 1 divides it */
+    /* A stage's DP ranks split the rows of one microbatch (HAPT's pipeline
+     * microbatch is --microbatch rows): a dp above them leaves a rank
+     * without a row, which no stage binary runs (issue 18) */
+    cop->dp_max_rows = pc->fixed_batch > 0 ? 1 : a->co.batch;
     if (a->imbalance >= 0)
         cop->imbalance_threshold = a->imbalance;
     if (a->profile_db)
@@ -293,6 +297,14 @@ static int search_failed(PlanCtx *pc)
     }
     plan_explain_memory(pc->cm, &pc->cl, pc->layers, pc->ls.L);
     fprintf(stderr, "hetc plan: no feasible plan: %s\n", job->err.msg);
+    CostCounters cc = cost_model_counters(pc->cm);
+    if (cc.pruned_rows > 0)
+        fprintf(stderr, "hetc plan: binding constraint: rows: %ld of %ld stage candidates are "
+                "infeasible because every dp x tp split of their submesh has a dp above the %lld "
+                "rows of a microbatch (a DP rank without a row: no stage binary runs it), and "
+                "every device must hold a stage: give --microbatch at least the largest DP degree "
+                "a mesh needs, or allow more TP (--max-tp)\n", cc.pruned_rows, cc.costed,
+                (long long)pc->cop.dp_max_rows);
     double act = 0, cap = 0;
     for (int l = 0; l < pc->ls.L; l++)
         act += pc->layers[l].act_bytes;

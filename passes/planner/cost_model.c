@@ -40,6 +40,7 @@ void cost_options_default(CostOptions *o)
     o->intra = NULL;
     o->prune_memory = 1;
     o->dp_divides = 0;
+    o->dp_max_rows = 0;
     o->db = NULL;
 }
 
@@ -481,6 +482,8 @@ static int intra_enumerate(const CostModel *cm, int k, int i, int a, Submesh sub
         int dp = devices / tp;
         if (cm->o.dp_divides > 0 && cm->o.dp_divides % dp)
             continue; /* the rows of a microbatch cannot be split evenly */
+        if (cm->o.dp_max_rows > 0 && dp > cm->o.dp_max_rows)
+            continue; /* a DP rank would get no row of the microbatch */
         IntraSums r;
         intra_sums(cm, k, i, a, sub, dp, tp, &r);
         if (tp == 1 && hits)
@@ -557,7 +560,8 @@ static int intra_better(const StageCost *c, const StageCost *b, int K, double me
     return simpler(c, b);
 }
 
-/* Compute a unique candidate's cost; returns 1 if imbalance-pruned. */
+/* Compute a unique candidate's cost; returns 1 if imbalance-pruned, 2 if
+ * no dp x tp factorization splits a microbatch's rows (infeasible). */
 static int cost_unique(const CostModel *cm, int k, int i, int a, Submesh sub, StageCost *out,
                        int *hits)
 {
@@ -597,11 +601,15 @@ static int cost_unique(const CostModel *cm, int k, int i, int a, Submesh sub, St
     if (n > 64)
         n = 64;
     if (n == 0) {
-        /* no factorization splits a microbatch's rows evenly: no plan */
+        /* no factorization splits a microbatch's rows (every dp above them
+         * or, with dp_divides, not dividing them): no plan, whatever
+         * prune_memory says */
         out->t_f = out->t_b = INFINITY;
+        out->mem_static = out->mem_act = INFINITY; /* not costed: no memory figure */
         out->dp = devices;
         out->tp = 1;
         out->feasible = 0;
+        return 2;
     } else {
         int K = k_select(cm, i), best = 0;
         for (int q = 1; q < n; q++)
@@ -703,9 +711,13 @@ static int lookup_locked(CostModel *cm, int k, int i, int a, int s, uint64_t h, 
         }
         StageCost c;
         int hits = 0;
-        if (cost_unique(cm, k, i, a, sub, &c, &hits))
+        int why = cost_unique(cm, k, i, a, sub, &c, &hits);
+        if (why == 1)
             cm->cnt.pruned_imbalance++;
-        else {
+        else if (why == 2) {
+            cm->cnt.costed++;
+            cm->cnt.pruned_rows++;
+        } else {
             cm->cnt.costed++;
             if (cm->o.db) {
                 int len = i - k + 1;
@@ -865,6 +877,12 @@ void cost_counters_summary(const CostCounters *k, char *buf, size_t cap)
     snprintf(buf, cap, "profile: %ld candidates, %ld structural duplicates, %ld unique; "
              "%ld pruned (imbalance), %ld costed, %ld infeasible (memory)",
              k->total, k->duplicates, k->unique, k->pruned_imbalance, k->costed, k->pruned_memory);
+    if (k->pruned_rows > 0) {
+        size_t n = strlen(buf);
+        if (n < cap)
+            snprintf(buf + n, cap - n, ", %ld infeasible (every dp above the microbatch rows)",
+                     k->pruned_rows);
+    }
 }
 
 void cost_counters_db_summary(const CostCounters *k, const ProfileDb *db, char *buf, size_t cap)

@@ -104,6 +104,11 @@ typedef struct CostOptions {
     int64_t dp_divides;         /* > 0: only intra-op plans whose dp divides this many rows
                                    (a microbatch's rows, split evenly over the DP ranks: what
                                    the stage binaries run; hetc compile sets it); 0: any dp */
+    int64_t dp_max_rows;        /* > 0: only intra-op plans whose dp is at most this many rows
+                                   (the rows of the pipeline microbatch a stage gets: a DP rank
+                                   needs at least one, the stage binaries refuse a dp above
+                                   them; issue 18); a candidate with no such dp x tp is
+                                   infeasible.  hetc plan sets it to --microbatch; 0: any dp */
     const ProfileDb *db;        /* measured per-layer costs (docs/PROFILE_DB.md); NULL
                                    (default): analytic only.  Layers the database lacks
                                    for a candidate's (device, submesh, dp, tp) are costed
@@ -119,6 +124,9 @@ typedef struct CostCounters {
     long pruned_imbalance; /* unique candidates rejected before costing */
     long costed;           /* unique candidates whose cost was computed */
     long pruned_memory;    /* costed candidates that do not fit with K = 1 */
+    long pruned_rows;      /* costed candidates with no dp x tp whose dp splits a
+                              microbatch's rows (dp_max_rows, dp_divides): infeasible,
+                              not counted in pruned_memory */
     /* With a profile database: costed candidates whose every layer came from
      * it, from it in part, or not at all (db_full + db_mixed + db_none = costed);
      * layer lookups that hit and missed; boundary costs from a database link. */
@@ -126,7 +134,7 @@ typedef struct CostCounters {
     long db_layer_hits, db_layer_misses;
 } CostCounters;
 /* Invariants: total = duplicates + unique; unique = pruned_imbalance + costed;
- * pruned_memory <= costed.  Exact per distinct candidate whenever the dense
+ * pruned_memory + pruned_rows <= costed.  Exact per distinct candidate whenever the dense
  * candidate index exists (L(L+1)/2 x submeshes <= 32M entries); beyond that
  * only cost_model_profile_all counts (lazy queries are not tracked). */
 

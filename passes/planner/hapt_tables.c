@@ -295,7 +295,8 @@ int ctx_build(Ctx *x, DpStats *st, IrError *err)
     }
     if (nfeas == 0)
         return ir_errorf(err, "plan: no stage candidate fits on any submesh (every (layers, "
-                         "submesh) pair was reported infeasible: memory or imbalance)");
+                         "submesh) pair was reported infeasible: memory, imbalance, or every dp above the "
+                         "rows of a microbatch)");
     qsort(x->tcand, (size_t)nfeas, sizeof *x->tcand, cmp_double);
     int nd = 0;
     for (long q = 0; q < nfeas; q++)

@@ -442,6 +442,7 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
         KINT(&w, "pruned_imbalance", k->pruned_imbalance);
         KINT(&w, "costed", k->costed);
         KINT(&w, "pruned_memory", k->pruned_memory);
+        KINT(&w, "pruned_rows", k->pruned_rows);
         jw_close(&w, '}');
     }
     jw_key(&w, "stages");
