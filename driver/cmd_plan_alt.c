@@ -15,6 +15,7 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
 {
     AltContext x;
     alt_context_default(&x, cl, layers, L, a->microbatches);
+    x.rows = a->microbatches > 0 ? (int)(a->global_batch / a->microbatches) : 0;
     x.co.efficiency = a->efficiency;
     x.threads = a->threads > 0 ? a->threads : 1;
     if (a->coarse_layers > 0)

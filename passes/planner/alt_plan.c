@@ -388,9 +388,28 @@ out:
     return rc;
 }
 
+int alt_plan_rows(const AltContext *x, const AltPlan *p)
+{
+    if (x->rows <= 0)
+        return 0;
+    return (int)floor((double)x->rows * p->mb_samples + 1e-9);
+}
+
+int alt_plan_check_rows(const AltContext *x, const AltPlan *p, IrError *err)
+{
+    int rows = alt_plan_rows(x, p);
+    for (int s = 0; s < p->nstages && rows > 0; s++)
+        if (p->stages[s].dp > rows)
+            return ir_errorf(err, "%s: stage %d (layers %d..%d): dp %d exceeds the %d rows of a "
+                             "pipeline microbatch (a DP rank without a row)", p->planner, s,
+                             p->stages[s].first_layer, p->stages[s].last_layer, p->stages[s].dp,
+                             rows);
+    return 0;
+}
+
 static int check_one(const AltContext *x, const AltPlan *p, IrError *err)
 {
-    if (check_structure(x, p, err))
+    if (check_structure(x, p, err) || alt_plan_check_rows(x, p, err))
         return -1;
     int prevN = p->microbatches;
     for (int s = 0; s < p->nstages; s++) {
@@ -769,6 +788,12 @@ static int run_named(const char *name, const AltContext *x, AltPlan *out, IrErro
                        "of a device)", name, 100 * out->peak_ratio);
         alt_plan_free(out);
         return rc;
+    }
+    /* every planner keeps dp within the rows it gives a stage; a layout
+     * that does not is a planner bug, not a plan */
+    if (alt_plan_check_rows(x, out, err)) {
+        alt_plan_free(out);
+        return -1;
     }
     finish_runnable(x, out);
     return 0;

@@ -29,6 +29,12 @@ typedef struct AltContext {
     const PlanLayer *layers;    /* layers[0] is layer 1 */
     int L;
     int samples;
+    int rows;                   /* rows of one PlanLayer microbatch (hetc plan's --microbatch
+                                   b): a stage's DP ranks split the rows of the pipeline
+                                   microbatch, rows x mb_samples, and a dp above them leaves
+                                   a rank without a row, which no stage binary runs, so no
+                                   planner chooses it (issue 18).  0 (alt_context_default):
+                                   unknown, not checked */
     CostOptions co;             /* efficiency, runtime reserve, pcie_bw (the rest unused) */
     double eps;                 /* ε of Eq. 2 for H-1F1B plans (coarse) */
     int coarse_layers;          /* coarse: layer count to merge into (default 8) */
@@ -149,6 +155,12 @@ int alt_plan_eval(const AltContext *x, AltPlan *p, IrError *err);
  * a node, shares sum to 1, and (recomputed from alt_stage_cost) memory fits.
  * Returns 0, or -1 with err naming the stage and the rule. */
 int alt_plan_check(const AltContext *x, const AltPlan *p, IrError *err);
+
+/* The rows of a pipeline microbatch of p (x->rows x mb_samples; 0 when
+ * x->rows is unknown), and the check every planner's result passes: no
+ * stage's dp above them.  Returns 0, or -1 with err naming the stage. */
+int alt_plan_rows(const AltContext *x, const AltPlan *p);
+int alt_plan_check_rows(const AltContext *x, const AltPlan *p, IrError *err);
 
 /* Convert a plan whose stages are single-mesh, tp = 1, no recompute, into
  * hetc's Plan (for plan.json / plan.txt); -1 with err otherwise. */

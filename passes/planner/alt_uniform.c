@@ -157,6 +157,10 @@ int alt_plan_coarse(const AltContext *x, AltPlan *out, IrError *err)
     first[Lc] = x->L + 1;
     CostOptions co = x->co;
     co.db = NULL;
+    /* the pipeline microbatch is one PlanLayer microbatch (mb_samples 1):
+     * a submesh of more devices than its rows has a DP rank without a row
+     * (tp is 1 here), so such a candidate is infeasible */
+    co.dp_max_rows = x->rows > 0 ? x->rows : 0;
     int rc = -1;
     CostModel *cm = cost_model_new(x->c, cl, Lc, &co, err);
     Plan hp;
@@ -175,6 +179,14 @@ int alt_plan_coarse(const AltContext *x, AltPlan *out, IrError *err)
     DpStats st;
     memset(&st, 0, sizeof st);
     if (hapt_dp_plan(x->c, Lc, &o, &dopt, &hp, &st, err)) {
+        CostCounters cc = cost_model_counters(cm);
+        if (cc.pruned_rows > 0) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s; %ld of %ld candidates are infeasible because their "
+                     "dp (the submesh's devices, tp 1) exceeds the %d rows of a microbatch",
+                     err->msg, cc.pruned_rows, cc.costed, x->rows);
+            snprintf(err->msg, sizeof err->msg, "%s", why);
+        }
         ir_error_prefix(err, "coarse (%d layers): no feasible plan", Lc);
         goto out;
     }

@@ -122,6 +122,7 @@ typedef struct ZBest {
     ZGroup g[64];
     long steps;
     double closest;
+    int rows_short;         /* a microbatch count skipped: fewer rows than a group's GPUs */
 } ZBest;
 
 /* Per-ministage figures for group g, ministage layers [a, b]. */
@@ -208,10 +209,20 @@ static void phase2(const AltContext *x, ZGroup *gs, int k, ZBest *best)
             return;
         }
     }
+    int gmax = 0;
+    for (int g = 0; g < k; g++)
+        if (gs[g].gpus > gmax)
+            gmax = gs[g].gpus;
     for (int B = 1; B <= x->samples; B++) {
         if (x->samples % B)
             continue;
         double mb = (double)x->samples / B;
+        /* every GPU of a group is a DP rank of its ministages and needs at
+         * least one row of the pipeline microbatch (x->rows x mb rows) */
+        if (x->rows > 0 && floor(x->rows * mb + 1e-9) < gmax) {
+            best->rows_short = 1;
+            continue;
+        }
         for (int nm = 1; nm <= minl; nm++) {
             best->steps++;
             double lf = 0, lb = 0, startup = 0, worst = 0;
@@ -392,6 +403,7 @@ int alt_plan_zorse(const AltContext *x, AltPlan *out, IrError *err)
     }
     best->lat = INFINITY;
     best->closest = INFINITY;
+    best->rows_short = 0;
     int kmax = V < x->L ? V : x->L;
     if (kmax > 64)
         kmax = 64;
@@ -409,6 +421,10 @@ int alt_plan_zorse(const AltContext *x, AltPlan *out, IrError *err)
                            "configuration still needs %.0f%% of a device (or of a node's %.0f GiB "
                            "host memory for offloaded states)", 100 * best->closest,
                            x->host_mem_per_node / 1073741824.0);
+        else if (best->rows_short)
+            rc = ir_errorf(err, "zorse: no feasible plan: rows: every group partition gives "
+                           "a GPU group more GPUs (DP ranks) than the rows of its pipeline "
+                           "microbatch (at most the global batch, %d)", x->rows * x->samples);
         else
             rc = ir_errorf(err, "zorse: no feasible plan: no group partition and microbatch count "
                            "could be costed");

@@ -27,6 +27,12 @@ pipelines with their own boundaries (autohet), offload on single-mesh stages
 (zorse: it runs, every stage offloaded, ZeRO-2).  Every compiled run's printed gradient norms must equal hetc
 train's to 5e-5 (6 printed digits) too.
 
+No planner chooses a stage whose dp exceeds the rows of its pipeline
+microbatch (a DP rank without a row: infeasible in every planner's search
+since issue 18), so no plan.json here may hold one; on three_mesh (4 rows,
+an 8-device A100 mesh) hapt, coarse and coarse-blocks chose dp 8 before and
+must now compile and run (MUST_RUN).
+
 Prints one line per planner (compiled + max relative difference, or the
 refusal); docs/COMPARISON.md's "runs today" table is that summary.
 
@@ -41,6 +47,8 @@ from stagetest import StageTest, losses, worst_rel, CLUSTERS, MODEL
 PLANNERS = ["hapt", "uniform", "coarse", "coarse-blocks", "metis", "metis-mem", "zorse",
             "autohet", "heteroauto"]
 CASES = [(c, p) for c in ("tiny_hetero.yaml", "three_mesh.yaml") for p in PLANNERS]
+# plans that record no form the binaries lack: they must compile and run
+MUST_RUN = {("three_mesh.yaml", p) for p in ("hapt", "coarse", "coarse-blocks")}
 STEPS = 10
 t = StageTest("tiny_hetero.yaml", horizon=STEPS)
 check = t.check
@@ -129,6 +137,10 @@ for cluster, name in CASES:
     rows = plan["global_batch"] // plan["microbatches"]
     B = plan["microbatches"]
     check(plan["global_batch"] == t.gb, f"{label}: plan.json global_batch {plan['global_batch']}")
+    k = uneven_rows(plan)
+    check(k is None, f"{label}: the planner chose stage {k}'s dp "
+          f"{plan['stages'][k]['dp'] if k is not None else 0} over {rows} rows (a DP rank without "
+          f"a row)")
     out = t.path("build_" + tag)
     p = t.compile(out, "--plan", os.path.join(t.path("plan_" + tag), "plan.json"),
                   cluster=cluster, mb=rows, quiet=True)
@@ -141,6 +153,7 @@ for cluster, name in CASES:
         check(p.returncode in (1, 2) and "Traceback" not in err,
               f"{label}: refusal exit {p.returncode}")
         refusal_names_forms(label, err, plan)
+        check((cluster, name) not in MUST_RUN, f"{label}: refused, but it must run")
         summary.append((cluster, name, f"refused ({shape}): " + err.strip().splitlines()[-1][-600:]))
         continue
     check(not need and not whole and uneven_rows(plan) is None,
