@@ -299,7 +299,8 @@ static int search_failed(PlanCtx *pc)
     fprintf(stderr, "hetc plan: no feasible plan: %s\n", job->err.msg);
     CostCounters cc = cost_model_counters(pc->cm);
     if (cc.pruned_rows > 0)
-        fprintf(stderr, "hetc plan: binding constraint: rows: %ld of %ld stage candidates are "
+        fprintf(stderr, "hetc plan: no feasible plan: binding constraint: rows: %ld of %ld stage "
+                "candidates are "
                 "infeasible because every dp x tp split of their submesh has a dp above the %lld "
                 "rows of a microbatch (a DP rank without a row: no stage binary runs it), and "
                 "every device must hold a stage: give --microbatch at least the largest DP degree "
