@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plan models on clusters with every planner and compare (issue 8).
 
-    python3 bench/compare/run.py --hetc build/hetc [--quick] [--timeout 600]
+    python3 bench/compare/run.py --hetc build/hetc [--models M,..] [--planners P,..] [--timeout 600]
 
 Generates the models with tools/gen_model.py (sparse weights: nothing is
 read), runs `hetc plan MODEL CLUSTER --planner=P` for hapt and the seed
