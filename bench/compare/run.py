@@ -56,10 +56,12 @@ def hapt_needs(outdir):
         if len(st.get("parts", [])) > 1 or st.get("group") or st.get("pipe") or st.get("offload"):
             need.append("issue 18 forms")
             break
-    # the binaries split a microbatch's rows evenly over a stage's DP ranks
+    # the binaries split a microbatch's rows over a stage's DP ranks, unevenly
+    # where dp does not divide them (issue 18); a dp above them leaves a rank
+    # without a row (hetc plan no longer chooses one)
     rows = d.get("global_batch", 0) // max(d["microbatches"], 1)
-    if rows and any(rows % st["dp"] for st in d["stages"]):
-        need.append("uneven per-rank rows (dp not dividing the microbatch rows)")
+    if rows and any(st["dp"] > rows for st in d["stages"]):
+        need.append("a DP rank without a row (dp above the microbatch rows)")
     return need
 
 
