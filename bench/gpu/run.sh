@@ -79,7 +79,7 @@ fi
 } > "$out/kernels.log" 2>&1
 for t in test_cuda_table test_cuda_kernels test_cuda_direct; do
   rc=$(sed -n "/^== $t\$/,/^exit /p" "$out/kernels.log" | sed -n 's/^exit //p')
-  nf=$(sed -n "/^== $t\$/,/^exit /p" "$out/kernels.log" | grep -c -i 'fail')
+  nf=$(sed -n "/^== $t\$/,/^exit /p" "$out/kernels.log" | grep -c '^FAIL')
   case "$rc" in
     0) row kernels "$t" PASS "$nf failure lines" ;;
     77) row kernels "$t" FAIL "skipped: no GPU seen" ;;
