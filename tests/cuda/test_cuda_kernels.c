@@ -57,6 +57,15 @@ static const Case cases[] = {
     {"TpCopy", "input %a : f32[5,7]\n %y = TpCopy(%a) : f32[5,7]\n output %y", 0, 0, 0, 0},
     {"Reshape", "input %a : f32[4,8,16]\n const %s : i64[2] = dense[32, 16]\n %y = Reshape(%a, %s) : f32[32,16]\n output %y", 0, 0, 0, 0},
     {"Transpose 0213", "input %a : f32[2,5,3,4]\n %y = Transpose(%a) {perm=[0, 2, 1, 3]} : f32[2,3,5,4]\n output %y", 0, 0, 0, 0},
+    /* movement.cu's paths: widened 16-byte rows (head transpose), the tiled
+     * transpose with partial tiles and a batch dim, the 32-bit walk on
+     * unaligned rows, widened Concat/Split into a strided destination */
+    {"Transpose 0213 heads", "input %a : f32[2,16,4,64]\n %y = Transpose(%a) {perm=[0, 2, 1, 3]} : f32[2,4,16,64]\n output %y", 0, 0, 0, 0},
+    {"Transpose 0132 tiled", "input %a : f32[2,3,70,66]\n %y = Transpose(%a) {perm=[0, 1, 3, 2]} : f32[2,3,66,70]\n output %y", 0, 0, 0, 0},
+    {"Transpose 021 tiled wide", "input %a : f32[3,40,200]\n %y = Transpose(%a) {perm=[0, 2, 1]} : f32[3,200,40]\n output %y", 0, 0, 0, 0},
+    {"Transpose 0213 odd rows", "input %a : f32[2,17,3,5]\n %y = Transpose(%a) {perm=[0, 2, 1, 3]} : f32[2,3,17,5]\n output %y", 0, 0, 0, 0},
+    {"Concat wide", "input %a : f32[2,3,64]\n input %b : f32[2,3,128]\n %y = Concat(%a, %b) {axis=2} : f32[2,3,192]\n output %y", 0, 0, 0, 0},
+    {"Split wide", "input %a : f32[4,2304]\n const %s : i64[3] = dense[768, 768, 768]\n %p, %q, %r = Split(%a, %s) {axis=1} : f32[4,768], f32[4,768], f32[4,768]\n output %p\n output %q\n output %r", 0, 0, 0, 0},
     {"Transpose default", "input %a : f32[6,5]\n %y = Transpose(%a) : f32[5,6]\n output %y", 0, 0, 0, 0},
     {"Split", "input %a : f32[2,3,12]\n const %s : i64[3] = dense[4, 4, 4]\n %p, %q, %r = Split(%a, %s) {axis=2} : f32[2,3,4], f32[2,3,4], f32[2,3,4]\n output %p\n output %q\n output %r", 0, 0, 0, 0},
     {"Concat", "input %a : f32[2,3,4]\n input %b : f32[2,3,5]\n %y = Concat(%a, %b) {axis=2} : f32[2,3,9]\n output %y", 0, 0, 0, 0},
@@ -84,6 +93,10 @@ static const Case cases[] = {
     {"SoftmaxGrad", "input %y : f32[6,30]\n input %dy : f32[6,30]\n %d = SoftmaxGrad(%y, %dy) {axis=-1, log=0} : f32[6,30]\n output %d", EW, 0, 0},
     {"SoftmaxGrad log", "input %y : f32[6,30]\n input %dy : f32[6,30]\n %d = SoftmaxGrad(%y, %dy) {axis=-1, log=1} : f32[6,30]\n output %d", EW, 0, 0},
     {"Attention causal", "input %q : f32[2,4,64,32]\n input %k : f32[2,4,64,32]\n input %v : f32[2,4,64,32]\n %y = Attention(%q, %k, %v) {causal=1, scale=0.1767766922712326} : f32[2,4,64,32]\n output %y", MM, 0, 0},
+    /* k_attn_softmax_reg's PER 4 with a partial last pass, and the row
+     * walk past 8 x 256 keys */
+    {"Attention long causal", "input %q : f32[1,2,600,16]\n input %k : f32[1,2,600,16]\n input %v : f32[1,2,600,16]\n %y = Attention(%q, %k, %v) {causal=1, scale=0.25} : f32[1,2,600,16]\n output %y", MM, 0, 0},
+    {"Attention 2100 keys", "input %q : f32[1,1,40,8]\n input %k : f32[1,1,2100,8]\n input %v : f32[1,1,2100,8]\n %y = Attention(%q, %k, %v) {causal=0} : f32[1,1,40,8]\n output %y", MM, 0, 0},
     {"Attention T<S", "input %q : f32[3,5,8]\n input %k : f32[3,9,8]\n input %v : f32[3,9,6]\n %y = Attention(%q, %k, %v) {causal=1} : f32[3,5,6]\n output %y", MM, 0, 0},
     {"Attention full", "input %q : f32[3,5,8]\n input %k : f32[3,9,8]\n input %v : f32[3,9,6]\n %y = Attention(%q, %k, %v) {causal=0} : f32[3,5,6]\n output %y", MM, 0, 0},
     {"AttentionGrad causal", "input %q : f32[2,4,64,32]\n input %k : f32[2,4,64,32]\n input %v : f32[2,4,64,32]\n input %g : f32[2,4,64,32]\n %dq, %dk, %dv = AttentionGrad(%q, %k, %v, %g) {causal=1, scale=0.1767766922712326} : f32[2,4,64,32], f32[2,4,64,32], f32[2,4,64,32]\n output %dq\n output %dk\n output %dv", MM, 0, 0},
@@ -162,8 +175,7 @@ static int run_case(CudaExec *x, const Case *c, IrGraph **keep) {
         back[i] = calloc(nb + 8, 1);
         cudaMalloc(&dout[i], nb + 8);
         cudaMemset(dout[i], 0, nb + 8);
-    }
-    cudaDeviceSynchronize(); /* the setup copies ran on the legacy stream */
+    }    cudaDeviceSynchronize(); /* the setup copies ran on the legacy stream */
     int64_t fb = x->fallbacks;
     if (hexec_call_node_into(n, hin, hout, &err)) {
         printf("FAIL %s: host: %s\n", c->name, err.msg);
