@@ -302,9 +302,11 @@ static int run_linear(Cx *c, int k) {
     int64_t M = numel(x) / K;
     int hb = n->nin > 2 && IN_V(n, 2) && c->in[2];
     if (hb && numel(IN_V(n, 2)) != N) return HOST;
-    if (hb && hkc_row_broadcast_f32(&c->x->k, c->in[2], M, N, c->out[0], c->e)) return kf(c, -1);
-    return kf(c, hkc_gemm_f32(&c->x->k, 0, 0, M, N, K, 1.f, c->in[0], 0, c->in[1], 0,
-                              hb ? 1.f : 0.f, c->out[0], 0, 1, c->e));
+    if (hb)
+        return kf(c, hkc_linear_bias_f32(&c->x->k, M, N, K, c->in[0], c->in[1], c->in[2],
+                                         c->out[0], c->e));
+    return kf(c, hkc_gemm_f32(&c->x->k, 0, 0, M, N, K, 1.f, c->in[0], 0, c->in[1], 0, 0.f,
+                              c->out[0], 0, 1, c->e));
 }
 
 /* dx = dy W^T, dW = x^T dy, db = column sums of dy */

@@ -33,6 +33,7 @@ typedef struct HkcCtx {
     void *lt;        /* cublasLtHandle_t */
     void *workspace; /* device memory for cuBLASLt */
     size_t workspace_bytes;
+    void *gemm_plans; /* matmul.c's cache of cuBLASLt plans by call shape */
 } HkcCtx;
 
 int hkc_ctx_init(HkcCtx *c, char *err);
@@ -140,6 +141,12 @@ int hkc_sumsq_f32(HkcCtx *c, const float *x, int64_t n, double *out, char *err);
 int hkc_gemm_f32(HkcCtx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t strideA, const float *B, int64_t strideB, float beta,
                  float *C, int64_t strideC, int64_t batch, char *err);
+
+/* Row-major C[M,N] = A[M,K] B[K,N] + bias[N] (every row): one cuBLASLt GEMM
+ * with the bias epilogue (a 16-byte aligned bias), else the row broadcast
+ * then C += A B. */
+int hkc_linear_bias_f32(HkcCtx *c, int64_t M, int64_t N, int64_t K, const float *A,
+                        const float *B, const float *bias, float *C, char *err);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,9 @@
  * Matmuls through cuBLASLt (fp32 storage, fp32 compute), and the context
  * every hkc_* call runs on.  Row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so A and B swap places in the cuBLASLt call. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cublasLt.h>
@@ -15,10 +17,37 @@
 
 #define HKC_WORKSPACE (32u << 20) /* cuBLASLt's recommended size for Hopper */
 
+static void cache_free(HkcCtx *c);
+
 static int fail(char *err, const char *what, int st) {
     if (err) snprintf(err, HKC_ERRLEN, "%s failed (status %d)", what, st);
     return -1;
 }
+
+/* A GEMM's cuBLASLt objects, built once per distinct call shape and kept
+ * in the context: descriptor, layouts and the heuristic's algorithm.
+ * The first version created all of them and asked the heuristic on every
+ * call, host work that the GPU waits on when kernels are short; a training
+ * step repeats the same few dozen shapes hundreds of times. */
+typedef struct GemmKey {
+    int ta, tb, bias;
+    int64_t M, N, K, sa, sb, sc, batch;
+    uint32_t al[3];
+} GemmKey;
+
+typedef struct GemmPlan {
+    GemmKey key;
+    cublasLtMatmulDesc_t d;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+#define HKC_GEMM_PLANS 256 /* distinct shapes kept; beyond, plans are built per call */
+
+typedef struct GemmCache {
+    int n;
+    GemmPlan p[HKC_GEMM_PLANS];
+} GemmCache;
 
 int hkc_ctx_init(HkcCtx *c, char *err) {
     memset(c, 0, sizeof *c);
@@ -41,10 +70,18 @@ int hkc_ctx_init(HkcCtx *c, char *err) {
         return -1;
     }
     c->workspace_bytes = HKC_WORKSPACE;
+    /* allocated here, not on first use: a borrowed copy of the context
+     * (cudaexec_init_on) then shares the owner's cache, which the owner frees */
+    if ((c->gemm_plans = calloc(1, sizeof(GemmCache))) == NULL) {
+        hkc_ctx_free(c);
+        if (err) snprintf(err, HKC_ERRLEN, "cuBLASLt plan cache: out of host memory");
+        return -1;
+    }
     return 0;
 }
 
 void hkc_ctx_free(HkcCtx *c) {
+    cache_free(c);
     if (c->workspace) cudaFree(c->workspace);
     if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -75,6 +112,126 @@ static uint32_t align_of(const void *p, int64_t stride_elems, int64_t batch) {
     return al;
 }
 
+static void plan_free(GemmPlan *g) {
+    if (g->lc) cublasLtMatrixLayoutDestroy(g->lc);
+    if (g->la) cublasLtMatrixLayoutDestroy(g->la);
+    if (g->lb) cublasLtMatrixLayoutDestroy(g->lb);
+    if (g->d) cublasLtMatmulDescDestroy(g->d);
+    g->lc = g->la = g->lb = NULL;
+    g->d = NULL;
+}
+
+static void cache_free(HkcCtx *c) {
+    GemmCache *gc = c->gemm_plans;
+    if (!gc) return;
+    for (int i = 0; i < gc->n; i++) plan_free(&gc->p[i]);
+    free(gc);
+    c->gemm_plans = NULL;
+}
+
+/* Build g for key k; bias (epilogue) plans take the bias pointer per call. */
+static cublasStatus_t plan_build(HkcCtx *c, const GemmKey *k, GemmPlan *g, const char **what) {
+    memset(g, 0, sizeof *g);
+    g->key = *k;
+    /* column-major: C^T[N,M] = op(B)^T[N,K] op(A)^T[K,M] */
+    cublasOperation_t opB = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      opA = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    *what = "cublasLtMatmulDescCreate";
+    cublasStatus_t st = cublasLtMatmulDescCreate(&g->d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        *what = "cublasLtMatmulDescSetAttribute";
+        st = cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof opB);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof opA);
+    if (st == CUBLAS_STATUS_SUCCESS && k->bias) {
+        /* bias[N] added to every row of C: the rows of column-major C^T */
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        st = cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                sizeof bt);
+    }
+    /* first operand: B as stored (row-major [K,N] = col-major [N,K], or [N,K] -> [K,N]) */
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        *what = "cublasLtMatrixLayoutCreate";
+        st = k->tb ? layout(&g->lb, k->K, k->N, k->batch, k->sb)
+                   : layout(&g->lb, k->N, k->K, k->batch, k->sb);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = k->ta ? layout(&g->la, k->M, k->K, k->batch, k->sa)
+                   : layout(&g->la, k->K, k->M, k->batch, k->sa);
+    if (st == CUBLAS_STATUS_SUCCESS) st = layout(&g->lc, k->N, k->M, k->batch, k->sc);
+    cublasLtMatmulPreference_t pref = NULL;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        *what = "cublasLtMatmulPreference";
+        st = cublasLtMatmulPreferenceCreate(&pref);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        uint64_t ws = c->workspace_bytes;
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws, sizeof ws);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->al[0], sizeof k->al[0]);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->al[1], sizeof k->al[1]);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->al[2], sizeof k->al[2]);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulPreferenceSetAttribute(
+                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &k->al[2], sizeof k->al[2]);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        *what = "cublasLtMatmulAlgoGetHeuristic";
+        cublasLtMatmulHeuristicResult_t h;
+        int found = 0;
+        st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->d, g->lb, g->la, g->lc,
+                                            g->lc, pref, 1, &h, &found);
+        if (st == CUBLAS_STATUS_SUCCESS && found < 1) st = CUBLAS_STATUS_NOT_SUPPORTED;
+        if (st == CUBLAS_STATUS_SUCCESS) g->algo = h.algo;
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS) plan_free(g);
+    return st;
+}
+
+/* C = alpha op(A) op(B) + beta C (+ bias[N] per row when bias) */
+static int gemm(HkcCtx *c, const GemmKey *k, float alpha, const float *A, const float *B,
+                const float *bias, float beta, float *C, char *err) {
+    GemmCache *gc = c->gemm_plans;
+    if (!gc) return fail(err, "hkc_gemm_f32: the context has no plan cache (hkc_ctx_init)", 0);
+    GemmPlan *g = NULL, one;
+    for (int i = 0; i < gc->n && !g; i++)
+        if (!memcmp(&gc->p[i].key, k, sizeof *k)) g = &gc->p[i];
+    const char *what = "";
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (!g) {
+        g = gc->n < HKC_GEMM_PLANS ? &gc->p[gc->n] : &one;
+        st = plan_build(c, k, g, &what);
+        if (g != &one) gc->n++; /* a failed build stays as a plan with no descriptor */
+        if (st != CUBLAS_STATUS_SUCCESS) return fail(err, what, (int)st);
+    }
+    if (!g->d) return fail(err, "cuBLASLt (no algorithm for this shape, an earlier call found)",
+                           CUBLAS_STATUS_NOT_SUPPORTED);
+    if (k->bias) {
+        what = "cublasLtMatmulDescSetAttribute (bias)";
+        st = cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                            sizeof bias);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        what = "cublasLtMatmul";
+        st = cublasLtMatmul((cublasLtHandle_t)c->lt, g->d, &alpha, B, g->lb, A, g->la, &beta, C,
+                            g->lc, C, g->lc, &g->algo, c->workspace, c->workspace_bytes,
+                            c->stream);
+    }
+    if (g == &one) plan_free(g);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : fail(err, what, (int)st);
+}
+
 int hkc_gemm_f32(HkcCtx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t strideA, const float *B, int64_t strideB, float beta,
                  float *C, int64_t strideC, int64_t batch, char *err) {
@@ -87,67 +244,29 @@ int hkc_gemm_f32(HkcCtx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
         return 0;
     }
     if (batch > INT32_MAX) return fail(err, "hkc_gemm_f32: batch too large", 0);
-    /* column-major: C^T[N,M] = op(B)^T[N,K] op(A)^T[K,M] */
-    cublasOperation_t opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtMatmulDesc_t d = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasStatus_t st = cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    const char *what = "cublasLtMatmulDescCreate";
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        what = "cublasLtMatmulDescSetAttribute";
-        st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof opB);
+    GemmKey k;
+    memset(&k, 0, sizeof k); /* padding too: keys compare with memcmp */
+    k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K, k.batch = batch;
+    k.sa = strideA, k.sb = strideB, k.sc = strideC;
+    k.al[0] = align_of(B, strideB, batch), k.al[1] = align_of(A, strideA, batch);
+    k.al[2] = align_of(C, strideC, batch);
+    return gemm(c, &k, alpha, A, B, NULL, beta, C, err);
+}
+
+int hkc_linear_bias_f32(HkcCtx *c, int64_t M, int64_t N, int64_t K, const float *A,
+                        const float *B, const float *bias, float *C, char *err) {
+    if (M == 0 || N == 0) return 0;
+    if (K == 0) return hkc_row_broadcast_f32(c, bias, M, N, C, err);
+    if ((uintptr_t)bias & 15) { /* the broadcast, then C += A B */
+        if (hkc_row_broadcast_f32(c, bias, M, N, C, err)) return -1;
+        return hkc_gemm_f32(c, 0, 0, M, N, K, 1.f, A, 0, B, 0, 1.f, C, 0, 1, err);
     }
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof opA);
-    /* first operand: B as stored (row-major [K,N] = col-major [N,K], or [N,K] -> [K,N]) */
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        what = "cublasLtMatrixLayoutCreate";
-        st = tb ? layout(&lb, K, N, batch, strideB) : layout(&lb, N, K, batch, strideB);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = ta ? layout(&la, M, K, batch, strideA) : layout(&la, K, M, batch, strideA);
-    if (st == CUBLAS_STATUS_SUCCESS) st = layout(&lc, N, M, batch, strideC);
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        what = "cublasLtMatmulPreference";
-        st = cublasLtMatmulPreferenceCreate(&pref);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        uint64_t ws = c->workspace_bytes;
-        uint32_t al[3] = {align_of(B, strideB, batch), align_of(A, strideA, batch),
-                          align_of(C, strideC, batch)};
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &ws, sizeof ws);
-        if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmulPreferenceSetAttribute(
-                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]);
-        if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmulPreferenceSetAttribute(
-                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]);
-        if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmulPreferenceSetAttribute(
-                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]);
-        if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmulPreferenceSetAttribute(
-                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof al[2]);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        what = "cublasLtMatmulAlgoGetHeuristic";
-        st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, d, lb, la, lc, lc, pref, 1,
-                                            &h, &found);
-        if (st == CUBLAS_STATUS_SUCCESS && found < 1) st = CUBLAS_STATUS_NOT_SUPPORTED;
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        what = "cublasLtMatmul";
-        st = cublasLtMatmul((cublasLtHandle_t)c->lt, d, &alpha, B, lb, A, la, &beta, C, lc, C,
-                            lc, &h.algo, c->workspace, c->workspace_bytes, c->stream);
-    }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (d) cublasLtMatmulDescDestroy(d);
-    return st == CUBLAS_STATUS_SUCCESS ? 0 : fail(err, what, (int)st);
+    GemmKey k;
+    memset(&k, 0, sizeof k);
+    k.bias = 1, k.M = M, k.N = N, k.K = K, k.batch = 1;
+    k.al[0] = align_of(B, 0, 1), k.al[1] = align_of(A, 0, 1), k.al[2] = align_of(C, 0, 1);
+    if (!gemm(c, &k, 1.f, A, B, bias, 0.f, C, err)) return 0;
+    /* no epilogue algorithm (or its call failed): the two-step form */
+    if (hkc_row_broadcast_f32(c, bias, M, N, C, err)) return -1;
+    return hkc_gemm_f32(c, 0, 0, M, N, K, 1.f, A, 0, B, 0, 1.f, C, 0, 1, err);
 }

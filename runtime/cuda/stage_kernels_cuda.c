@@ -65,12 +65,12 @@ int32_t hetrt_cu_unary_grad(int32_t op, const float *x, const float *y, const fl
     return done("hetrt_cu_unary_grad", hkc_unary_grad_f32(k, op, x, y, dy, dx, n, err), err);
 }
 
-/* y[M,N] = x[M,K] w[K,N] (+ b[N]): the bias broadcast into y first, then
- * one cuBLASLt GEMM with beta 1 (the device executor's Linear). */
+/* y[M,N] = x[M,K] w[K,N] (+ b[N]): one cuBLASLt GEMM, the bias added by its
+ * epilogue (the device executor's Linear). */
 int cu_direct_linear(HkcCtx *k, const float *x, const float *w, const float *b, int64_t M,
                      int64_t K, int64_t N, float *y, char *err) {
-    if (b && hkc_row_broadcast_f32(k, b, M, N, y, err)) return -1;
-    return hkc_gemm_f32(k, 0, 0, M, N, K, 1.f, x, 0, w, 0, b ? 1.f : 0.f, y, 0, 1, err);
+    if (b) return hkc_linear_bias_f32(k, M, N, K, x, w, b, y, err);
+    return hkc_gemm_f32(k, 0, 0, M, N, K, 1.f, x, 0, w, 0, 0.f, y, 0, 1, err);
 }
 
 /* dx = dy w^T, dw = x^T dy, db = column sums of dy; each output optional. */
