@@ -16,12 +16,16 @@
 int interp_be_open(void *kernel_ctx, void **be, IrError *err);
 void interp_be_close(void *be, int verbose);
 int interp_be_zero(void *be, void *dst, size_t n);
-/* Zeroed temporary for an output nobody reads; interp_be_free after the node. */
-void *interp_be_alloc(void *be, size_t n);
-void interp_be_free(void *be, void *p);
+/* Bit i set: running n writes every element of output i, so the caller
+ * need not zero it first (each zeroing is a pass over the output). */
+unsigned interp_be_overwrites(void *be, const IrNode *n);
+/* Room for the outputs nobody reads (the kernels still write them): n
+ * bytes kept by the backend and reused by the next call, not zeroed. */
+void *interp_be_spare(void *be, size_t n);
 /* Where a CONST input's data is (host, or a cached device copy). */
 const void *interp_be_const(void *be, IrValue *v, IrError *err);
-/* Run n on resolved buffers (outputs zeroed unless written in place). */
+/* Run n on resolved buffers (outputs zeroed unless written in place or
+ * marked by interp_be_overwrites). */
 int interp_be_node(void *be, IrNode *n, const void **in, void **out, IrError *err);
 
 #endif

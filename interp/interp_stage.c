@@ -154,7 +154,6 @@ int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const i
     IrError err = {{0}};
     const void *in[64];
     void *out[64];
-    void *scratch[64] = {0};
     int rc = 0;
     if (n->nin > 64 || n->nout > 64) {
         rt_log_error("hetrt_node: %s node %d '%s' (%s) has too many operands", gname, node,
@@ -170,23 +169,33 @@ int32_t hetrt_node(int32_t graph, int32_t node, void *arena, void *slot, const i
         else if (!in[i] && ir_value_bytes(n->in[i]))
             rc = ir_errorf(&err, "input %d ('%s') has no buffer", i, n->in[i]->name) != 0;
     }
+    /* unused outputs (the kernel still writes them) share the backend's
+     * spare room, each at a 256-byte aligned offset */
+    size_t spare = 0;
+    for (int i = 0; i < n->nout; i++)
+        if (n->out[i] && (bufs[n->nin + i] >> 56) == HETC_BUF_NONE)
+            spare += (ir_value_bytes(n->out[i]) + 255) & ~(size_t)255;
+    char *room = spare && !rc ? interp_be_spare(interp.be, spare) : NULL;
+    if (spare && !rc && !room)
+        rc = ir_errorf(&err, "no memory for %zu bytes of unused outputs", spare) != 0;
+    unsigned ow = interp_be_overwrites(interp.be, n);
     for (int i = 0; i < n->nout && !rc; i++) {
         out[i] = NULL;
         if (!n->out[i]) continue;
         int64_t ref = bufs[n->nin + i];
         size_t nb = ir_value_bytes(n->out[i]);
-        if ((ref >> 56) == HETC_BUF_NONE) { /* unused output: the kernel still writes it */
-            if (!(out[i] = scratch[i] = interp_be_alloc(interp.be, nb)))
-                rc = ir_errorf(&err, "no memory for unused output '%s'", n->out[i]->name) != 0;
-            continue;
+        if ((ref >> 56) == HETC_BUF_NONE) {
+            out[i] = room;
+            room += (nb + 255) & ~(size_t)255;
+        } else if (!(out[i] = resolve(n->out[i], ref, arena, slot, 1, &err))) {
+            rc = 1;
+            break;
         }
-        if (!(out[i] = resolve(n->out[i], ref, arena, slot, 1, &err))) rc = 1;
-        else if (!aliases_input(n, in, out[i]) && interp_be_zero(interp.be, out[i], nb))
+        if (!(i < 32 && (ow >> i & 1u)) && !aliases_input(n, in, out[i]) &&
+            interp_be_zero(interp.be, out[i], nb))
             rc = ir_errorf(&err, "cannot zero output '%s'", n->out[i]->name) != 0;
     }
     if (!rc) rc = interp_be_node(interp.be, n, in, out, &err) != 0;
-    for (int i = 0; i < n->nout; i++)
-        if (scratch[i]) interp_be_free(interp.be, scratch[i]);
     if (rc)
         rt_log_error("stage %d, %s graph node %d '%s' (%s): %s", interp.env.stage, gname, node,
                      n->name, ir_op_name(n->op), err.msg);

@@ -55,6 +55,7 @@ void cudaexec_free(CudaExec *x) {
     free(x->ckeys);
     free(x->cvals);
     if (x->scratch) cudaFree(x->scratch);
+    if (x->spare) cudaFree(x->spare);
     if (x->bad) cudaFree(x->bad);
     if (!x->k_borrowed) hkc_ctx_free(&x->k);
     memset(x, 0, sizeof *x);

@@ -16,6 +16,8 @@ typedef struct CudaExec {
     HkcCtx k;
     void *scratch;        /* device scratch for one node (attention scores, stats) */
     size_t scratch_bytes;
+    void *spare;          /* the interpreter's room for unused outputs (interp_be_spare) */
+    size_t spare_bytes;
     int *bad;             /* device flag: a kernel saw an out-of-range id */
     IrValue **ckeys;      /* CONST values copied to the device, and their copies */
     void **cvals;
@@ -31,11 +33,15 @@ int cudaexec_init_on(CudaExec *x, const HkcCtx *k, IrError *err);
 void cudaexec_free(CudaExec *x);
 /* 1 if op has a device kernel (for some dtypes/layouts; others fall back). */
 int cudaexec_op_native(IrOp op);
+/* Bit i set: cudaexec_call_node writes every element of output i of an op
+ * (its device path, and the host fallback, which copies whole outputs). */
+unsigned cudaexec_op_overwrites(IrOp op);
 /* Device copy of a CONST value's data (cached for the executor's life,
  * keyed by the IrValue's address: the graph holding v must outlive x). */
 const void *cudaexec_const(CudaExec *x, IrValue *v, IrError *err);
 /* Run n: in[i] device pointers (NULL for an omitted optional input), out[i]
- * zeroed device buffers of the outputs' static shapes.  Synchronous with
+ * device buffers of the outputs' static shapes, zeroed unless
+ * cudaexec_op_overwrites marks them.  Synchronous with
  * respect to the host only where a result must be checked (ids). */
 int cudaexec_call_node(CudaExec *x, IrNode *n, const void **in, void **out, IrError *err);
 /* Device scratch of at least n bytes (grown, owned by x). */

@@ -25,9 +25,14 @@ typedef struct Cx {
 } Cx;
 
 typedef int (*CxFn)(Cx *c, int k);
+/* ow: bit i set when fn writes every element of output i (present
+ * outputs; a HOST answer's fallback copies whole outputs too), so the
+ * interpreter skips zeroing it.  EmbeddingGrad accumulates (atomicAdd) and
+ * SliceGrad writes only the slice: both need their zeroed outputs. */
 typedef struct CxEntry {
     CxFn fn;
     int k;
+    unsigned ow;
 } CxEntry;
 
 static int64_t numel(const IrValue *v) { return ir_shape_numel(&v->shape); }
@@ -537,41 +542,45 @@ static int run_adamw(Cx *c, int k) {
 }
 
 static const CxEntry table[IR_OP_COUNT] = {
-    [IR_OP_ADD] = {run_binary, HKC_ADD}, [IR_OP_SUB] = {run_binary, HKC_SUB},
-    [IR_OP_MUL] = {run_binary, HKC_MUL}, [IR_OP_DIV] = {run_binary, HKC_DIV},
-    [IR_OP_POW] = {run_binary, HKC_POW}, [IR_OP_MAX] = {run_binary, HKC_MAX},
-    [IR_OP_MIN] = {run_binary, HKC_MIN},
-    [IR_OP_NEG] = {run_unary, HKC_NEG}, [IR_OP_ABS] = {run_unary, HKC_ABS},
-    [IR_OP_SQRT] = {run_unary, HKC_SQRT}, [IR_OP_RECIPROCAL] = {run_unary, HKC_RECIP},
-    [IR_OP_EXP] = {run_unary, HKC_EXP}, [IR_OP_LOG] = {run_unary, HKC_LOG},
-    [IR_OP_SIN] = {run_unary, HKC_SIN}, [IR_OP_COS] = {run_unary, HKC_COS},
-    [IR_OP_TANH] = {run_unary, HKC_TANH}, [IR_OP_SIGMOID] = {run_unary, HKC_SIGMOID},
-    [IR_OP_ERF] = {run_unary, HKC_ERF}, [IR_OP_RELU] = {run_unary, HKC_RELU},
-    [IR_OP_FLOOR] = {run_unary, HKC_FLOOR}, [IR_OP_CEIL] = {run_unary, HKC_CEIL},
-    [IR_OP_GELU] = {run_unary, HKC_GELU}, [IR_OP_SILU] = {run_unary, HKC_SILU},
-    [IR_OP_UNARY_GRAD] = {run_unary_grad, 0},
-    [IR_OP_CAST] = {run_cast, 0},
-    [IR_OP_IDENTITY] = {run_copy, 0}, [IR_OP_RESHAPE] = {run_copy, 0},
-    [IR_OP_SQUEEZE] = {run_copy, 0}, [IR_OP_UNSQUEEZE] = {run_copy, 0},
-    [IR_OP_FLATTEN] = {run_copy, 0},
-    [IR_OP_TP_COPY] = {run_copy, 0}, /* identity forward (its gradient is a TpAllReduce) */
-    [IR_OP_TRANSPOSE] = {run_transpose, 0}, [IR_OP_EXPAND] = {run_expand, 0},
-    [IR_OP_SPLIT] = {run_split, 0}, [IR_OP_CONCAT] = {run_concat, 0},
-    [IR_OP_SLICE] = {run_slice, 0}, [IR_OP_SLICE_GRAD] = {run_slice, 1},
-    [IR_OP_MATMUL] = {run_matmul, 0}, [IR_OP_LINEAR] = {run_linear, 0},
-    [IR_OP_LINEAR_GRAD] = {run_linear_grad, 0},
-    [IR_OP_LAYER_NORM] = {run_norm, 0}, [IR_OP_RMS_NORM] = {run_norm, 1},
-    [IR_OP_LAYER_NORM_GRAD] = {run_norm_grad, 0}, [IR_OP_RMS_NORM_GRAD] = {run_norm_grad, 1},
-    [IR_OP_SOFTMAX] = {run_softmax, 0}, [IR_OP_LOG_SOFTMAX] = {run_softmax, 1},
-    [IR_OP_SOFTMAX_GRAD] = {run_softmax_grad, 0},
-    [IR_OP_ATTENTION] = {run_attention, 0}, [IR_OP_ATTENTION_GRAD] = {run_attention_grad, 0},
-    [IR_OP_EMBEDDING] = {run_embedding, 0}, [IR_OP_EMBEDDING_GRAD] = {run_embedding_grad, 0},
-    [IR_OP_CROSS_ENTROPY] = {run_ce, 0}, [IR_OP_CROSS_ENTROPY_GRAD] = {run_ce, 1},
-    [IR_OP_SUM_TO_SHAPE] = {run_sum_to_shape, 0},
-    [IR_OP_ADAMW] = {run_adamw, 0},
+    [IR_OP_ADD] = {run_binary, HKC_ADD, 1}, [IR_OP_SUB] = {run_binary, HKC_SUB, 1},
+    [IR_OP_MUL] = {run_binary, HKC_MUL, 1}, [IR_OP_DIV] = {run_binary, HKC_DIV, 1},
+    [IR_OP_POW] = {run_binary, HKC_POW, 1}, [IR_OP_MAX] = {run_binary, HKC_MAX, 1},
+    [IR_OP_MIN] = {run_binary, HKC_MIN, 1},
+    [IR_OP_NEG] = {run_unary, HKC_NEG, 1}, [IR_OP_ABS] = {run_unary, HKC_ABS, 1},
+    [IR_OP_SQRT] = {run_unary, HKC_SQRT, 1}, [IR_OP_RECIPROCAL] = {run_unary, HKC_RECIP, 1},
+    [IR_OP_EXP] = {run_unary, HKC_EXP, 1}, [IR_OP_LOG] = {run_unary, HKC_LOG, 1},
+    [IR_OP_SIN] = {run_unary, HKC_SIN, 1}, [IR_OP_COS] = {run_unary, HKC_COS, 1},
+    [IR_OP_TANH] = {run_unary, HKC_TANH, 1}, [IR_OP_SIGMOID] = {run_unary, HKC_SIGMOID, 1},
+    [IR_OP_ERF] = {run_unary, HKC_ERF, 1}, [IR_OP_RELU] = {run_unary, HKC_RELU, 1},
+    [IR_OP_FLOOR] = {run_unary, HKC_FLOOR, 1}, [IR_OP_CEIL] = {run_unary, HKC_CEIL, 1},
+    [IR_OP_GELU] = {run_unary, HKC_GELU, 1}, [IR_OP_SILU] = {run_unary, HKC_SILU, 1},
+    [IR_OP_UNARY_GRAD] = {run_unary_grad, 0, 1},
+    [IR_OP_CAST] = {run_cast, 0, 1},
+    [IR_OP_IDENTITY] = {run_copy, 0, 1}, [IR_OP_RESHAPE] = {run_copy, 0, 1},
+    [IR_OP_SQUEEZE] = {run_copy, 0, 1}, [IR_OP_UNSQUEEZE] = {run_copy, 0, 1},
+    [IR_OP_FLATTEN] = {run_copy, 0, 1},
+    [IR_OP_TP_COPY] = {run_copy, 0, 1}, /* identity forward (its gradient is a TpAllReduce) */
+    [IR_OP_TRANSPOSE] = {run_transpose, 0, 1}, [IR_OP_EXPAND] = {run_expand, 0, 1},
+    [IR_OP_SPLIT] = {run_split, 0, ~0u}, [IR_OP_CONCAT] = {run_concat, 0, 1},
+    [IR_OP_SLICE] = {run_slice, 0, 1}, [IR_OP_SLICE_GRAD] = {run_slice, 1, 0},
+    [IR_OP_MATMUL] = {run_matmul, 0, 1}, [IR_OP_LINEAR] = {run_linear, 0, 1},
+    [IR_OP_LINEAR_GRAD] = {run_linear_grad, 0, 7},
+    [IR_OP_LAYER_NORM] = {run_norm, 0, 1}, [IR_OP_RMS_NORM] = {run_norm, 1, 1},
+    [IR_OP_LAYER_NORM_GRAD] = {run_norm_grad, 0, 7}, [IR_OP_RMS_NORM_GRAD] = {run_norm_grad, 1, 3},
+    [IR_OP_SOFTMAX] = {run_softmax, 0, 1}, [IR_OP_LOG_SOFTMAX] = {run_softmax, 1, 1},
+    [IR_OP_SOFTMAX_GRAD] = {run_softmax_grad, 0, 1},
+    [IR_OP_ATTENTION] = {run_attention, 0, 1}, [IR_OP_ATTENTION_GRAD] = {run_attention_grad, 0, 7},
+    [IR_OP_EMBEDDING] = {run_embedding, 0, 1}, [IR_OP_EMBEDDING_GRAD] = {run_embedding_grad, 0, 0},
+    [IR_OP_CROSS_ENTROPY] = {run_ce, 0, 1}, [IR_OP_CROSS_ENTROPY_GRAD] = {run_ce, 1, 1},
+    [IR_OP_SUM_TO_SHAPE] = {run_sum_to_shape, 0, 1},
+    [IR_OP_ADAMW] = {run_adamw, 0, 7},
 };
 
 int cudaexec_op_native(IrOp op) { return (unsigned)op < IR_OP_COUNT && table[op].fn; }
+
+unsigned cudaexec_op_overwrites(IrOp op) {
+    return cudaexec_op_native(op) ? table[op].ow : 0;
+}
 
 /* 0 done, -1 error, 1 run it on the host. */
 int cudaexec_native_call(CudaExec *x, IrNode *n, const void **in, void **out, IrError *err) {

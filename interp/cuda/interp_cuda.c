@@ -39,21 +39,28 @@ int interp_be_zero(void *be, void *dst, size_t n) {
     return n && cudaMemsetAsync(dst, 0, n, x->k.stream) != cudaSuccess;
 }
 
-void *interp_be_alloc(void *be, size_t n) {
-    CudaExec *x = be;
-    void *p = NULL;
-    if (cudaMalloc(&p, n ? n : 16) != cudaSuccess) return NULL;
-    if (cudaMemsetAsync(p, 0, n ? n : 16, x->k.stream) != cudaSuccess) {
-        cudaFree(p);
-        return NULL;
-    }
-    return p;
+unsigned interp_be_overwrites(void *be, const IrNode *n) {
+    return cudaexec_op_overwrites(n->op);
 }
 
-void interp_be_free(void *be, void *p) {
+/* The first version allocated, zeroed, synchronised and freed a device
+ * buffer per unused output per call: a stall of the stream each time.  Now
+ * one buffer grows to the largest need (a synchronisation only then). */
+void *interp_be_spare(void *be, size_t n) {
     CudaExec *x = be;
-    cudaStreamSynchronize(x->k.stream); /* the node's kernels may still write it */
-    cudaFree(p);
+    if (n <= x->spare_bytes && x->spare) return x->spare;
+    if (x->spare) {
+        cudaStreamSynchronize(x->k.stream); /* earlier kernels may still write it */
+        cudaFree(x->spare);
+    }
+    x->spare = NULL;
+    x->spare_bytes = 0;
+    if (cudaMalloc(&x->spare, n ? n : 16) != cudaSuccess) {
+        x->spare = NULL;
+        return NULL;
+    }
+    x->spare_bytes = n;
+    return x->spare;
 }
 
 const void *interp_be_const(void *be, IrValue *v, IrError *err) {
