@@ -32,6 +32,20 @@ static inline unsigned hkc_col_blocks(int64_t n) {
     return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
+/* Row chunks for a column reduction: a 768-wide gradient is 24 column
+ * tiles, too few blocks for 132 SMs, so the rows are cut into up to 16
+ * chunks (a function of rows only: results do not depend on the GPU),
+ * each block's partial sums go to the context's workspace (stream-ordered
+ * with cuBLASLt's use of it) in double, and a second kernel adds the
+ * chunks in order.  nsums double arrays of chunks x n must fit. */
+static inline int hkc_col_chunks(const HkcCtx *c, int64_t rows, int64_t n, int nsums) {
+    int64_t k = (rows + 511) / 512;
+    if (k > 16) k = 16;
+    while (k > 1 && (size_t)(k * n * nsums) * sizeof(double) > c->workspace_bytes) k--;
+    return (int)(k < 1 ? 1 : k);
+}
+
+
 /* After a launch: 0, or -1 with the launch error named. */
 static inline int hkc_launched(const char *what, char *err) {
     cudaError_t e = cudaGetLastError();
@@ -67,6 +81,21 @@ static inline int64_t hkc_numel(const HkcShape &s) {
 #define HKC_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (int64_t)gridDim.x * blockDim.x)
+
+/* out_s[j] = sum over chunks of part[s][chunk][j], for nsums arrays s */
+__global__ static void k_col_finish(const double *part, int chunks, int64_t n, int nsums,
+                                    float *out0, float *out1) {
+    HKC_LOOP(j, n) {
+        for (int s = 0; s < nsums; s++) {
+            float *o = s ? out1 : out0;
+            if (!o) continue;
+            const double *p = part + (int64_t)s * chunks * n;
+            double t = 0;
+            for (int k = 0; k < chunks; k++) t += p[(int64_t)k * n + j];
+            o[j] = (float)t;
+        }
+    }
+}
 
 /* Block-wide sum of a double (blockDim.x a multiple of 32, <= 1024). */
 __device__ static inline double hkc_block_sum(double v, double *sh) {

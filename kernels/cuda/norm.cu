@@ -77,15 +77,16 @@ __global__ static void k_norm_grad_dx(int rms, const float *x, const float *scal
 /* dscale[j] = sum_r dy xhat, dbias[j] = sum_r dy: column tiles
  * (hkc_internal.cuh), double accumulation, a fixed split (deterministic). */
 __global__ static void k_norm_grad_params(const float *x, const float *dy, int64_t rows,
-                                          int64_t n, const float *stats, float *dscale,
-                                          float *dbias) {
+                                          int64_t n, const float *stats, int chunks,
+                                          double *part, float *dscale, float *dbias) {
     __shared__ double ps[HKC_COL_LANES][HKC_COLS], pb[HKC_COL_LANES][HKC_COLS];
     const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t r0 = rows * blockIdx.y / chunks, r1 = rows * (blockIdx.y + 1) / chunks;
     for (int64_t j0 = (int64_t)blockIdx.x * HKC_COLS; j0 < n; j0 += (int64_t)gridDim.x * HKC_COLS) {
         int64_t j = j0 + tx;
         double ss = 0, sb = 0;
         if (j < n)
-            for (int64_t r = ty; r < rows; r += HKC_COL_LANES) {
+            for (int64_t r = r0 + ty; r < r1; r += HKC_COL_LANES) {
                 double g = dy[r * n + j];
                 ss += g * ((double)x[r * n + j] - stats[2 * r]) * stats[2 * r + 1];
                 sb += g;
@@ -95,8 +96,13 @@ __global__ static void k_norm_grad_params(const float *x, const float *dy, int64
         if (ty == 0 && j < n) {
             double ts = 0, tb = 0;
             for (int l = 0; l < HKC_COL_LANES; l++) ts += ps[l][tx], tb += pb[l][tx];
-            if (dscale) dscale[j] = (float)ts;
-            if (dbias) dbias[j] = (float)tb;
+            if (chunks > 1) { /* part[0][chunk][j] scale sums, part[1][chunk][j] bias sums */
+                part[(int64_t)blockIdx.y * n + j] = ts;
+                part[((int64_t)chunks + blockIdx.y) * n + j] = tb;
+            } else {
+                if (dscale) dscale[j] = (float)ts;
+                if (dbias) dbias[j] = (float)tb;
+            }
         }
         __syncthreads();
     }
@@ -111,7 +117,13 @@ extern "C" int hkc_norm_grad_f32(HkcCtx *c, int rms, const float *x, const float
                                                                    eps, stats, dx);
     if (hkc_launched("norm grad", err)) return -1;
     if (!dscale && !dbias) return 0;
-    k_norm_grad_params<<<hkc_col_blocks(n), dim3(HKC_COLS, HKC_COL_LANES), 0, c->stream>>>(
-        x, dy, rows, n, stats, dscale, rms ? NULL : dbias);
-    return hkc_launched("norm grad params", err);
+    int chunks = hkc_col_chunks(c, rows, n, 2);
+    double *part = (double *)c->workspace;
+    if (rms) dbias = NULL;
+    k_norm_grad_params<<<dim3(hkc_col_blocks(n), chunks), dim3(HKC_COLS, HKC_COL_LANES), 0,
+                         c->stream>>>(x, dy, rows, n, stats, chunks, part, dscale, dbias);
+    if (hkc_launched("norm grad params", err)) return -1;
+    if (chunks == 1) return 0;
+    k_col_finish<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(part, chunks, n, 2, dscale, dbias);
+    return hkc_launched("norm grad params (chunks)", err);
 }

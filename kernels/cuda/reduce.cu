@@ -31,21 +31,26 @@ extern "C" int hkc_reduce_f32(HkcCtx *c, int op, const float *x, HkcShape out, H
     return hkc_launched("reduce", err);
 }
 
-/* column tiles: hkc_internal.cuh's HKC_COLS x HKC_COL_LANES scheme */
-__global__ static void k_col_sum(const float *x, int64_t rows, int64_t n, float *out) {
-    __shared__ double part[HKC_COL_LANES][HKC_COLS];
+/* column tiles: hkc_internal.cuh's HKC_COLS x HKC_COL_LANES scheme; block
+ * row y of the grid sums chunk y of the rows into part[y][j] (double), or
+ * straight into out when there is one chunk */
+__global__ static void k_col_sum(const float *x, int64_t rows, int64_t n, int chunks,
+                                 double *part, float *out) {
+    __shared__ double sh[HKC_COL_LANES][HKC_COLS];
     const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t r0 = rows * blockIdx.y / chunks, r1 = rows * (blockIdx.y + 1) / chunks;
     for (int64_t j0 = (int64_t)blockIdx.x * HKC_COLS; j0 < n; j0 += (int64_t)gridDim.x * HKC_COLS) {
         int64_t j = j0 + tx;
         double s = 0;
         if (j < n)
-            for (int64_t r = ty; r < rows; r += HKC_COL_LANES) s += x[r * n + j];
-        part[ty][tx] = s;
+            for (int64_t r = r0 + ty; r < r1; r += HKC_COL_LANES) s += x[r * n + j];
+        sh[ty][tx] = s;
         __syncthreads();
         if (ty == 0 && j < n) {
             double t = 0;
-            for (int l = 0; l < HKC_COL_LANES; l++) t += part[l][tx];
-            out[j] = (float)t;
+            for (int l = 0; l < HKC_COL_LANES; l++) t += sh[l][tx];
+            if (chunks > 1) part[(int64_t)blockIdx.y * n + j] = t;
+            else out[j] = (float)t;
         }
         __syncthreads();
     }
@@ -54,6 +59,11 @@ __global__ static void k_col_sum(const float *x, int64_t rows, int64_t n, float 
 extern "C" int hkc_col_sum_f32(HkcCtx *c, const float *x, int64_t rows, int64_t n, float *out,
                                char *err) {
     if (n == 0) return 0;
-    k_col_sum<<<hkc_col_blocks(n), dim3(HKC_COLS, HKC_COL_LANES), 0, c->stream>>>(x, rows, n, out);
-    return hkc_launched("column sum", err);
+    int chunks = hkc_col_chunks(c, rows, n, 1);
+    double *part = (double *)c->workspace;
+    k_col_sum<<<dim3(hkc_col_blocks(n), chunks), dim3(HKC_COLS, HKC_COL_LANES), 0, c->stream>>>(
+        x, rows, n, chunks, part, out);
+    if (hkc_launched("column sum", err) || chunks == 1) return chunks == 1 ? 0 : -1;
+    k_col_finish<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(part, chunks, n, 1, out, NULL);
+    return hkc_launched("column sum (chunks)", err);
 }

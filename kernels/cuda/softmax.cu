@@ -128,19 +128,26 @@ extern "C" int hkc_cross_entropy_f32(HkcCtx *c, const float *logits, int tdt,
     return hkc_launched("cross entropy loss", err);
 }
 
+/* one block per row: the flat walk it replaced divided a 64-bit index by V
+ * per element (same arithmetic per element) */
 __global__ static void k_ce_grad(const float *lg, int tdt, const void *tg, int64_t N, int64_t V,
                                  const float *lse, const float *rowloss, const double *tot,
                                  const float *dloss, float *dl) {
-    HKC_LOOP(e, N * V) {
-        int64_t r = e / V, j = e % V;
+    HKC_ROW_LOOP(r, N) {
+        const float *x = lg + r * V;
+        float *d = dl + r * V;
         float rl = rowloss[r];
         if (rl != rl || !(tot[1] > 0)) {
-            dl[e] = 0.f;
+            for (int64_t j = threadIdx.x; j < V; j += blockDim.x) d[j] = 0.f;
             continue;
         }
-        double p = exp((double)lg[e] - lse[r]);
-        double oh = j == hkc_load_id(tdt, tg, r) ? 1.0 : 0.0;
-        dl[e] = (float)((double)*dloss * (p - oh) / tot[1]);
+        int64_t t = hkc_load_id(tdt, tg, r);
+        double l = lse[r], g = (double)*dloss, cnt = tot[1];
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+            double p = exp((double)x[j] - l);
+            double oh = j == t ? 1.0 : 0.0;
+            d[j] = (float)(g * (p - oh) / cnt);
+        }
     }
 }
 
@@ -154,7 +161,8 @@ extern "C" int hkc_cross_entropy_grad_f32(HkcCtx *c, const float *logits, int td
     if (N * V == 0) return 0;
     float *lse = (float *)scratch, *rowloss = lse + N;
     double *tot = (double *)((char *)scratch + hkc_cross_entropy_scratch(N) - 2 * sizeof(double));
-    k_ce_grad<<<hkc_blocks(N * V), HKC_THREADS, 0, c->stream>>>(logits, tdt, targets, N, V, lse,
-                                                                rowloss, tot, dloss, dlogits);
+    k_ce_grad<<<hkc_grid_rows(N), HKC_ROW_THREADS, 0, c->stream>>>(logits, tdt, targets, N, V,
+                                                                   lse, rowloss, tot, dloss,
+                                                                   dlogits);
     return hkc_launched("cross entropy grad", err);
 }
