@@ -72,6 +72,11 @@ pack() {
   rm -rf "$G0"; G=$G0/root; mkdir -p "$G"/{bin,lib,e2e,bench,ompi}
   cp "$build/tests/cuda/test_cuda_kernels" "$build/tests/cuda/test_cuda_table" \
      "$build/tests/cuda/test_cuda_direct" "$G/bin/"
+  # the timeline recorder (run.sh --timeline): CUPTI, packed with it below
+  local cuda_home; cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
+  cc -std=c11 -O2 -Wall -shared -fPIC -I"$cuda_home/include" bench/gpu/ktrace.c \
+     -L"$cuda_home/lib64" -L"$cuda_home/lib" -lcupti -o "$G/bin/libktrace.so" ||
+    echo "pack: warning: bench/gpu/ktrace.c did not build against $cuda_home's CUPTI: run.sh --timeline will fail" >&2
 
   # e2e: the same settings as tests/cuda/test_cuda_e2e.py
   local SEQ=64 MB=4 GB=16 STEPS=12

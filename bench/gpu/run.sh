@@ -2,7 +2,8 @@
 # The whole GPU validation of hetc's CUDA backend, in one call on a lent GPU
 # machine (docs/CUDA.md, "Running on a lent GPU"; bench/gpu/README.md).
 #
-#   bench/gpu/run.sh [--pack DIR] [--skip-bench] [--bench-steps N] [--no-torch-compile] [--profile]
+#   bench/gpu/run.sh [--pack DIR] [--skip-bench] [--bench-steps N] [--no-torch-compile]
+#                    [--profile] [--timeline]
 #
 # Needs the folder bench/gpu/pack.sh made on the development machine
 # (default .gpu/, carried with the call): the stage binaries, the kernel test,
@@ -21,14 +22,17 @@
 #                 (packed build) vs PyTorch eager and torch.compile, fp32
 #   (d) profile   (--profile) bench/gpu/kernel_profile.py: that build's kernels under
 #                 ncu, grouped by family, ms per step and the GPU-busy share
+#   (e) timeline  (--timeline) the same build for 6 steps with ktrace.c preloaded
+#                 (CUPTI activity records, no serialisation): whole steps' GPU
+#                 time by family and the idle share (ktrace_report.py)
 # Logs go to $OUT (or --out DIR; default /tmp/hetc_gpu_out): env.log,
-# kernels.log, e2e.log, bench.log, profile.log, ncu.csv, summary.md -- at
-# most 8 files.  The
+# kernels.log, e2e.log, bench.log, profile.log, ncu.csv, timeline.log,
+# summary.md -- at most 8 files.  The
 # summary table is printed last.  Exit 0 when every part that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-pack=.gpu out=${OUT:-/tmp/hetc_gpu_out} bench=1 bench_steps=20 bench_compile=1 profile=0
+pack=.gpu out=${OUT:-/tmp/hetc_gpu_out} bench=1 bench_steps=20 bench_compile=1 profile=0 timeline=0
 while (($#)); do
   case "$1" in
     --pack) pack=$2; shift 2 ;;
@@ -37,7 +41,8 @@ while (($#)); do
     --bench-steps) bench_steps=$2; shift 2 ;;
     --no-torch-compile) bench_compile=0; shift ;;
     --profile) profile=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --timeline) timeline=1; shift ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -150,6 +155,22 @@ if ((profile)); then
   rc=$?
   if ((rc)); then row profile "GPT-2 124M kernels (ncu)" FAIL "exit $rc (profile.log)"
   else row profile "GPT-2 124M kernels (ncu)" info "$(head -1 "$out/profile.log")"; fi
+fi
+
+# --- (e) whole steps on the GPU clock ------------------------------------------
+if ((timeline)); then
+  bd=$G/bench/gpt2
+  if [ -f "$bd/init.tar.gz" ] && [ ! -d "$bd/init" ]; then tar -C "$bd" -xzf "$bd/init.tar.gz"; fi
+  [ -f "$G/bin/libktrace.so" ] || echo "run.sh: the pack has no bin/libktrace.so (pack.sh's warning)" >&2
+  kt=$(mktemp -d)
+  { LD_PRELOAD=$G/bin/libktrace.so HETC_KTRACE_DIR=$kt timeout "$(left 120)" "$bd/launch.sh" \
+      --data "$ROOT/examples/tiny_corpus.bin" --steps 6 --checkpoint-dir "$kt/ckpt"
+    echo "exit $?"
+    python3 bench/gpu/ktrace_report.py "$kt" --skip 1; } > "$out/timeline.log" 2>&1
+  rc=$?
+  rm -rf "$kt"
+  if ((rc)); then row timeline "GPT-2 124M whole steps (CUPTI)" FAIL "exit $rc (timeline.log)"
+  else row timeline "GPT-2 124M whole steps (CUPTI)" info "$(grep '^steps:' "$out/timeline.log" | head -1)"; fi
 fi
 
 # --- summary -----------------------------------------------------------------
