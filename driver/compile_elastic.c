@@ -65,7 +65,7 @@ int compile_write_elastic_env(const char *dir, int argc, char **argv, const char
     put(&b, "\nhetc_cluster=");
     put_abs(&b, cluster);
     put(&b, "\nhetc_compile_args=(");
-    int have_gb = 0, first = 1;
+    int have_gb = 0, have_mb = 0, first = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (a == model || a == cluster)
@@ -75,6 +75,13 @@ int compile_write_elastic_env(const char *dir, int argc, char **argv, const char
             i += t - 1;
             continue;
         }
+        int tm = takes(a, "--microbatch");
+        const char *mv = tm == 2 && i + 1 < argc ? argv[i + 1] : tm == 1 ? a + 13 : NULL;
+        if (mv && !strcmp(mv, "auto")) { /* searched: pinned below to the size chosen */
+            i += tm - 1;
+            continue;
+        }
+        have_mb |= tm != 0 || takes(a, "--batch") != 0;
         have_gb |= takes(a, "--global-batch") != 0;
         if (!first) put(&b, " ");
         first = 0;
@@ -85,6 +92,12 @@ int compile_write_elastic_env(const char *dir, int argc, char **argv, const char
         snprintf(gb, sizeof gb, "%s--global-batch %lld", first ? "" : " ",
                  (long long)plan->global_batch);
         put(&b, gb);
+        first = 0;
+    }
+    if (!have_mb) { /* a searched microbatch size: the survivors train the same rows */
+        char mb[64];
+        snprintf(mb, sizeof mb, "%s--microbatch %lld", first ? "" : " ", (long long)plan->rows);
+        put(&b, mb);
     }
     put(&b, ")\n# mesh k of launch.sh's stage_mesh: its name in hetc_cluster\nhetc_mesh_names=(");
     int nm = 0;

@@ -119,8 +119,15 @@ int plan_args_parse_one(PlanArgs *a, int argc, char **argv, int *i)
 {
     const char *v = NULL;
     int r;
-    if ((r = cli_opt(argc, argv, i, "--microbatch", &v)) != 0)
+    if ((r = cli_opt(argc, argv, i, "--microbatch", &v)) != 0) {
+        if (r > 0 && !strcmp(v, "auto")) { /* searched for the global batch */
+            a->mb_search = 1;
+            a->co.batch = -1;
+            return 1;
+        }
+        a->mb_search = 0;
         return r < 0 || cli_parse_i64("--microbatch", v, &a->co.batch) ? -1 : 1;
+    }
 #define INTOPT(name, field)                                                     \
     if ((r = cli_opt(argc, argv, i, name, &v)) != 0)                            \
         return r < 0 || cli_parse_i64(name, v, &a->field) ? -1 : 1;
@@ -166,6 +173,14 @@ int plan_args_parse_one(PlanArgs *a, int argc, char **argv, int *i)
 
 int plan_args_finish(PlanArgs *a)
 {
+    /* A global batch given without --microbatch (or --batch) fixes G and
+     * leaves the microbatch rows to the planner (plan_pipeline.c,
+     * mb_search); rows given pin them; with neither given the default
+     * stays 1 row, G = 8 (pinned, as before). */
+    if (a->co.batch > 0)
+        a->mb_search = 0;
+    else if (a->global_batch > 0)
+        a->mb_search = 1;
     if (a->co.batch <= 0) {
         if (a->co.batch == 0) {
             fprintf(stderr, "hetc plan: --microbatch must be >= 1\n");

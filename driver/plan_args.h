@@ -27,6 +27,9 @@ typedef struct PlanArgs {
     const char *planner;        /* --planner (NULL: hapt) */
     int64_t coarse_layers;
     int autohet_binary;         /* --autohet-profile binary (seed 001 Eq. 5) */
+    int mb_search;              /* search the microbatch rows for the fixed global batch
+                                   (--microbatch auto, or --global-batch without
+                                   --microbatch): plan_pipeline.c's mb_search */
 } PlanArgs;
 
 /* Defaults; ibinds_log: where the import says what it bound (NULL: silent). */
@@ -35,7 +38,9 @@ void plan_args_default(PlanArgs *a, FILE *ibinds_log);
  * included): 1 consumed, 0 not a plan option, -1 bad (said on stderr). */
 int plan_args_parse_one(PlanArgs *a, int argc, char **argv, int *i);
 /* The checks and defaults once every option is in (--microbatch >= 1,
- * --global-batch a multiple of it, ...): 0, or 2 after saying why. */
+ * --global-batch a multiple of it, ...): 0, or 2 after saying why.  With
+ * the microbatch searched (mb_search), co.batch is 1 here: the search
+ * sets it to the chosen rows. */
 int plan_args_finish(PlanArgs *a);
 /* B = G / b: microbatches per optimizer step (after plan_args_finish). */
 int plan_args_microbatches(const PlanArgs *a);

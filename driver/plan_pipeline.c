@@ -85,7 +85,7 @@ static int step_import(PlanCtx *pc)
 {
     PlanArgs *a = pc->a;
     double t = now_s();
-    a->co.report_params = 1;
+    a->co.report_params = pc->quiet < 2; /* once in a microbatch search */
     pc->g = compile_import(&a->co, NULL, 0, 0, &pc->pctx, &pc->err);
     if (!pc->g || (!pc->layers_only &&
                    compile_check_token_shape(pc->g, &a->co, "--microbatch", &pc->err)))
@@ -94,7 +94,7 @@ static int step_import(PlanCtx *pc)
      * stage binaries (--dp-divides-microbatch) can only run it at dp 1. */
     if (a->dp_divides && compile_fixed_batch(&a->co, &pc->fixed_batch, &pc->err))
         return fail(pc, pc->err.msg);
-    if (pc->fixed_batch > 0)
+    if (pc->fixed_batch > 0 && !pc->quiet)
         fprintf(stderr, "hetc plan: %s has a fixed batch of %lld rows: every stage gets dp 1 "
                 "(to use data parallelism, " COMPILE_REEXPORT_HINT ")\n",
                 a->co.model, (long long)pc->fixed_batch);
@@ -123,7 +123,7 @@ static int step_modules(PlanCtx *pc)
         pass_maybe_dump(pc->g, "modules", &pc->pctx, &pc->err))
         return fail(pc, pc->err.msg);
     pc->pctx.dump_index++;
-    if (!pc->layers_only)
+    if (!pc->layers_only && !pc->quiet)
         module_report_print(stderr, &pc->mrep, pc->g);
     return 0;
 }
@@ -141,7 +141,7 @@ static int step_layers(PlanCtx *pc)
         return fail(pc, pc->err.msg);
     pc->pctx.dump_index++;
     pc->t_lay = now_s() - pc->t_lay;
-    if (pc->layers_only)
+    if (pc->layers_only || pc->quiet)
         return 0;
     char per[64];
     if (ls->per_module < 0)
@@ -214,6 +214,8 @@ static int step_profile(PlanCtx *pc)
     pc->cc = cost_model_counters(pc->cm);
     char line[512];
     cost_counters_summary(&pc->cc, line, sizeof line);
+    if (pc->quiet)
+        return 0;
     /* model states per parameter as the cost model counts them: its ZeRO
      * stage (auto: 0 here) in the cluster's dtype, at dp 1 (ZeRO shares
      * them further over a stage's DP ranks) */
@@ -282,8 +284,9 @@ static int search_failed(PlanCtx *pc)
     PlanArgs *a = pc->a;
     DpJob *job = pc->job;
     if (!pc->retried && pc->cop.imbalance_threshold > 0) {
-        fprintf(stderr, "search: %s\nsearch: retrying with imbalance pruning off (a pruned "
-                "candidate may be the only one a slow link allows)\n", job->err.msg);
+        if (!pc->quiet)
+            fprintf(stderr, "search: %s\nsearch: retrying with imbalance pruning off (a pruned "
+                    "candidate may be the only one a slow link allows)\n", job->err.msg);
         pc->retried = 1;
         return RETRY;
     }
@@ -291,10 +294,13 @@ static int search_failed(PlanCtx *pc)
         /* memory bound the search: let the intra-op choice size each
          * stage for more microbatches in flight (TP, ZeRO, recompute) */
         pc->inflight = pc->inflight * 4 < pc->B ? pc->inflight * 4 : pc->B;
-        fprintf(stderr, "search: %s\nsearch: retrying with intra-op plans sized for K = %d "
+        if (!pc->quiet)
+            fprintf(stderr, "search: %s\nsearch: retrying with intra-op plans sized for K = %d "
                 "microbatches in flight\n", job->err.msg, pc->inflight);
         return RETRY;
     }
+    if (pc->quiet) /* the candidate's line says it; the pinned run explains */
+        return 1;
     plan_explain_memory(pc->cm, &pc->cl, pc->layers, pc->ls.L);
     fprintf(stderr, "hetc plan: no feasible plan: %s\n", job->err.msg);
     CostCounters cc = cost_model_counters(pc->cm);
@@ -339,6 +345,8 @@ static int step_search(PlanCtx *pc)
     pc->plan = job->plan;
     memset(&job->plan, 0, sizeof job->plan);
     DpStats *st = &job->stats;
+    if (pc->quiet)
+        return 0;
     fprintf(stderr, "search: %ld mesh orders, %ld t_max candidates: %ld full DPs, pruned %ld low + "
             "%ld high + %ld by bound; %ld transitions; %.3f s (+ %.3f s tabulating, %d threads%s)\n",
             st->orders, st->tmax_candidates, st->tmax_evaluated, st->tmax_pruned_low,
@@ -403,6 +411,8 @@ static int step_outputs(PlanCtx *pc)
     info.global_batch = a->global_batch;
     info.seq = a->co.seq > 0 ? a->co.seq : 0;
     info.counters = &pc->cc;
+    info.mb_cands = pc->mb_cands;
+    info.mb_ncand = pc->mb_ncand;
     if (plan_write_outputs(pc->out, &pc->plan, &pc->cl, &info, pc->sim.events, pc->sim.nevents,
                            &pc->err))
         return fail(pc, pc->err.msg);
@@ -459,24 +469,174 @@ int plan_pipeline_layers(PlanCtx *pc)
     return 0;
 }
 
-int plan_pipeline_run(PlanCtx *pc)
+/* profile + search, again with relaxed options while they ask (RETRY) */
+static int profile_and_search(PlanCtx *pc)
 {
-    PlanArgs *a = pc->a;
-    if (plan_pipeline_layers(pc))
-        return 1;
-    pc->pd = planner_find(a->planner ? a->planner : planner_table[0].name);
-    if (pc->pd->layers) {
-        PlanAltArgs pa = {a->planner, pc->B, a->efficiency, (int)a->threads,
-                          (int)a->coarse_layers, pc->out, a->co.model, (long)a->global_batch,
-                          a->co.seq > 0 ? (long)a->co.seq : 0, a->autohet_binary};
-        return cmd_plan_alt(&pa, &pc->cl, pc->layers, pc->ls.L);
-    }
     int rc;
     do {
         if (step_profile(pc))
             return 1;
         rc = step_search(pc);
     } while (rc == RETRY);
+    return rc;
+}
+
+/* The microbatch sizes searched for a global batch G: every power of two
+ * that divides G, and G itself (B = 1).  Ascending; at most 64. */
+static int mb_candidates(long G, long *out)
+{
+    int n = 0;
+    for (long b = 1; b <= G && n < 63; b *= 2)
+        if (G % b == 0)
+            out[n++] = b;
+    if (out[n - 1] != G)
+        out[n++] = G;
+    return n;
+}
+
+/* One candidate: import .. search at b rows per microbatch, quietly.  The
+ * context (heap, with its own copy of the options: pc->a points there) is
+ * returned with its plan, or NULL when it has none (why says why). */
+static PlanCtx *mb_try(const PlanCtx *outer, long b, int first, char *why, size_t nwhy)
+{
+    PlanCtx *s = calloc(1, sizeof *s + sizeof(PlanArgs));
+    if (!s) {
+        snprintf(why, nwhy, "out of memory");
+        return NULL;
+    }
+    PlanArgs *sa = (PlanArgs *)(s + 1);
+    *sa = *outer->a;
+    sa->co.batch = b;
+    sa->mb_search = 0;
+    plan_ctx_init(s, sa, outer->who);
+    s->quiet = first ? 1 : 2;
+    s->tty = 0;
+    s->dp_progress = outer->dp_progress;
+    s->t0 = outer->t0; /* --time-limit covers the whole command */
+    s->pd = outer->pd;
+    int rc = plan_pipeline_layers(s);
+    if (!rc)
+        rc = profile_and_search(s);
+    if (rc) {
+        snprintf(why, nwhy, "%s", s->job && s->job->err.msg[0] ? s->job->err.msg
+                                  : s->err.msg[0] ? s->err.msg : "see the messages above");
+        plan_ctx_free(s);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The microbatch search.  HAPT fixes the global batch (seed 004 §6: "the
+ * global batch size is fixed at 1024") and its objective, Eq. 13 / Eq. 22,
+ * is the time of one iteration of B microbatches, B = G / b: both the
+ * per-microbatch costs t_i, c_i and the (B - 1) t_max term change with b,
+ * and so does which dp a stage may take (a DP rank needs a row: dp <= b).
+ * Like Alpa's, which HAPT follows (§5.2.1), the number of microbatches is
+ * searched with the partition: the DP of Eq. 13-24 runs once per candidate
+ * b, and the plan with the smallest Eq. 13 (time per global batch, the
+ * objective a pinned run minimises) wins; ties keep the smaller b.  Each
+ * candidate imports, profiles and searches at its own b (the layer costs,
+ * activations and the dp <= b rule all depend on it); the model file is
+ * read once (co.src).  The winner then runs the remaining steps here and
+ * its graph and plan move into pc, so hetc compile binds the stage
+ * binaries' batch dim to the chosen rows. */
+static int mb_search(PlanCtx *pc)
+{
+    PlanArgs *a = pc->a;
+    long G = (long)a->global_batch, cand[64];
+    int n = mb_candidates(G, cand);
+    PlanMbCandidate *mc = calloc((size_t)n, sizeof *mc);
+    if (!mc)
+        return fail(pc, "out of memory");
+    fprintf(stderr, "microbatch search: global batch %ld, %d sizes (powers of two dividing it, "
+            "and %ld); --microbatch N pins one\n", G, n, G);
+    PlanCtx *best = NULL;
+    double t_all = now_s();
+    for (int i = 0; i < n; i++) {
+        double t = now_s();
+        char why[512];
+        PlanCtx *s = mb_try(pc, cand[i], i == 0, why, sizeof why);
+        mc[i].rows = cand[i];
+        mc[i].objective = s ? s->plan.objective : INFINITY;
+        int better = s && (!best || s->plan.objective < best->plan.objective);
+        if (s)
+            fprintf(stderr, "microbatch search: %d/%d: %ld rows x B = %ld: Eq. 13 %.6g s, %d "
+                    "stages%s (%.2f s)\n", i + 1, n, cand[i], G / cand[i], s->plan.objective,
+                    s->plan.nstages, better ? ", best so far" : "", now_s() - t);
+        else
+            fprintf(stderr, "microbatch search: %d/%d: %ld rows x B = %ld: no plan: %s "
+                    "(%.2f s)\n", i + 1, n, cand[i], G / cand[i], why, now_s() - t);
+        if (better) {
+            if (best) {
+                plan_ctx_free(best);
+                free(best);
+            }
+            best = s;
+        } else if (s) {
+            plan_ctx_free(s);
+            free(s);
+        }
+    }
+    if (!best) {
+        /* no size has a plan: the pinned run at 1 row says why, in full */
+        free(mc);
+        fprintf(stderr, "microbatch search: no size has a feasible plan (%.2f s); the smallest, "
+                "1 row, again with the reasons:\n", now_s() - t_all);
+        a->mb_search = 0;
+        a->co.batch = 1;
+        pc->B = plan_args_microbatches(a);
+        return plan_pipeline_run(pc);
+    }
+    long b = (long)best->a->co.batch;
+    fprintf(stderr, "microbatch search: chose %ld rows x B = %ld (Eq. 13 %.6g s) in %.2f s\n", b,
+            G / b, best->plan.objective, now_s() - t_all);
+    /* the winner's own steps, with its messages */
+    best->quiet = 0;
+    best->mb_cands = mc;
+    best->mb_ncand = n;
+    best->t_dp = now_s() - t_all; /* the search time the outputs report: every size */
+    int rc = step_simulate(best) || step_stage_ids(best) || step_outputs(best);
+    if (!rc && a->baseline_equal)
+        step_baseline(best);
+    /* move it into pc: the caller keeps the planner's graph (hetc compile's
+     * layer ids).  The cost model points at best->cl; it is done with. */
+    cost_model_free(best->cm);
+    best->cm = NULL;
+    a->co.batch = b;
+    plan_ctx_free(pc);
+    *pc = *best;
+    pc->a = a;
+    pc->pctx.dump_dir = pc->irdir;
+    pc->B = plan_args_microbatches(a);
+    free(best);
+    return rc;
+}
+
+int plan_pipeline_run(PlanCtx *pc)
+{
+    PlanArgs *a = pc->a;
+    pc->pd = planner_find(a->planner ? a->planner : planner_table[0].name);
+    if (a->mb_search) {
+        /* the seed planners plan at the rows given (1 by default), and a
+         * profile database was measured at one microbatch size */
+        if (!pc->pd->layers && !a->profile_db && !a->write_profile_db)
+            return mb_search(pc);
+        fprintf(stderr, "%s: microbatch rows not searched (%s): 1 row per microbatch; "
+                "--microbatch N sets them\n", pc->who,
+                pc->pd->layers ? "only --planner hapt searches them" : "a profile database is "
+                "for one microbatch size");
+        a->mb_search = 0;
+    }
+    if (plan_pipeline_layers(pc))
+        return 1;
+    if (pc->pd->layers) {
+        PlanAltArgs pa = {a->planner, pc->B, a->efficiency, (int)a->threads,
+                          (int)a->coarse_layers, pc->out, a->co.model, (long)a->global_batch,
+                          a->co.seq > 0 ? (long)a->co.seq : 0, a->autohet_binary};
+        return cmd_plan_alt(&pa, &pc->cl, pc->layers, pc->ls.L);
+    }
+    int rc = profile_and_search(pc);
     if (rc || step_simulate(pc) || step_stage_ids(pc) || step_outputs(pc))
         return 1;
     if (a->baseline_equal)
@@ -521,5 +681,7 @@ void plan_ctx_free(PlanCtx *pc)
     ir_graph_free(pc->g);
     cluster_free(&pc->cl);
     profile_db_free(&pc->pdb);
+    free(pc->mb_cands);
+    pc->mb_cands = NULL;
     pc->g = NULL;
 }

@@ -10,6 +10,7 @@
 #include "layers.h"
 #include "modules.h"
 #include "plan_args.h"
+#include "plan_output.h"
 #include "plan_search.h"
 #include "planners.h"
 #include "simulate.h"
@@ -44,6 +45,10 @@ typedef struct PlanCtx {
     double *sync;
     SimResult sim;
     double t0, t_imp, t_pass, t_lay, t_prof, t_dp, t_sim;
+    int quiet;             /* a microbatch search candidate: one line per candidate
+                              (2: not even the import's parameter count) */
+    PlanMbCandidate *mb_cands; /* the microbatch search's sizes (owned), for the outputs */
+    int mb_ncand;
     IrError err;
 } PlanCtx;
 

@@ -74,6 +74,11 @@ def show(tag, r):
         print(f"  {tag}: exit {r['rc']} after {r['wall']:.1f} s: {last[0][:200]}")
         return
     p = r["plan"]
+    if p.get("microbatch_search"):
+        print(f"  {tag}: searched microbatch sizes (Eq. 13, s): " + ", ".join(
+            f"{c['rows']}: " + (f"{c['objective']:.4f}" if c["objective"] is not None else "no plan")
+            for c in p["microbatch_search"]) + f"; chose {p['microbatch_rows']} rows "
+            f"(B = {p['microbatches']}), Eq. 13 {p['objective']:.4f} s")
     print(f"  {tag}: L = {r.get('L')}, {len(p['stages'])} stages, wall {r['wall']:.2f} s, "
           f"DP {r.get('dp_s', float('nan')):.3f} s ({r.get('orders')} orders, {r.get('tcand')} t_max "
           f"candidates, {r.get('full')} full DPs), iteration {p['iteration_time']:.3f} s")
@@ -92,6 +97,8 @@ def intra_report(r, r0):
             f"{' Z' + str(x['zero']) if x['zero'] else ''}"
             f"{' RC-' + x['recompute'][:4] if x['recompute'] != 'none' else ''} "
             f"{x['mem_pred_bytes'] / 2**30:.1f} GiB" for x in r["plan"]["stages"]))
+    if r0 is None:  # no --no-intra-op run beside it
+        return
     if r["rc"] == 0 and r0["rc"] == 0:
         print(f"     throughput with / without intra-op choices: "
               f"{r0['plan']['iteration_time'] / r['plan']['iteration_time']:.3f} simulated, "
@@ -127,6 +134,11 @@ def main():
                       "--no-intra-op", timeout=a.timeout)
             show(f"microbatch {mb}, --no-intra-op", r0)
             intra_report(r, r0)
+        # issue 18: the microbatch searched for the fixed global batch (no --microbatch)
+        r = plan(a.hetc, m, os.path.join(CL, "hapt_table2.yaml"), os.path.join(a.work, "out_a_search"),
+                 "--seq", "1024", "--global-batch", "1024", "--layers", "146", *T, timeout=a.timeout)
+        show("microbatch searched", r)
+        intra_report(r, None)
 
     if "b" in only:
         print("(b) H2 100B, seq 4096, 2M tokens (512 x 4096), h2_100b.yaml (1024 chips)")
@@ -142,6 +154,11 @@ def main():
                       "--no-intra-op", timeout=a.timeout)
             show((" ".join(extra) or "default layers") + ", --no-intra-op", r0)
             intra_report(r, r0)
+            # issue 18: the microbatch searched for the 512-sequence global batch
+            r = plan(a.hetc, m, os.path.join(CL, "h2_100b.yaml"), os.path.join(a.work, "out_b_search"),
+                     "--seq", "4096", "--global-batch", "512", *extra, *T, timeout=a.timeout)
+            show((" ".join(extra) or "default layers") + ", microbatch searched", r)
+            intra_report(r, None)
 
     if "c" in only:
         # 8 blocks and a small vocabulary: --layers 10 gives 8 layers of one block

@@ -416,8 +416,29 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
         KSTR(&w, "planner", info->planner);
     KSTR(&w, "schedule", schedule_name(p->schedule));
     KINT(&w, "microbatches", p->microbatches);
-    if (info && info->global_batch > 0)
+    if (info && info->global_batch > 0) {
         KINT(&w, "global_batch", info->global_batch);
+        /* the rows of one microbatch, global_batch / microbatches (what
+         * hetc compile binds the stage binaries' batch dim to) */
+        if (p->microbatches > 0)
+            KINT(&w, "microbatch_rows", info->global_batch / p->microbatches);
+    }
+    if (info && info->mb_ncand > 0) {
+        /* the microbatch search: every size tried, its Eq. 13 objective
+         * (null: no feasible plan at that size); the plan is the smallest */
+        jw_key(&w, "microbatch_search");
+        jw_open(&w, '[');
+        for (int i = 0; i < info->mb_ncand; i++) {
+            int sv = w.pretty;
+            jw_open(&w, '{');
+            w.pretty = 0; /* one candidate per line */
+            KINT(&w, "rows", info->mb_cands[i].rows);
+            KNUM(&w, "objective", info->mb_cands[i].objective);
+            jw_close(&w, '}');
+            w.pretty = sv;
+        }
+        jw_close(&w, ']');
+    }
     if (info && info->seq > 0)
         KINT(&w, "seq", info->seq);
     KNUM(&w, "eps", p->eps);
@@ -477,7 +498,21 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
             p->microbatches, p->eps);
     for (int i = 0; i < p->nmesh_order; i++)
         fprintf(f, "%s %s", i ? " ->" : "", mesh_name(c, p->mesh_order[i]));
-    fputs("\n\n", f);
+    fputs("\n", f);
+    if (info && info->global_batch > 0 && p->microbatches > 0) {
+        fprintf(f, "microbatch: %ld rows x B = %d = global batch %ld (%s", info->global_batch /
+                p->microbatches, p->microbatches, info->global_batch,
+                info->mb_ncand > 0 ? "searched; Eq. 13 per size:" : "pinned");
+        for (int i = 0; i < info->mb_ncand; i++) {
+            if (isfinite(info->mb_cands[i].objective))
+                fprintf(f, " %ld: %.4g s", info->mb_cands[i].rows, info->mb_cands[i].objective);
+            else
+                fprintf(f, " %ld: no plan", info->mb_cands[i].rows);
+            fputc(i + 1 < info->mb_ncand ? ',' : ')', f);
+        }
+        fputs(info->mb_ncand > 0 ? "\n" : ")\n", f);
+    }
+    fputs("\n", f);
 
     int nrows = p->nstages;
     Row *rows = calloc((size_t)(nrows ? nrows : 1), sizeof *rows);

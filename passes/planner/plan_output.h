@@ -11,6 +11,14 @@
 #include "planner.h"
 #include "simulate.h"   /* TimelineEvent: the simulator's event record (owner "dp") */
 
+/* One microbatch size the planner tried for the fixed global batch
+ * (hetc plan's microbatch search): rows per microbatch and the best
+ * Eq. 13 objective at B = global_batch / rows (INFINITY: no plan). */
+typedef struct PlanMbCandidate {
+    long rows;
+    double objective;
+} PlanMbCandidate;
+
 typedef struct PlanOutputInfo {
     const char *model;          /* model name or path (NULL: "unknown") */
     long global_batch;          /* samples per iteration (0: unknown) */
@@ -19,6 +27,8 @@ typedef struct PlanOutputInfo {
                                    or the objective when there is no timeline) */
     const CostCounters *counters; /* profiler counters (NULL: omitted) */
     const char *planner;        /* hetc plan --planner=NAME (NULL: omitted, HAPT) */
+    const PlanMbCandidate *mb_cands; /* the microbatch sizes searched, ascending */
+    int mb_ncand;               /* 0: the microbatch rows were pinned (--microbatch) */
 } PlanOutputInfo;
 
 /* η of Eq. 25 over every device of the cluster (devices no stage uses
