@@ -128,6 +128,10 @@ static int step_modules(PlanCtx *pc)
     return 0;
 }
 
+static void layers_report(const PlanCtx *pc);
+static void profile_report(const PlanCtx *pc);
+static void search_report(const PlanCtx *pc);
+
 /* 4. fine-grained layers (layer ids on nodes) */
 static int step_layers(PlanCtx *pc)
 {
@@ -143,6 +147,15 @@ static int step_layers(PlanCtx *pc)
     pc->t_lay = now_s() - pc->t_lay;
     if (pc->layers_only || pc->quiet)
         return 0;
+    layers_report(pc);
+    return 0;
+}
+
+/* the layers line (also the microbatch search's winner's, after it) */
+static void layers_report(const PlanCtx *pc)
+{
+    const PlanArgs *a = pc->a;
+    const LayerSummary *ls = &pc->ls;
     char per[64];
     if (ls->per_module < 0)
         snprintf(per, sizeof per, "%d modules per layer", -ls->per_module);
@@ -153,7 +166,6 @@ static int step_layers(PlanCtx *pc)
             "parameters (%s)\n", ls->L, per, ls->modules, ls->outside_layers,
             ls->heavy_bound, (long long)a->co.batch, (long long)(a->co.seq > 0 ? a->co.seq : 0),
             ls->total_fwd_flops, ls->total_bwd_flops, ls->total_param_bytes / 1e9, pc->cl.dtype);
-    return 0;
 }
 
 /* The cost options of this round (intra-op plans sized for pc->inflight). */
@@ -212,10 +224,22 @@ static int step_profile(PlanCtx *pc)
         fputc('\n', stderr);
     pc->t_prof += now_s() - t;
     pc->cc = cost_model_counters(pc->cm);
+    if (!pc->quiet)
+        profile_report(pc);
+    if (a->write_profile_db && !pc->retried) {
+        if (cost_model_write_profile_db(pc->cm, a->write_profile_db, (int)a->co.batch,
+                                        a->co.seq > 0 ? (int)a->co.seq : 0, &pc->err))
+            return fail(pc, pc->err.msg);
+        fprintf(stderr, "wrote %s (analytic per-layer figures)\n", a->write_profile_db);
+    }
+    return 0;
+}
+
+/* the profile's counters line (also the microbatch search's winner's) */
+static void profile_report(const PlanCtx *pc)
+{
     char line[512];
     cost_counters_summary(&pc->cc, line, sizeof line);
-    if (pc->quiet)
-        return 0;
     /* model states per parameter as the cost model counts them: its ZeRO
      * stage (auto: 0 here) in the cluster's dtype, at dp 1 (ZeRO shares
      * them further over a stage's DP ranks) */
@@ -225,17 +249,10 @@ static int step_profile(PlanCtx *pc)
             pc->cop.imbalance_threshold > 0 ? "" : " = off",
             zero_state_bytes_per_param(pc->lo.param_dtype_bytes, z, 1),
             z ? " at dp 1, less under ZeRO over a stage's DP ranks" : "");
-    if (a->profile_db) {
+    if (pc->a->profile_db) {
         cost_counters_db_summary(&pc->cc, &pc->pdb, line, sizeof line);
         fprintf(stderr, "%s\n", line);
     }
-    if (a->write_profile_db && !pc->retried) {
-        if (cost_model_write_profile_db(pc->cm, a->write_profile_db, (int)a->co.batch,
-                                        a->co.seq > 0 ? (int)a->co.seq : 0, &pc->err))
-            return fail(pc, pc->err.msg);
-        fprintf(stderr, "wrote %s (analytic per-layer figures)\n", a->write_profile_db);
-    }
-    return 0;
 }
 
 /* The DP's options: microbatches, threads, the stage cap, the time left. */
@@ -344,9 +361,16 @@ static int step_search(PlanCtx *pc)
         return search_failed(pc);
     pc->plan = job->plan;
     memset(&job->plan, 0, sizeof job->plan);
-    DpStats *st = &job->stats;
-    if (pc->quiet)
-        return 0;
+    if (!pc->quiet)
+        search_report(pc);
+    return 0;
+}
+
+/* the search's counters (also the microbatch search's winner's) */
+static void search_report(const PlanCtx *pc)
+{
+    const DpJob *job = pc->job;
+    const DpStats *st = &job->stats;
     fprintf(stderr, "search: %ld mesh orders, %ld t_max candidates: %ld full DPs, pruned %ld low + "
             "%ld high + %ld by bound; %ld transitions; %.3f s (+ %.3f s tabulating, %d threads%s)\n",
             st->orders, st->tmax_candidates, st->tmax_evaluated, st->tmax_pruned_low,
@@ -362,7 +386,6 @@ static int step_search(PlanCtx *pc)
     if (pc->plan.time_limited)
         fprintf(stderr, "search: stopped by --time-limit %g s: this is the best plan found so far, "
                 "not proven optimal\n", pc->a->time_limit);
-    return 0;
 }
 
 /* 7. schedule: simulate the plan's iteration under its schedule */
@@ -593,6 +616,9 @@ static int mb_search(PlanCtx *pc)
             G / b, best->plan.objective, now_s() - t_all);
     /* the winner's own steps, with its messages */
     best->quiet = 0;
+    layers_report(best);
+    profile_report(best);
+    search_report(best);
     best->mb_cands = mc;
     best->mb_ncand = n;
     best->t_dp = now_s() - t_all; /* the search time the outputs report: every size */
