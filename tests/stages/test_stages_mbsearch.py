@@ -7,7 +7,8 @@ force) and plan.json records the chosen b and B = 16 / b.  The stage
 binaries must run at that size: every stage config says `rows b` and
 `accum B`, and launch.sh trains 10 steps whose losses equal `hetc train`
 on the same global batch (16 rows a step, as B microbatches of b rows) to
-1e-5 relative.  The same global batch cut as 16 microbatches of 1 row
+1e-5 relative; elastic.env (launch.sh --elastic's re-plan) pins the chosen
+size.  The same global batch cut as 16 microbatches of 1 row
 (hetc train --microbatch 1 --accum 16) is a second oracle: the searched
 plan changes how the batch is cut, not what a step computes.
 
@@ -44,6 +45,10 @@ if check(p.returncode == 0, f"hetc compile (microbatch searched) exit {p.returnc
               config_lines(exe, "accum") == [f"accum {B}"],
               f"stage {k}: config {config_lines(exe, 'rows')} {config_lines(exe, 'accum')}, "
               f"expected rows {b}, accum {B}")
+    # launch.sh --elastic re-plans the survivors with elastic.env's arguments: the
+    # searched size is pinned there (the survivors train the same rows)
+    env = open(os.path.join(out, "elastic.env")).read()
+    check(f"--microbatch {b})" in env, f"elastic.env does not pin --microbatch {b}: {env}")
     ref = t.reference(STEPS, mb=b, accum=B)
     check(len(ref) == STEPS, f"hetc train printed {len(ref)} loss lines of {STEPS}")
     t.expect_run(out, STEPS, ref, f"searched plan ({b} rows x {B})")
