@@ -255,6 +255,22 @@ static void profile_report(const PlanCtx *pc)
     }
 }
 
+/* The DP's cap on pipeline stages (0: none): --max-stages, or what keeps
+ * the DP table under 16M states per thread. */
+static int stage_cap(const PlanCtx *pc)
+{
+    const PlanArgs *a = pc->a;
+    if (a->max_stages > 0)
+        return (int)a->max_stages;
+    int D = hapt_dp_units(&pc->cl, (int)a->max_groups); /* the DP's device dimension */
+    /* the DP table holds (L + 2) x D x (S + 1) states per thread */
+    long cap = (16L << 20) / ((long)(pc->ls.L + 2) * D) - 1;
+    int smax = pc->ls.L < D ? pc->ls.L : D;
+    if (cap < smax)
+        return cap < pc->cl.nmeshes ? pc->cl.nmeshes : (int)cap;
+    return 0;
+}
+
 /* The DP's options: microbatches, threads, the stage cap, the time left. */
 static void search_options(PlanCtx *pc, DpJob *job)
 {
@@ -275,16 +291,7 @@ static void search_options(PlanCtx *pc, DpJob *job)
      * known before it, so larger batches only run DPs a finished one would
      * have pruned (the result does not depend on it). */
     job->opt.batch = job->opt.threads;
-    int D = hapt_dp_units(&pc->cl, (int)a->max_groups); /* the DP's device dimension */
-    if (a->max_stages > 0)
-        job->opt.max_stages = (int)a->max_stages;
-    else {
-        /* the DP table holds (L + 2) x D x (S + 1) states per thread */
-        long cap = (16L << 20) / ((long)(pc->ls.L + 2) * D) - 1;
-        int smax = pc->ls.L < D ? pc->ls.L : D;
-        if (cap < smax)
-            job->opt.max_stages = cap < pc->cl.nmeshes ? pc->cl.nmeshes : (int)cap;
-    }
+    job->opt.max_stages = stage_cap(pc);
     /* the limit covers the whole command: what import, layers and profile
      * took is gone from the search's share (at least 1 ms is left: the
      * search then returns its fallback plan at once) */
@@ -517,6 +524,35 @@ static int mb_candidates(long G, long *out)
     return n;
 }
 
+/* A size no plan can have, known before profiling: every device must hold
+ * a stage (Eq. 22 ends at all of every mesh's devices), a stage lies on one
+ * mesh and has dp <= b ranks (a DP rank needs a row) of tp <= min(--max-tp,
+ * devices per node) devices, so mesh m needs ceil(D_m / (b tp_m)) stages,
+ * and the DP allows at most min(L, the stage cap).  Saying so here saves
+ * the profile and the failed searches (with their retries) of such b: at
+ * paper scale they dominate the search (H2's 1,024 chips at b = 1).  Only
+ * skips what the search itself would find infeasible. */
+static int mb_rows_hopeless(const PlanCtx *s, long b, char *why, size_t nwhy)
+{
+    const PlanArgs *a = s->a;
+    long rows = s->fixed_batch > 0 ? 1 : b, need = 0;
+    for (int m = 0; m < s->cl.nmeshes; m++) {
+        const MeshSpec *ms = &s->cl.meshes[m];
+        long tp = a->no_intra ? 1 : (ms->per_node < a->max_tp ? ms->per_node : a->max_tp);
+        long per = rows * (tp > 0 ? tp : 1), dm = (long)ms->nodes * ms->per_node;
+        need += (dm + per - 1) / per;
+    }
+    long cap = stage_cap(s);
+    long smax = cap > 0 && cap < s->ls.L ? cap : s->ls.L;
+    if (need <= smax)
+        return 0;
+    snprintf(why, nwhy, "the meshes need at least %ld stages to use every device (a stage on "
+             "one mesh, of at most %ld DP rank(s) x the TP a node allows) and at most %ld are "
+             "allowed (layers%s); not profiled", need, rows, smax,
+             cap > 0 && cap < s->ls.L ? ", stage cap" : "");
+    return 1;
+}
+
 /* One candidate: import .. search at b rows per microbatch, quietly.  The
  * context (heap, with its own copy of the options: pc->a points there) is
  * returned with its plan, or NULL when it has none (why says why). */
@@ -538,6 +574,11 @@ static PlanCtx *mb_try(const PlanCtx *outer, long b, int first, char *why, size_
     s->t0 = outer->t0; /* --time-limit covers the whole command */
     s->pd = outer->pd;
     int rc = plan_pipeline_layers(s);
+    if (!rc && mb_rows_hopeless(s, b, why, nwhy)) {
+        plan_ctx_free(s);
+        free(s);
+        return NULL;
+    }
     if (!rc)
         rc = profile_and_search(s);
     if (rc) {

@@ -12,7 +12,9 @@ that plan.json's microbatch_search lists must equal the pinned run's.  The
 cluster is chosen so that the search matters: on tiny_hetero.yaml a
 1-row microbatch holds every stage at dp 1 (a DP rank needs a row), and the
 search's choice must beat the pinned default (1 row) by the planner's own
-cost model.  Also: --microbatch N still pins (no search), --microbatch auto
+cost model.  Sizes the search skips before profiling (too few stages
+allowed to use every device) must be infeasible on the pinned path too.
+Also: --microbatch N still pins (no search), --microbatch auto
 searches, plan.txt states the chosen size, and a G that is not a power of
 two adds G itself to the candidates.
 
@@ -56,10 +58,12 @@ def cands(G):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    for G in (16, 12):
+    # the third: --max-tp 1 --max-stages 3 leave 1 row no plan (the v100 mesh's two
+    # devices need two dp-1 stages): skipped before profiling, the rest searched
+    for case, (G, extra) in enumerate(((16, []), (12, []), (16, ["--max-tp", "1", "--max-stages", "3"]))):
         want = cands(G)
-        out = os.path.join(tmp, f"search{G}")
-        p = plan(out, "--global-batch", str(G))
+        out = os.path.join(tmp, f"search{case}")
+        p = plan(out, "--global-batch", str(G), *extra)
         if not check(p.returncode == 0, f"G={G}: hetc plan (search) exit {p.returncode}"):
             continue
         got = json.load(open(os.path.join(out, "plan.json")))
@@ -71,8 +75,8 @@ with tempfile.TemporaryDirectory() as tmp:
         # brute force: every candidate through the pinned path
         pinned = {}
         for b in want:
-            o = os.path.join(tmp, f"pin{G}_{b}")
-            q = plan(o, "--microbatch", str(b), "--global-batch", str(G))
+            o = os.path.join(tmp, f"pin{case}_{b}")
+            q = plan(o, "--microbatch", str(b), "--global-batch", str(G), *extra)
             if q.returncode == 0:
                 pinned[b] = json.load(open(os.path.join(o, "plan.json")))
                 check("microbatch_search" not in pinned[b] and "microbatch search" not in q.stderr,
@@ -98,7 +102,10 @@ with tempfile.TemporaryDirectory() as tmp:
             check(c["objective"] == exp, f"G={G}: microbatch_search lists {c} but the pinned "
                   f"run gives {exp}")
         # the search is worth it here: the 1-row microbatch (the pinned default) is slower
-        if check(1 in pinned, f"G={G}: no plan at 1 row"):
+        if extra:
+            check(1 not in pinned and "1/5: 1 rows x B = 16: no plan" in p.stderr
+                  and "not profiled" in p.stderr, f"{extra}: 1 row not skipped: {p.stderr[-800:]}")
+        elif check(1 in pinned, f"G={G}: no plan at 1 row"):
             check(got["objective"] < pinned[1]["objective"] and best > 1,
                   f"G={G}: the search's {got['objective']} does not beat 1 row's "
                   f"{pinned[1]['objective']}")
@@ -106,6 +113,18 @@ with tempfile.TemporaryDirectory() as tmp:
         txt = open(os.path.join(out, "plan.txt")).read()
         check(f"microbatch: {best} rows x B = {G // best} = global batch {G} (searched" in txt,
               f"G={G}: plan.txt does not state the chosen microbatch: {txt[:600]}")
+
+    # sizes skipped before profiling (too few stages allowed to use every device) are
+    # ones the pinned path finds infeasible too: --max-stages 2 on three meshes
+    out = os.path.join(tmp, "cap")
+    p = plan(out, "--global-batch", "16", "--max-stages", "2")
+    check(p.returncode != 0 and "not profiled" in p.stderr and "no feasible plan" in p.stderr,
+          f"--max-stages 2: search exit {p.returncode}: {p.stderr[-600:]}")
+    for b in cands(16):
+        q = plan(os.path.join(tmp, f"cap{b}"), "--microbatch", str(b), "--global-batch", "16",
+                 "--max-stages", "2")
+        check(q.returncode != 0 and "no feasible plan" in q.stderr,
+              f"--max-stages 2, pinned b = {b}: exit {q.returncode}, yet the search skipped it")
 
     # --microbatch auto searches (G defaults to 8 x 1); the pinned default stays 1 row
     out = os.path.join(tmp, "auto")
