@@ -73,7 +73,9 @@ static void usage(FILE *f) {
             "  --adam-eps X (1e-8)  --weight-decay X (0.1)  --momentum X (0.9)  --clip X (1.0)\n"
             "  --lr-schedule constant|cosine  --warmup N  --loss xent|xent:ignore=N\n"
             "plan options: see hetc plan --help (all accepted here; --microbatch is the\n"
-            "rows of one microbatch, --global-batch the rows of one optimizer step).\n");
+            "rows of one microbatch, --global-batch the rows of one optimizer step; with\n"
+            "--global-batch and no --microbatch the planner searches the microbatch rows\n"
+            "and the stage binaries run the chosen ones).\n");
 }
 
 static int parse_d(const char *opt, const char *s, double *out) {
