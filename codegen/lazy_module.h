@@ -17,9 +17,12 @@
 
 #include "ir.h"
 
-/* The address of `name` in the shared module at `path`, opened on first use
- * (the dynamic loader keeps it open and returns the same handle after
- * that); NULL with err naming the module and dlerror()'s reason. */
-void *lazy_module_sym(const char *path, const char *name, IrError *err);
+/* The address of `name` in the shared module at `path` (this build tree's
+ * absolute path), or failing that at `rel` relative to the directory of
+ * the running executable (a build tree copied or moved elsewhere: hetc is
+ * at its root), opened on first use (the dynamic loader keeps it open and
+ * returns the same handle after that); NULL with err naming the module
+ * and dlerror()'s reason. */
+void *lazy_module_sym(const char *path, const char *rel, const char *name, IrError *err);
 
 #endif

@@ -3,14 +3,15 @@
  * executable does not link libLLVM, so commands that emit no code
  * (`hetc train`, `run`, `plan`, ...) never load it.  HETC_LLVM_MODULE is
  * the module's path in this build tree (codegen/CMakeLists.txt), as the
- * stage link lists name this tree's runtime libraries. */
+ * stage link lists name this tree's runtime libraries; HETC_LLVM_MODULE_REL
+ * the same relative to the tree's root, where hetc is. */
 #include "fused_llvm.h"
 #include "fused_kernel.h"
 #include "lazy_module.h"
 #include "llvm_emit.h"
 
-#ifndef HETC_LLVM_MODULE
-#error "HETC_LLVM_MODULE (the hetc_llvm module's path) must be defined"
+#if !defined(HETC_LLVM_MODULE) || !defined(HETC_LLVM_MODULE_REL)
+#error "HETC_LLVM_MODULE / _REL (the hetc_llvm module's path) must be defined"
 #endif
 
 /* What the module calls back into (resolved against the executable's
@@ -25,13 +26,13 @@ __attribute__((used)) static void *const module_needs[] = {
 int le_emit_program(const LeProgram *prog, const LeOptions *opt, IrError *err) {
     int (*f)(const LeProgram *, const LeOptions *, IrError *) =
         (int (*)(const LeProgram *, const LeOptions *, IrError *))lazy_module_sym(
-            HETC_LLVM_MODULE, "le_emit_program", err);
+            HETC_LLVM_MODULE, HETC_LLVM_MODULE_REL, "le_emit_program", err);
     return f ? f(prog, opt, err) : -1;
 }
 
 int fk_emit_host(void *mod, const FkKernel *k, IrError *err) {
     int (*f)(void *, const FkKernel *, IrError *) =
-        (int (*)(void *, const FkKernel *, IrError *))lazy_module_sym(HETC_LLVM_MODULE,
-                                                                     "fk_emit_host", err);
+        (int (*)(void *, const FkKernel *, IrError *))lazy_module_sym(
+            HETC_LLVM_MODULE, HETC_LLVM_MODULE_REL, "fk_emit_host", err);
     return f ? f(mod, k, err) : -1;
 }

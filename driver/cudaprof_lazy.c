@@ -7,7 +7,7 @@
 
 int cudaprof_probe(int ordinal, char *name, size_t cap, IrError *err) {
     int (*f)(int, char *, size_t, IrError *) = (int (*)(int, char *, size_t, IrError *))
-        lazy_module_sym(HETC_CUDAPROF_MODULE, "cudaprof_probe", err);
+        lazy_module_sym(HETC_CUDAPROF_MODULE, HETC_CUDAPROF_MODULE_REL, "cudaprof_probe", err);
     return f ? f(ordinal, name, cap, err) : 0; /* 0 devices: the caller says why */
 }
 
@@ -15,7 +15,7 @@ int cudaprof_layer(IrGraph *g, int ordinal, int warmup, int reps, CudaProfResult
                    IrError *err) {
     int (*f)(IrGraph *, int, int, int, CudaProfResult *, IrError *) =
         (int (*)(IrGraph *, int, int, int, CudaProfResult *, IrError *))lazy_module_sym(
-            HETC_CUDAPROF_MODULE, "cudaprof_layer", err);
+            HETC_CUDAPROF_MODULE, HETC_CUDAPROF_MODULE_REL, "cudaprof_layer", err);
     return f ? f(g, ordinal, warmup, reps, out, err) : -1;
 }
 #else
