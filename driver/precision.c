@@ -20,8 +20,8 @@ int precision_parse(const char *cmd, const char *v, int allow_cluster, Precision
         /* not faked: no part of the stage binaries stores or computes bf16 yet */
         fprintf(stderr, "%s: --precision bf16-mixed is not implemented yet: the stage binaries "
                 "and hetc train store and compute fp32 (issue 17); use --precision fp32 (the "
-                "default)%s\n", cmd, allow_cluster ? ", or --precision cluster-dtype to plan in "
-                "the cluster file's 16-bit dtype as a what-if" : "");
+                "default)%s\n", cmd, allow_cluster ? "; hetc plan --precision cluster-dtype "
+                "plans the cluster file's 16-bit dtype as a what-if" : "");
         return -1;
     }
     if (!strcmp(v, "cluster-dtype")) {
