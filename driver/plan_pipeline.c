@@ -68,7 +68,7 @@ static int step_setup(PlanCtx *pc)
     snprintf(pc->cluster_dtype, sizeof pc->cluster_dtype, "%s", pc->cl.dtype);
     if (a->precision == PRECISION_FP32)
         snprintf(pc->cl.dtype, sizeof pc->cl.dtype, "fp32");
-    if (!pc->layers_only && strcmp(pc->cluster_dtype, pc->cl.dtype))
+    if (!pc->layers_only && pc->quiet < 2 && strcmp(pc->cluster_dtype, pc->cl.dtype))
         fprintf(stderr, "%s: precision %s: planning fp32 (the cluster file's dtype %s is not "
                 "used; --precision cluster-dtype plans it, as a what-if no stage binary runs)\n",
                 pc->who, precision_name(a->precision), pc->cluster_dtype);
