@@ -60,6 +60,9 @@ static void usage(FILE *f) {
             "                         embeds the IR text)\n"
             "  --no-fuse              one kernel call per node: no generated fused elementwise\n"
             "                         kernels (to compare; docs/CODEGEN.md)\n"
+            "  --precision fp32       training precision (default fp32, what the stage binaries\n"
+            "                         run; bf16-mixed is not implemented yet and is refused;\n"
+            "                         docs/TRAINING.md \"Precision\")\n"
             "  --recompute none|full|selective  activation recompute of every stage, overriding\n"
             "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n");
     fprintf(f,
@@ -218,6 +221,11 @@ static int step_parse(CompileCtx *c, int argc, char **argv) {
         return 2;
     }
     if (check_train_opts(&c->ca)) return 2;
+    if (c->pa.precision == PRECISION_CLUSTER_DTYPE) { /* plan_args accepts it for hetc plan */
+        Precision pr;
+        precision_parse("hetc compile", "cluster-dtype", 0, &pr);
+        return 2;
+    }
     c->pa.co.model = c->model;
     c->pa.cluster = c->cluster;
     c->pa.co.src = &c->src; /* one read of the model for every import below */

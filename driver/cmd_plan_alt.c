@@ -68,6 +68,8 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     info.global_batch = a->global_batch;
     info.seq = a->seq;
     info.planner = a->planner;
+    info.precision = a->precision;
+    info.cluster_dtype = a->cluster_dtype;
     if (!p.runnable)
         info.iteration_time = p.sim_time;
     if ((p.runnable && simulate_plan(&hp, sync, &sim, &err)) ||

@@ -15,6 +15,8 @@ typedef struct PlanAltArgs {
     const char *model;
     long global_batch, seq;
     int autohet_profile;       /* autohet: 0 exact, 1 Eq. 5 binary decomposition */
+    const char *precision;     /* what plan.txt / plan.json state (precision.h) */
+    const char *cluster_dtype; /* the cluster file's dtype */
 } PlanAltArgs;
 
 /* Plan with a.planner, print the plan, write DIR/plan_NAME.txt, plan.json and

@@ -25,6 +25,7 @@
 #include "lr_schedule.h"
 #include "optimizer.h"
 #include "rt_metrics.h"
+#include "precision.h"
 #include "train_state.h"
 
 static void usage(FILE *f) {
@@ -41,6 +42,9 @@ static void usage(FILE *f) {
             "  --microbatch B         rows per microbatch (binds the batch dim; default 4)\n"
             "  --seq T                sequence length (binds the sequence dim; default 64)\n"
             "  --accum K              microbatches per step; gradients are averaged (default 1)\n"
+            "  --precision fp32       training precision (default fp32: weights, gradients,\n"
+            "                         AdamW state and activations in fp32; bf16-mixed is not\n"
+            "                         implemented yet and is refused; docs/TRAINING.md)\n"
             "  --loss SPEC            xent | xent:ignore=N (default xent)\n"
             "  --optimizer adamw|sgd  (default adamw)\n"
             "  --lr X                 peak learning rate (default 1e-3)\n"
@@ -123,6 +127,11 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         STR("--lr-schedule", schedule) STR("--checkpoint-dir", ckpt_dir)
         STR("--export", export_path) STR("--dump-grads", dump_grads)
         STR("--metrics", metrics) STR("--val-data", val_data)
+        if ((r = cli_opt(argc, argv, &i, "--precision", &v)) != 0) {
+            Precision pr; /* fp32 only, until bf16-mixed is implemented (precision.h) */
+            if (r < 0 || precision_parse("hetc train", v, 0, &pr)) return -1;
+            continue;
+        }
         I64("--val-every", val_every) I64("--val-batches", val_batches)
         I64("--steps", steps) I64("--accum", accum) I64("--warmup", warmup)
         I64("--checkpoint-every", ckpt_every)

@@ -187,12 +187,15 @@ static void report_stage(FILE *rep, FILE *kern, const CompPlan *p, const StageVa
         nranks += comp_plan_rank_rows(p, s, r) == v->rows;
     char sname[48];
     snprintf(sname, sizeof sname, "%d%s", s, v->suffix[0] ? v->suffix + 1 : "");
-    fprintf(rep, "%5s  %5d  %5d  %10.2f  %9.2f  %9.2f  %12.2f  %11.2f  %9.2f  %11.3f\n", sname,
-            nranks,
+    char pred[32] = "-"; /* the planner's arena part (plan.json mem_arena_pred_bytes) */
+    if (p->stages[s].mem_arena_pred >= 0)
+        snprintf(pred, sizeof pred, "%.2f", p->stages[s].mem_arena_pred / 1048576.0);
+    fprintf(rep, "%5s  %5d  %5d  %10.2f  %9.2f  %9.2f  %12.2f  %11.2f  %9.2f  %11.3f  %15s\n",
+            sname, nranks,
             mp->nslots, mp->param_bytes / 1048576.0, mp->grad_bytes / 1048576.0,
             mp->opt_bytes / 1048576.0, mp->slot_bytes / 1048576.0,
             mp->scratch_bytes / 1048576.0, mp->arena_bytes / 1048576.0,
-            gib(p->stages[s].mem_pred));
+            gib(p->stages[s].mem_pred), pred);
     /* what is still interpreted (issue 15): a line per stage after the table */
     fprintf(kern, "stage %s: %d nodes as direct kernel calls, %d interpreted (hetrt_node)%s%s\n",
             sname, lst->direct, lst->interp, lst->interp ? ": " : "", lst->interp_ops);
@@ -282,10 +285,10 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
     free(shared);
     free(rtab);
     shared = both;
-    fprintf(rep, "\nstage memory plan (per rank, fp32 %s backend; the planner predicts the "
-                 "training dtype on the device)\n", be->name);
+    fprintf(rep, "\nstage memory plan (per rank, fp32 %s backend; planner GiB: the planner's "
+                 "prediction with its runtime reserve, pred arena MiB: without it)\n", be->name);
     fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
-                 "  arena MiB  planner GiB\n");
+                 "  arena MiB  planner GiB  pred arena MiB\n");
     for (int u = 0; u < nvar; u++) {
         int s = var[u].stage;
         PartStage *st = &ps[u];

@@ -19,6 +19,7 @@ typedef struct CpStage {
     int warmup;                  /* N_i: forward microbatches before the first backward */
     char mesh[64], device[64];
     double mem_pred;             /* predicted bytes per device (0: unknown) */
+    double mem_arena_pred;       /* of which the arena ("mem_arena_pred_bytes"; -1: unknown) */
     double peak_flops;           /* the mesh's device peak FLOP/s (cluster.meshes; 0: unknown) */
     /* stages[].rows where it differs from rt_row_split's split: each DP
      * rank's rows of a microbatch (heterogeneous DP, a per-stage row

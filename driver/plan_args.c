@@ -37,6 +37,7 @@ void plan_args_default(PlanArgs *a, FILE *ibinds_log)
     a->max_tp = 8;
     a->zero = a->recompute = -1;
     a->max_groups = 32;
+    a->precision = PRECISION_FP32;
 }
 
 /* The options whose value is a word: schedule, intra-op modes, planner. */
@@ -79,6 +80,12 @@ static int parse_word(PlanArgs *a, const char *v, int r, const char *name)
             return -1;
         }
         a->autohet_binary = !strcmp(v, "binary");
+    } else if (!strcmp(name, "--precision")) {
+        /* hetc compile refuses cluster-dtype itself (cmd_compile.c) */
+        Precision pr;
+        if (precision_parse("hetc plan", v, 1, &pr))
+            return -1;
+        a->precision = pr;
     } else if (!strcmp(name, "--profile-db")) {
         a->profile_db = v;
     } else {
@@ -149,7 +156,7 @@ int plan_args_parse_one(PlanArgs *a, int argc, char **argv, int *i)
 #undef DBLOPT
     static const char *const words[] = {"--schedule", "--zero", "--recompute", "--planner",
                                         "--autohet-profile", "--profile-db",
-                                        "--write-profile-db", NULL};
+                                        "--write-profile-db", "--precision", NULL};
     for (int k = 0; words[k]; k++)
         if ((r = cli_opt(argc, argv, i, words[k], &v)) != 0)
             return parse_word(a, v, r, words[k]);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "compile_opts.h"
+#include "precision.h"
 
 typedef struct PlanArgs {
     CompileOpts co;          /* import options; co.batch = --microbatch rows */
@@ -30,6 +31,7 @@ typedef struct PlanArgs {
     int mb_search;              /* search the microbatch rows for the fixed global batch
                                    (--microbatch auto, or --global-batch without
                                    --microbatch): plan_pipeline.c's mb_search */
+    Precision precision;        /* --precision (precision.h; default fp32: what runs) */
 } PlanArgs;
 
 /* Defaults; ibinds_log: where the import says what it bound (NULL: silent). */

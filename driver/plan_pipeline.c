@@ -60,6 +60,18 @@ static int step_setup(PlanCtx *pc)
     PlanArgs *a = pc->a;
     if (cluster_load_yaml(a->cluster, &pc->cl, &pc->err))
         return fail(pc, pc->err.msg);
+    /* --precision (precision.h): the cluster file's dtype picks the devices'
+     * 16-bit peak; the training precision decides what is planned.  fp32,
+     * what the stage binaries run, plans 4-byte weights, gradients, moments
+     * and activations at the fp32 peak, so the predicted memory is the
+     * arena (docs/PLANNER.md "Precision"); cluster-dtype keeps the file's. */
+    snprintf(pc->cluster_dtype, sizeof pc->cluster_dtype, "%s", pc->cl.dtype);
+    if (a->precision == PRECISION_FP32)
+        snprintf(pc->cl.dtype, sizeof pc->cl.dtype, "fp32");
+    if (!pc->layers_only && pc->quiet < 2 && strcmp(pc->cluster_dtype, pc->cl.dtype))
+        fprintf(stderr, "%s: precision %s: planning fp32 (the cluster file's dtype %s is not "
+                "used; --precision cluster-dtype plans it, as a what-if no stage binary runs)\n",
+                pc->who, precision_name(a->precision), pc->cluster_dtype);
     if (!pc->layers_only && a->profile_db &&
         profile_db_load(a->profile_db, (int)a->co.batch, a->co.seq > 0 ? (int)a->co.seq : 0,
                         pc->cl.dtype, &pc->pdb, &pc->err)) {
@@ -443,6 +455,10 @@ static int step_outputs(PlanCtx *pc)
     info.counters = &pc->cc;
     info.mb_cands = pc->mb_cands;
     info.mb_ncand = pc->mb_ncand;
+    info.precision = precision_planned(a->precision, pc->cl.dtype);
+    info.cluster_dtype = pc->cluster_dtype;
+    info.reserve_bytes = pc->cop.runtime_reserve_bytes;
+    info.has_reserve = 1;
     if (plan_write_outputs(pc->out, &pc->plan, &pc->cl, &info, pc->sim.events, pc->sim.nevents,
                            &pc->err))
         return fail(pc, pc->err.msg);
@@ -700,7 +716,8 @@ int plan_pipeline_run(PlanCtx *pc)
     if (pc->pd->layers) {
         PlanAltArgs pa = {a->planner, pc->B, a->efficiency, (int)a->threads,
                           (int)a->coarse_layers, pc->out, a->co.model, (long)a->global_batch,
-                          a->co.seq > 0 ? (long)a->co.seq : 0, a->autohet_binary};
+                          a->co.seq > 0 ? (long)a->co.seq : 0, a->autohet_binary,
+                          precision_planned(a->precision, pc->cl.dtype), pc->cluster_dtype};
         return cmd_plan_alt(&pa, &pc->cl, pc->layers, pc->ls.L);
     }
     int rc = profile_and_search(pc);

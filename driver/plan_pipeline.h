@@ -23,7 +23,8 @@ typedef struct PlanCtx {
     char irdir[4096];
     int B;                 /* microbatches per step, G / b */
     int tty, dp_progress;  /* the profile's live line; plan_run_dp's mode */
-    ClusterSpec cl;
+    ClusterSpec cl;        /* cl.dtype: the dtype planned (fp32 under --precision fp32) */
+    char cluster_dtype[8]; /* the cluster file's dtype (its device-speed key) */
     ProfileDb pdb;
     PassContext pctx;
     /* import .. layers: the planner's graph, its layers */

@@ -66,8 +66,10 @@ def hapt_needs(outdir):
 
 
 def run_one(hetc, model, seq, gbs, cluster, planner, outdir, timeout):
+    # the seed papers' clusters plan in the dtype their files state (fp16 / bf16
+    # mixed precision): hetc plan --precision cluster-dtype, a what-if
     cmd = [hetc, "plan", model, cluster, "--seq", str(seq), "--microbatch", "1",
-           "--global-batch", str(gbs), "-o", outdir]
+           "--global-batch", str(gbs), "--precision", "cluster-dtype", "-o", outdir]
     if planner != "hapt":
         cmd.append("--planner=" + planner)
     t0 = time.time()

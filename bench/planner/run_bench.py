@@ -40,7 +40,10 @@ def gen(work, name, *args):
 def plan(hetc, model, cluster, out, *opts, timeout=600):
     t0 = time.time()
     try:
-        p = subprocess.run([hetc, "plan", model, cluster, "-o", out, *opts], capture_output=True,
+        # paper-scale inputs plan in the precision their cluster files state
+        # (fp16 mixed, as HAPT and H2 plan): a what-if no stage binary runs
+        p = subprocess.run([hetc, "plan", model, cluster, "-o", out, "--precision",
+                            "cluster-dtype", *opts], capture_output=True,
                            text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"rc": "timeout", "wall": time.time() - t0, "stderr": ""}

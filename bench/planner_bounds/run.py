@@ -44,7 +44,7 @@ def cluster(work, n, m):
 def run(args, model, yaml, out, *opts):
     t0 = time.time()
     cmd = [args.hetc, "plan", model, yaml, "-o", out, "--seq", "1024", "--global-batch", "1024",
-           "--threads", args.threads, *opts]
+           "--threads", args.threads, "--precision", "cluster-dtype", *opts]  # as the file says
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:

@@ -70,6 +70,8 @@ int plan_fill_schedule(Plan *p, const CostOracle *o, IrError *err)
         ps->delta = dl[i];
         ps->delta_beyond_paper = bey[i];
         ps->mem_pred = sc.mem_static + (double)N[i] * sc.mem_act;
+        ps->mem_static = sc.mem_static;
+        ps->mem_act = sc.mem_act;
     }
     free(c);
     free(N);

@@ -373,6 +373,13 @@ static void json_stage(Jw *w, const Plan *p, const ClusterSpec *c, const PlanOut
     KNUM(w, "t_b", st->t_b);
     KNUM(w, "c_next", st->c_next);
     KNUM(w, "mem_pred_bytes", st->mem_pred);
+    if (info && info->has_reserve) { /* the arena's part: the rest is the runtime's reserve */
+        KNUM(w, "mem_arena_pred_bytes", st->mem_pred - info->reserve_bytes);
+        if (st->mem_static > 0) { /* its parts, as the stage binary's arena has them */
+            KNUM(w, "mem_static_pred_bytes", st->mem_static - info->reserve_bytes);
+            KNUM(w, "mem_act_pred_bytes", st->mem_act);
+        }
+    }
     KNUM(w, "mem_capacity_bytes", d ? d->mem_bytes : 0);
     /* issue 18: a seed planner's forms (absent in plans the binaries run) */
     if (st->nparts > 1) {
@@ -412,6 +419,12 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
     KSTR(&w, "model", info && info->model ? info->model : "unknown");
 
     json_cluster(&w, c);
+    if (info && info->precision)
+        KSTR(&w, "precision", info->precision);
+    if (info && info->cluster_dtype && strcmp(info->cluster_dtype, dtype_of(c)))
+        KSTR(&w, "cluster_file_dtype", info->cluster_dtype);
+    if (info && info->has_reserve)
+        KNUM(&w, "runtime_reserve_bytes", info->reserve_bytes);
     if (info && info->planner)
         KSTR(&w, "planner", info->planner);
     KSTR(&w, "schedule", schedule_name(p->schedule));
@@ -494,6 +507,20 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
     fprintf(f, "hetc plan: model %s on cluster %s (%d devices, %s)\n",
             info && info->model ? info->model : "unknown", c->name, cluster_total_devices(c),
             dtype_of(c));
+    if (info && info->precision) {
+        int other = info->cluster_dtype && strcmp(info->cluster_dtype, dtype_of(c));
+        fprintf(f, "precision %s (%s)%s%s%s\n", info->precision,
+                strcmp(info->precision, "fp32")
+                    ? "16-bit weights and gradients, fp32 master and AdamW moments: a "
+                      "planning what-if, the stage binaries run fp32"
+                    : "weights, gradients, AdamW m and v, activations 4 B; fp32 peak: what "
+                      "the stage binaries run",
+                other ? "; the cluster file's dtype " : "", other ? info->cluster_dtype : "",
+                other ? " is not used" : "");
+    }
+    if (info && info->has_reserve)
+        fprintf(f, "memory per device = arena (model states + K_i activation slots; its scratch "
+                "is not modelled yet) + %.2f GiB runtime reserve\n", info->reserve_bytes / GIB);
     fprintf(f, "schedule %s, B = %d microbatches, eps = %g; mesh order:", schedule_name(p->schedule),
             p->microbatches, p->eps);
     for (int i = 0; i < p->nmesh_order; i++)
@@ -525,7 +552,9 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
     int width[NCOL + 1];
     for (int j = 0; j < NCOL; j++)
         width[j] = (int)strlen(head[j]);
-    const char *memhead = "memory GiB used/capacity";
+    /* with the reserve known, the arena part too: what stages.txt lays out */
+    const char *memhead = info && info->has_reserve ? "memory GiB used/capacity, arena MiB"
+                                                    : "memory GiB used/capacity";
     width[NCOL] = (int)strlen(memhead);
     long devices_used = 0;
     for (int s = 0; s < nrows; s++) {
@@ -546,7 +575,11 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
         snprintf(r->cell[7], 64, "%.3f", st->t_f * 1e3);
         snprintf(r->cell[8], 64, "%.3f", st->t_b * 1e3);
         snprintf(r->cell[9], 64, "%.3f", st->c_next * 1e3);
-        snprintf(mem[s], 64, "%.2f / %.2f", st->mem_pred / GIB, d ? d->mem_bytes / GIB : 0.0);
+        int w = snprintf(mem[s], 64, "%.2f / %.2f", st->mem_pred / GIB,
+                         d ? d->mem_bytes / GIB : 0.0);
+        if (info && info->has_reserve && w > 0 && w < 64)
+            snprintf(mem[s] + w, (size_t)(64 - w), ", %.2f",
+                     (st->mem_pred - info->reserve_bytes) / 1048576.0);
         for (int j = 0; j < NCOL; j++)
             if ((int)strlen(r->cell[j]) > width[j])
                 width[j] = (int)strlen(r->cell[j]);

@@ -29,6 +29,15 @@ typedef struct PlanOutputInfo {
     const char *planner;        /* hetc plan --planner=NAME (NULL: omitted, HAPT) */
     const PlanMbCandidate *mb_cands; /* the microbatch sizes searched, ascending */
     int mb_ncand;               /* 0: the microbatch rows were pinned (--microbatch) */
+    /* (issue 17) the training precision planned ("fp32", "fp16-mixed",
+     * "bf16-mixed"; NULL: omitted) and the cluster file's dtype, when the
+     * plan's (cluster.dtype) is another (NULL: omitted) */
+    const char *precision, *cluster_dtype;
+    /* has_reserve: each stage's mem_pred holds reserve_bytes of runtime
+     * reserve (cost_model.h); plan.json then also gives the rest,
+     * mem_arena_pred_bytes: what the stage binary's arena holds */
+    int has_reserve;
+    double reserve_bytes;
 } PlanOutputInfo;
 
 /* η of Eq. 25 over every device of the cluster (devices no stage uses

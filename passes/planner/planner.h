@@ -144,6 +144,8 @@ typedef struct PlanStage {
     int delta;                    /* δ_i of Eq. 2 (0 for the last stage) */
     int delta_beyond_paper;       /* 1 when c_i > t_max and Eq. 11's form was used */
     double mem_pred;              /* predicted peak bytes per device */
+    double mem_static, mem_act;   /* (issue 17) its parts: mem_pred = mem_static + warmup x
+                                     mem_act (0, 0: not split, a seed planner's plan) */
     int zero, recompute;          /* (issue 9) ZeRO stage, RECOMPUTE_* of cost_model.h */
     /* Issue 18: forms a seed planner (hetc plan --planner=NAME) chooses that plan.json
      * records for the compiler to refuse by name (docs/PLAN_FORMAT.md); HAPT sets none. */

@@ -28,7 +28,7 @@ typedef struct StageOpts {
     const char *val_data;      /* --val-data FILE */
     int64_t val_every, val_batches;
     int64_t trace_spans;       /* --trace-spans: the trace ring's size per rank */
-    int trace, print_schedule;
+    int trace, print_schedule, print_memory;
     char metrics_default[PATH_MAX + 16];
     int64_t steps, ckpt_every;
     int64_t lr_horizon; /* --lr-horizon (0: the compiled --steps) */
@@ -77,6 +77,8 @@ static void usage(FILE *f, const char *prog) {
             "                           (default 10, at most the file's)\n"
             "  --print-schedule         print this stage's schedule table (F/B per microbatch)\n"
             "                           and exit\n"
+            "  --print-memory           print the arena this stage allocates per rank (bytes,\n"
+            "                           activation slots) and exit\n"
             "  --build-id               print the hetc compile build id of this binary and exit\n"
             "  --help                   this text\n",
             prog);
@@ -124,6 +126,10 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
         }
         if (!strcmp(a, "--print-schedule")) { /* before MPI, like --build-id */
             o->print_schedule = 1;
+            return 0;
+        }
+        if (!strcmp(a, "--print-memory")) { /* before MPI: what the planner is checked against */
+            o->print_memory = 1;
             return 0;
         }
         const char *names[] = {"--data", "--steps", "--checkpoint-dir", "--checkpoint-every",
@@ -190,7 +196,7 @@ static int parse_args(int argc, char **argv, StageOpts *o) {
     }
     if (o->val_data && !o->val_every) o->val_every = 10;
     if (o->val_data && !o->val_batches) o->val_batches = 10;
-    if (!o->data && !o->print_build_id) {
+    if (!o->data && !o->print_build_id && !o->print_memory) {
         fprintf(stderr, "stage: --data TOKENS.bin is required (see --help)\n");
         return -1;
     }
@@ -647,6 +653,19 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     StageConfig *c = &rt.cfg;
     if (o.print_build_id) {
         printf("%016llx\n", (unsigned long long)c->build_id);
+        stage_config_free(c);
+        return 0;
+    }
+    if (o.print_memory) { /* the one allocation the step loop works in (stage_be_arena_alloc) */
+        /* codegen/memplan.h: [params][accumulators][optimizer state][scalars][scratch][slots];
+         * the model state ends where the first scalar starts */
+        int64_t state = desc->slot_base, sc[3] = {c->off_lr, c->off_step, c->off_grad_norm};
+        for (int k = 0; k < 3; k++)
+            if (sc[k] >= 0 && sc[k] < state) state = sc[k];
+        printf("stage %d arena %lld bytes: model state %lld, scalars and scratch %lld, "
+               "%d activation slots of %lld\n", desc->stage, (long long)desc->arena_bytes,
+               (long long)state, (long long)(desc->slot_base - state), desc->nslots,
+               (long long)desc->slot_bytes);
         stage_config_free(c);
         return 0;
     }

@@ -52,6 +52,7 @@ def load(path):
 
 def plan_loads(path, nentries):
     p = run(["plan", MODEL, CLUSTER] + CTX + ["--global-batch", "16", "--profile-db", path,
+                                               "--precision", "cluster-dtype",
                                                "-o", os.path.join(WORK, "plan")])
     want = f"{nentries} entries (0 of another microbatch/seq/dtype skipped)"
     check(want in p.stderr, f"hetc plan --profile-db {path}: expected '{want}' in\n{p.stderr}")
@@ -65,8 +66,11 @@ os.makedirs(WORK)
 P = lambda name: os.path.join(WORK, name)
 
 # 1. analytic: the planner's own writer, same figures
+# the databases below are filed under the cluster's fp16 (hetc profile --dtype fp16): the
+# plans read them in that dtype (--precision cluster-dtype; the default plans fp32)
 run(["plan", MODEL, CLUSTER] + CTX + ["--global-batch", "16", "--write-profile-db",
-                                       P("plan_db.json"), "-o", P("plan0")])
+                                       P("plan_db.json"), "--precision", "cluster-dtype",
+                                       "-o", P("plan0")])
 run(["profile", "--device-type", "A100-80GB", MODEL] + CTX +
     ["--dtype", "fp16", "--analytic", "-o", P("analytic.json")])
 ref = [e for e in load(P("plan_db.json"))["entries"]

@@ -1,7 +1,7 @@
 """Multi-node mpirun for real (issue 19): launch.sh --hostfile over three "hosts".
 
 The compiled 3-stage example (gpt_tiny on tiny_hetero.yaml: stage_0 x1,
-stage_1 x1, stage_2 x2) runs from a hostfile naming 127.0.0.2, 127.0.0.3
+stage_1 x2, stage_2 x1) runs from a hostfile naming 127.0.0.2, 127.0.0.3
 and 127.0.0.4, one line per mesh as the generated hostfile template.
 OpenMPI's rsh launcher is pointed at tests/stages/local_rsh.sh, which runs
 what it is given on this machine in a namespace whose host name is the
@@ -60,7 +60,7 @@ if not check(p.returncode == 0, f"hetc compile exit {p.returncode}"):
     t.finish()
 stages = [int(x) for x in re.search(r"^stages=\(([^)]*)\)", open(os.path.join(out, "launch.sh")).read(),
                                     re.M).group(1).split()]
-check(stages == [1, 1, 2], f"want stage_0 x1, stage_1 x1, stage_2 x2 (one mesh each): {stages}")
+check(stages == [1, 2, 1], f"want stage_0 x1, stage_1 x2, stage_2 x1 (one mesh each): {stages}")
 # the generated template's slots, the names replaced by the stand-in hosts
 tmpl = [ln.split() for ln in open(os.path.join(out, "hostfile")) if ln.strip() and ln[0] != "#"]
 check(len(tmpl) == len(HOSTS), f"hostfile template: {tmpl}")
@@ -125,7 +125,7 @@ broken("stage_1 missing on one host",
 small = t.path("hostfile_small")
 with open(small, "w") as f:
     f.write("# two slots for four ranks\n127.0.0.2 slots=1\n127.0.0.3 slots=1  # a comment\n")
-broken("too few slots", [r"has 2 slots, the plan needs 4 ranks \(stage_0 x1 \+ stage_1 x1 \+ stage_2 x2\)"],
+broken("too few slots", [r"has 2 slots, the plan needs 4 ranks \(stage_0 x1 \+ stage_1 x2 \+ stage_2 x1\)"],
        {}, hf=small)
 
 left = ours("LOCAL_RSH_LOG=" + log)

@@ -3,7 +3,7 @@
 A three-node Slurm runs on this machine (tests/stages/slurmlocal.py:
 munged, slurmctld, a slurmd per node n1..n3, each node a UTS namespace of
 that name, 2 CPUs, no GRES, loopback only).  gpt_tiny compiled onto
-tiny_hetero.yaml (stage_0 x1, stage_1 x1, stage_2 x2, one mesh each) is
+tiny_hetero.yaml (stage_0 x1, stage_1 x2, stage_2 x1, one mesh each) is
 submitted as the build's own job.sbatch: `sbatch --wait job.sbatch --data
 ... --steps 10`, which runs launch.sh --slurm: a check of the allocation
 and of the stage binaries on every node, then srun --mpi=pmix
@@ -46,7 +46,7 @@ for o in (out, out_b):
         t.finish()
 stages = [int(x) for x in re.search(r"^stages=\(([^)]*)\)", open(os.path.join(out, "launch.sh")).read(),
                                     re.M).group(1).split()]
-check(stages == [1, 1, 2], f"want stage_0 x1, stage_1 x1, stage_2 x2 (one mesh each): {stages}")
+check(stages == [1, 2, 1], f"want stage_0 x1, stage_1 x2, stage_2 x1 (one mesh each): {stages}")
 sb = open(os.path.join(out, "job.sbatch")).read()
 check("#SBATCH --nodes=3" in sb and "#SBATCH --ntasks-per-node=2" in sb and "#SBATCH --time=" in sb,
       f"job.sbatch: {sb}")
@@ -88,7 +88,7 @@ try:
     bind = {int(m.group(1)): m.groups()[1:] for m in re.finditer(
         r"^\[hetrt rank (\d+)\] stage (\d+) dp \S+ tp \S+ on host (\S+): local rank (\d+) of (\d+), "
         r"slurm node (\S+) local id (\d+);", text, re.M)}
-    want = {0: ("0", "n1", 0, 1), 1: ("1", "n2", 0, 1), 2: ("2", "n3", 0, 2), 3: ("2", "n3", 1, 2)}
+    want = {0: ("0", "n1", 0, 1), 1: ("1", "n2", 0, 2), 2: ("1", "n2", 1, 2), 3: ("2", "n3", 0, 1)}
     check(sorted(bind) == [0, 1, 2, 3], f"a start-up line per rank: {sorted(bind)}")
     for r_, (stage, host, local, nlocal, node, localid) in sorted(bind.items()):
         check((stage, host, int(local), int(nlocal)) == want.get(r_),
@@ -109,8 +109,8 @@ try:
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
     check("submitting" in r.stderr and "job.sbatch" in r.stderr,
           f"launch.sh --slurm outside an allocation: {r.stderr[-300:]}")
-    check(r.returncode != 0 and re.search(r"has 2 tasks, the plan needs 4 \(stage_0 x1 \+ stage_1 x1 "
-                                          r"\+ stage_2 x2\)", text) is not None,
+    check(r.returncode != 0 and re.search(r"has 2 tasks, the plan needs 4 \(stage_0 x1 \+ stage_1 x2 "
+                                          r"\+ stage_2 x1\)", text) is not None,
           f"too few tasks: exit {r.returncode}: {text[-600:]}")
     print("too few tasks:", [ln for ln in text.splitlines() if ln.startswith("launch.sh")], flush=True)
 

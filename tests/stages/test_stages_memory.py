@@ -1,0 +1,140 @@
+"""Issue 17 (first slice): the planner's per-stage memory equals the arena
+the compiled stage binary allocates, in the precision that runs (fp32).
+
+For each (model, cluster) below, `hetc compile --precision fp32` plans and
+builds the stages; the oracle is each stage binary itself: `stage_K
+--print-memory` prints the arena its runtime allocates (the descriptor's
+arena_bytes, stage_be_arena_alloc), which the planner never sees.  Every
+stage's predicted model state (plan.json `mem_static_pred_bytes`: weights,
+gradients, AdamW m and v, without the runtime reserve) must be within TOL of
+the arena's model-state regions, and the slot count its K_i.  The whole
+arena against `mem_arena_pred_bytes` is printed, not asserted: the planner
+does not model the scratch region yet and estimates the activation slot
+from per-op rules (docs/PLANNER.md "Precision and the arena" has the
+measured gaps).  stages.txt must show both figures.  Also: plan.txt
+and plan.json state the precision; hetc plan without --precision plans
+exactly as --precision fp32; bf16-mixed is refused by compile, plan and
+train, naming it as not implemented; a plan.json made for another precision
+(--precision cluster-dtype on a cluster file that says fp16) is refused by
+hetc compile --plan.  No MPI run: the arena is what the binary would
+allocate at its start.
+"""
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stagetest  # noqa: E402
+from stagetest import StageTest, stages_txt  # noqa: E402
+
+TOL = 0.05  # the issue's "±5 %"
+
+t = StageTest("tiny_hetero.yaml", seq=64, mb=4, gb=16)
+LLAMA = os.path.join(stagetest.SRC, "tests", "models", "llama_op17.onnx")
+CASES = [
+    # (label, model, cluster, seq, microbatch, global batch)
+    ("gpt_tiny on tiny_hetero", stagetest.MODEL, "tiny_hetero.yaml", 64, 4, 16),
+    ("gpt_tiny on three_mesh", stagetest.MODEL, "three_mesh.yaml", 32, 2, 8),
+    ("llama_op17 on three_mesh", LLAMA, "three_mesh.yaml", 16, 2, 4),
+]
+
+
+def arena_of(binary):
+    """(arena, model state, scratch, slots, slot bytes) the stage binary prints."""
+    p = t.run([binary, "--print-memory"])
+    m = re.search(r"^stage \d+ arena (\d+) bytes: model state (\d+), scalars and scratch (\d+), "
+                  r"(\d+) activation slots of (\d+)", p.stdout, re.M)
+    t.check(p.returncode == 0 and m, f"{binary} --print-memory: {p.stdout!r} {p.stderr[-500:]!r}")
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+gaps = []
+for label, model, cluster, seq, mb, gb in CASES:
+    tag = label.replace(" ", "_")
+    out = t.path(tag)
+    t.model, t.seq = model, seq
+    p = t.compile(out, "--precision", "fp32", cluster=cluster, mb=mb, gb=gb)
+    if not t.check(p.returncode == 0, f"{label}: hetc compile failed"):
+        continue
+    plan = json.load(open(os.path.join(out, "plan.json")))
+    t.check(plan.get("precision") == "fp32" and plan["cluster"]["dtype"] == "fp32",
+            f"{label}: plan.json precision {plan.get('precision')} dtype {plan['cluster']['dtype']}")
+    txt = open(os.path.join(out, "plan.txt")).read()
+    t.check(re.search(r"^precision fp32 ", txt, re.M), f"{label}: plan.txt states no precision")
+    rows = stages_txt(out)
+    for st in plan["stages"]:
+        s = st["index"]
+        got = arena_of(os.path.join(out, f"stage_{s}"))
+        pred = st.get("mem_arena_pred_bytes")
+        if not t.check(got and pred is not None and "mem_static_pred_bytes" in st,
+                       f"{label}: stage {s}: no prediction or arena"):
+            continue
+        arena, state, scratch, nslots, slot = got
+        # the planner's K_i is the binary's slot count (H-1F1B's memory bound is the layout)
+        t.check(nslots == st["warmup"], f"{label}: stage {s}: {nslots} slots, K_i {st['warmup']}")
+        # model state: weights, gradients, AdamW m and v (and ZeRO's slice) at 4 B in fp32
+        if st["recompute"] == "none":
+            rel = (st["mem_static_pred_bytes"] - state) / state
+            t.check(abs(rel) <= TOL, f"{label}: stage {s}: model state predicted "
+                    f"{st['mem_static_pred_bytes']:.0f} B vs the arena's {state} B "
+                    f"({100 * rel:+.1f} %)")
+        # the whole arena: reported, the gap is in docs/PLANNER.md (activations, scratch)
+        rel = (pred - arena) / arena
+        act = st["mem_act_pred_bytes"]
+        print(f"{label}: stage {s} layers {st['layers']} dp {st['dp']} K {nslots}: arena "
+              f"{arena / 2**20:.3f} MiB predicted {pred / 2**20:.3f} MiB ({100 * rel:+.1f} %); "
+              f"state {state} / {st['mem_static_pred_bytes']:.0f} B, slot {slot} / {act:.0f} B, "
+              f"scratch {scratch} / 0 B", flush=True)
+        gaps.append(rel)
+        # mem_pred = the arena part + runtime_reserve_bytes; stages.txt shows both sides
+        t.check(abs(st["mem_pred_bytes"] - pred - plan["runtime_reserve_bytes"]) < 1,
+                f"{label}: stage {s}: mem_pred_bytes is not arena + reserve")
+        f = rows.get(s)
+        t.check(f is not None and len(f) >= 11 and abs(float(f[8]) - arena / 2**20) < 0.006 and
+                abs(float(f[10]) - pred / 2**20) < 0.006,
+                f"{label}: stage {s}: stages.txt row {f} vs arena {arena}, prediction {pred}")
+if gaps:
+    print(f"whole arena vs prediction over {len(gaps)} stages: {100 * min(gaps):+.1f} % .. "
+          f"{100 * max(gaps):+.1f} % (not yet within {100 * TOL:.0f} %: docs/PLANNER.md)")
+
+# hetc plan without --precision is --precision fp32 (the default), and says so
+t.model, t.seq = stagetest.MODEL, 64
+common = [stagetest.MODEL, os.path.join(stagetest.CLUSTERS, "tiny_hetero.yaml"), "--seq", "64",
+          "--microbatch", "4", "--global-batch", "16", "--threads", "2"]
+pa = t.run([t.hetc, "plan", *common, "-o", t.path("plan_default")])
+pb = t.run([t.hetc, "plan", *common, "--precision", "fp32", "-o", t.path("plan_fp32")])
+if t.check(pa.returncode == 0 and pb.returncode == 0, "hetc plan failed"):
+    t.check(open(t.path("plan_default", "plan.json")).read() ==
+            open(t.path("plan_fp32", "plan.json")).read(),
+            "hetc plan's default differs from --precision fp32")
+    t.check("dtype fp16 is not used" in pa.stderr, "hetc plan does not say the file's fp16 is unused")
+
+# bf16-mixed: refused everywhere, as not implemented (never faked)
+for cmd in ([t.hetc, "plan", *common, "-o", t.path("bf16_plan")],
+            [t.hetc, *common, "-o", t.path("bf16_compile")],
+            [t.hetc, "train", stagetest.MODEL, "--data", stagetest.DATA, "--steps", "1",
+             "--checkpoint-dir", t.path("bf16_train")]):
+    p = t.run(cmd + ["--precision", "bf16-mixed"], quiet=True)
+    t.check(p.returncode == 2 and "bf16-mixed is not implemented yet" in p.stderr,
+            f"{cmd[1]}: bf16-mixed: exit {p.returncode}: {p.stderr[-400:]}")
+    t.check(not os.path.exists(cmd[-1]) or cmd[1] == "train", f"{cmd[1]}: bf16-mixed wrote output")
+p = t.run([t.hetc, "plan", *common, "--precision", "fp64", "-o", t.path("bad")], quiet=True)
+t.check(p.returncode == 2 and "--precision expects fp32 or bf16-mixed" in p.stderr,
+        f"--precision fp64: {p.stderr[-300:]}")
+
+# cluster-dtype: hetc plan's what-if in the file's fp16, which hetc compile refuses
+pc = t.run([t.hetc, "plan", *common, "--precision", "cluster-dtype", "-o", t.path("plan_c")])
+if t.check(pc.returncode == 0, "hetc plan --precision cluster-dtype failed"):
+    q = json.load(open(t.path("plan_c", "plan.json")))
+    t.check(q.get("precision") == "fp16-mixed" and q["cluster"]["dtype"] == "fp16",
+            f"cluster-dtype plan: precision {q.get('precision')}, dtype {q['cluster']['dtype']}")
+    t.check("planning what-if" in open(t.path("plan_c", "plan.txt")).read(),
+            "cluster-dtype plan.txt does not call it a what-if")
+    p = t.compile(t.path("from_c"), "--plan", t.path("plan_c", "plan.json"), quiet=True)
+    t.check(p.returncode != 0 and '"precision" "fp16-mixed"' in p.stderr,
+            f"compile --plan of an fp16-mixed plan: exit {p.returncode}: {p.stderr[-400:]}")
+p = t.run([t.hetc, *common, "--precision", "cluster-dtype", "-o", t.path("c_compile")], quiet=True)
+t.check(p.returncode == 2 and "for hetc plan only" in p.stderr,
+        f"compile --precision cluster-dtype: {p.stderr[-300:]}")
+t.finish()
