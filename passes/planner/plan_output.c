@@ -497,13 +497,10 @@ typedef struct Row {
     char cell[NCOL][64];
 } Row;
 
-int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
-                   const TimelineEvent *ev, int nev)
+/* plan.txt's lines above the table: model, cluster, precision, memory
+ * terms, schedule and mesh order, the microbatch size (searched or pinned) */
+static void txt_header(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info)
 {
-    static const char *const head[NCOL] = {"stage", "layers", "mesh", "device", "submesh",
-                                           "intra-op", "K_i", "fwd ms", "bwd ms", "comm ms"};
-    /* memory is the 11th column, kept apart: it is the widest */
-    double iter = plan_iteration_time(p, info, ev, nev);
     fprintf(f, "hetc plan: model %s on cluster %s (%d devices, %s)\n",
             info && info->model ? info->model : "unknown", c->name, cluster_total_devices(c),
             dtype_of(c));
@@ -539,6 +536,16 @@ int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutpu
         }
         fputs(info->mb_ncand > 0 ? "\n" : ")\n", f);
     }
+}
+
+int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
+                   const TimelineEvent *ev, int nev)
+{
+    static const char *const head[NCOL] = {"stage", "layers", "mesh", "device", "submesh",
+                                           "intra-op", "K_i", "fwd ms", "bwd ms", "comm ms"};
+    /* memory is the 11th column, kept apart: it is the widest */
+    double iter = plan_iteration_time(p, info, ev, nev);
+    txt_header(f, p, c, info);
     fputs("\n", f);
 
     int nrows = p->nstages;

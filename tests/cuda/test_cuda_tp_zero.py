@@ -35,6 +35,10 @@ import sys
 from cudatest import (CLUSTER, DATA, MODEL, OPT, check, finish, fresh, gpu_count, losses,
                       run)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "stages"))
+from stagetest import head_dp2  # noqa: E402
+
 MODE, HETC, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 STEPS = 12
 RECORDS = ("tp", "tpshard", "zero", "zslice")
@@ -72,22 +76,6 @@ def worst_rel(got, ref):
         rel = abs(v - r) / max(abs(r), 1e-30)
         w = max(w, rel if rel == rel else 1.0)
     return w
-
-
-def head_dp2(st):
-    """Issue 17: planned in fp32, tiny_hetero's 16 blocks go to the two V100s
-    (DP 2) and the head to the A100; the fp16 plan before it had them the
-    other way round.  This test's shape is the latter: the blocks' stage DP 1
-    (it gets TP 2 below), the head (last) stage DP 2, on the planner's meshes
-    and warm-ups (hetc compile --plan runs any dp x tp as ranks).  Returns the
-    blocks' stage."""
-    big = max(range(len(st)), key=lambda s: st[s]["layers"][1] - st[s]["layers"][0])
-    last = len(st) - 1
-    if st[big]["dp"] == 2 and big != last and st[last]["dp"] == 1:
-        st[big]["dp"], st[last]["dp"] = 1, 2
-        st[big].pop("rows", None)
-        st[last].pop("rows", None)
-    return big
 
 
 fresh(WORK)

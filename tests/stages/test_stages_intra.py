@@ -15,23 +15,7 @@ import os
 import shutil
 import sys
 
-from stagetest import StageTest
-
-
-def head_dp2(st):
-    """Issue 17: planned in fp32, tiny_hetero's 16 blocks go to the two V100s
-    (DP 2) and the head to the A100; the fp16 plan before it had them the
-    other way round.  This test's shape is the latter: the blocks' stage DP 1
-    (it gets TP 2 below), the head (last) stage DP 2, on the planner's meshes
-    and warm-ups (hetc compile --plan runs any dp x tp as ranks).  Returns the
-    blocks' stage."""
-    big = max(range(len(st)), key=lambda s: st[s]["layers"][1] - st[s]["layers"][0])
-    last = len(st) - 1
-    if st[big]["dp"] == 2 and big != last and st[last]["dp"] == 1:
-        st[big]["dp"], st[last]["dp"] = 1, 2
-        st[big].pop("rows", None)
-        st[last].pop("rows", None)
-    return big
+from stagetest import StageTest, head_dp2
 
 
 t = StageTest("tiny_hetero.yaml", horizon=25)
