@@ -116,16 +116,6 @@ def make_optimizer(model):
                              lr=LR, betas=BETAS, eps=EPS)
 
 
-ONE_DEVICE_YAML = """# bench/train_host: one device, so hetc compile makes a one-stage program
-name: one-host
-dtype: fp32
-meshes:
-  - name: host
-    device: A100-80GB
-    nodes: 1
-    devices_per_node: 1
-    intra_node: {bandwidth_gbps: 2400, latency_us: 5}
-"""
 
 TIME = "/usr/bin/time"  # GNU time (Debian package time): peak RSS of each run
 CONTENDERS = ("hetc", "launch", "eager", "compile", "llmc")
@@ -209,9 +199,7 @@ def hetc_steps(out, B, T, steps, what):
 
 def build_launch(hetc, onnx_path, B, T, work, name):
     """hetc compile onto one device: a one-stage program and its launch.sh."""
-    yaml_path = os.path.join(work, "one_device.yaml")
-    with open(yaml_path, "w") as f:
-        f.write(ONE_DEVICE_YAML)
+    yaml_path = os.path.join(ROOT, "examples", "clusters", "one_host.yaml")
     out = os.path.join(work, f"stage_{name}")
     shutil.rmtree(out, ignore_errors=True)
     cmd = [hetc, "compile", onnx_path, yaml_path, "-o", out, "--microbatch", str(B),

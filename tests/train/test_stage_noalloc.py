@@ -26,20 +26,9 @@ import tempfile
 HETC, SRC, SO = sys.argv[1], sys.argv[2], sys.argv[3]
 MODEL = os.path.join(SRC, "examples/gpt_tiny.onnx")
 DATA = os.path.join(SRC, "examples/tiny_corpus.bin")
-ONE_DEVICE = """name: one-host
-dtype: fp32
-meshes:
-  - name: host
-    device: A100-80GB
-    nodes: 1
-    devices_per_node: 1
-    intra_node: {bandwidth_gbps: 2400, latency_us: 5}
-"""
 LOSS = re.compile(r"^step\s+(\d+)/\d+ \| loss (\S+)", re.M)
 tmp = tempfile.mkdtemp(prefix="hetc_stage_noalloc_")
-cluster = os.path.join(tmp, "one.yaml")
-with open(cluster, "w") as f:
-    f.write(ONE_DEVICE)
+cluster = os.path.join(SRC, "examples/clusters/one_host.yaml")
 out = os.path.join(tmp, "prog")
 p = subprocess.run([HETC, "compile", MODEL, cluster, "-o", out, "--microbatch", "4",
                     "--global-batch", "4", "--seq", "64"], capture_output=True, text=True)

@@ -59,15 +59,6 @@ HEAVY = re.compile(r"LLVM|cublas|cudart|libcuda\.|nccl|hetc_llvm|hetc_cudaprof")
 LOADED = re.compile(r"^\s*\d+:\s+file=(\S+)", re.M)
 PARAMS = re.compile(r"hetc train: .*?, (\d+) parameters \((\d+) elements\)")
 STATS = re.compile(r"exec: train arena (\d+) B \(outputs (\d+) B\).*?\| update arena (\d+) B")
-ONE_DEVICE_YAML = """name: one-host
-dtype: fp32
-meshes:
-  - name: host
-    device: A100-80GB
-    nodes: 1
-    devices_per_node: 1
-    intra_node: {bandwidth_gbps: 2400, latency_us: 5}
-"""
 fails = []
 
 
@@ -121,9 +112,7 @@ heavy = sorted({l for l in libs if HEAVY.search(l)})
 print(f"hetc train loaded {len(libs)} objects; LLVM / CUDA among them: {heavy or 'none'}")
 if heavy:
     fails.append(f"hetc train loaded {heavy}")
-yaml = os.path.join(tmp, "one_device.yaml")
-with open(yaml, "w") as f:
-    f.write(ONE_DEVICE_YAML)
+yaml = os.path.join(SRC, "examples/clusters/one_host.yaml")
 rc, out, err, libs = loaded([HETC, "compile", MODEL, yaml, "-o", os.path.join(tmp, "stage"),
                              "--microbatch", "4", "--global-batch", "4", "--seq", "64"])
 if rc:
