@@ -377,7 +377,7 @@ static int parse_mesh(Ctx *c, const yaml_node_t *n, int idx, MeshSpec *m, const 
     snprintf(sub, sizeof sub, "%s.device", path);
     if (parse_device(c, v, sub, &m->dev))
         return -1;
-    if (!(dtype_peak(&m->dev, dtype) > 0))
+    if (dtype && !(dtype_peak(&m->dev, dtype) > 0))
         return fail(c, v, sub, "device '%s' has no %s tensor throughput; set 'dtype: fp16' "
                     "(or fp32) at the top level, or give tflops_%s", m->dev.name, dtype, dtype);
     if (require(c, n, path, "nodes", "number of nodes N", &v))
@@ -480,8 +480,9 @@ static int parse_root(Ctx *c, yaml_node_t *root, ClusterSpec *cl)
     yaml_node_t *v;
     if ((v = lookup(c, root, "name")) && get_name(c, v, "name", cl->name, sizeof cl->name))
         return -1;
-    snprintf(cl->dtype, sizeof cl->dtype, "bf16");
+    int dtype_given = 0;
     if ((v = lookup(c, root, "dtype"))) {
+        dtype_given = 1;
         const char *s = scalar(v);
         if (!s || (strcmp(s, "bf16") && strcmp(s, "fp16") && strcmp(s, "fp32"))) {
             char got[96];
@@ -508,7 +509,7 @@ static int parse_root(Ctx *c, yaml_node_t *root, ClusterSpec *cl)
         return ir_errorf(c->err, "%s: out of memory", c->file);
     for (int i = 0; i < nm; i++) {
         yaml_node_t *mn = node(c, v->data.sequence.items.start[i]);
-        if (parse_mesh(c, mn, i, &cl->meshes[i], cl->dtype))
+        if (parse_mesh(c, mn, i, &cl->meshes[i], dtype_given ? cl->dtype : NULL))
             return -1;
         int dup = mesh_index(cl, cl->meshes[i].name);
         cl->nmeshes = i + 1;
@@ -517,6 +518,22 @@ static int parse_root(Ctx *c, yaml_node_t *root, ClusterSpec *cl)
             snprintf(path, sizeof path, "meshes[%d].name", i);
             return fail(c, lookup(c, mn, "name"), path, "duplicate mesh name '%s' (also meshes[%d])",
                         cl->meshes[i].name, dup);
+        }
+    }
+
+    /* No dtype in the file: the best 16-bit dtype every device has (bf16,
+     * else fp16 -- V100s and T4s beside newer cards --, else fp32), so a
+     * cluster that never asks for bf16 is not refused for lacking it (the
+     * default --precision fp32 does not use this key at all). */
+    if (!dtype_given) {
+        static const char *const order[] = {"bf16", "fp16", "fp32"};
+        for (int k = 0; k < 3; k++) {
+            int all = 1;
+            for (int i = 0; i < nm; i++)
+                all &= dtype_peak(&cl->meshes[i].dev, order[k]) > 0;
+            snprintf(cl->dtype, sizeof cl->dtype, "%s", order[k]);
+            if (all)
+                break;
         }
     }
 

@@ -50,7 +50,8 @@ typedef struct ClusterSpec {
     int nmeshes;
     LinkSpec *links;
     int nlinks;
-    char dtype[8];          /* training compute dtype: "bf16" (default), "fp16", "fp32" */
+    char dtype[8];          /* 16-bit peak key: "bf16", "fp16", "fp32"; without the
+                             * file's dtype the best every device has (bf16 first) */
 } ClusterSpec;
 
 /* Built-in catalog (passes/planner/catalog.c). */

@@ -61,8 +61,8 @@ static const Case CASES[] = {
      "    devices_per_node: 1\n", {"bad.yaml:3:", "meshes[0].device", "unknown key 'memory'", "memory_gb"}},
     {"custom device incomplete", "meshes:\n  - name: a\n    device: {name: X1, memory_gb: 3}\n    nodes: 1\n"
      "    devices_per_node: 1\n", {"bad.yaml:3:", "meshes[0].device", "missing required key 'tflops_fp32'"}},
-    {"no bf16 on V100", "meshes:\n  - name: a\n    device: V100-32GB\n    nodes: 1\n    devices_per_node: 1\n",
-     {"bad.yaml:3:", "meshes[0].device", "bf16", "dtype: fp16"}},
+    {"no bf16 on V100", "dtype: bf16\nmeshes:\n  - name: a\n    device: V100-32GB\n    nodes: 1\n"
+     "    devices_per_node: 1\n", {"bad.yaml:4:", "meshes[0].device", "bf16", "dtype: fp16"}},
     {"missing intra_node", "meshes:\n  - name: a\n    device: A10\n    nodes: 1\n    devices_per_node: 4\n",
      {"bad.yaml:2:", "meshes[0]", "missing required key 'intra_node'"}},
     {"missing inter_node", "meshes:\n  - name: a\n    device: A10\n    nodes: 2\n    devices_per_node: 1\n",
@@ -145,6 +145,32 @@ int main(void)
         printf("FAIL [valid base]: %s\n", err.msg);
         failures++;
     } else {
+        cluster_free(&cl);
+    }
+    /* Without a dtype key the cluster keys the best 16-bit peak every device
+     * has: bf16 for A100 + A10, fp16 once a V100 joins (bf16 would refuse it,
+     * which the default --precision fp32 never needs), fp32 for a device with
+     * an fp32 figure only. */
+    static const struct { const char *yaml, *want; } DEF[] = {
+        {"meshes:\n" MESH_A MESH_B LINK, "bf16"},
+        {"meshes:\n" MESH_B "  - {name: v, device: V100-32GB, nodes: 1, devices_per_node: 1}\n"
+         "default_link: {bandwidth_gbps: 10, latency_us: 5}\n", "fp16"},
+        {"meshes:\n  - {name: x, device: {name: X1, memory_gb: 8, tflops_fp32: 5, tflops_fp16: 0,"
+         " hbm_gbytes_s: 100},"
+         " nodes: 1, devices_per_node: 1}\n", "fp32"},
+    };
+    for (int t = 0; t < 3; t++) {
+        if (cluster_load_yaml_string(DEF[t].yaml, "default.yaml", &cl, &err)) {
+            printf("FAIL [default dtype %d]: %s\n", t, err.msg);
+            failures++;
+            continue;
+        }
+        if (strcmp(cl.dtype, DEF[t].want)) {
+            printf("FAIL [default dtype %d]: got %s, expected %s\n", t, cl.dtype, DEF[t].want);
+            failures++;
+        } else {
+            printf("ok   [default dtype %d] %s\n", t, cl.dtype);
+        }
         cluster_free(&cl);
     }
     printf("%d cases, %d failures\n", n, failures);
