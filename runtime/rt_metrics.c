@@ -28,7 +28,23 @@ fail:
     return -1;
 }
 
+/* VmHWM is this address space's high-water mark.  getrusage's ru_maxrss is
+ * kept across execve, so a binary started from a large parent (a Python test
+ * or bench forks itself first) reported the parent's peak; VmHWM starts anew
+ * with the exec.  getrusage stays as the fallback without /proc. */
 double rt_peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        double kb = -1;
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "VmHWM:", 6)) {
+                kb = strtod(line + 6, NULL);
+                break;
+            }
+        fclose(f);
+        if (kb > 0) return kb * 1024.0;
+    }
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru)) return 0;
     return (double)ru.ru_maxrss * 1024.0; /* Linux: kilobytes */

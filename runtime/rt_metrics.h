@@ -54,7 +54,7 @@ int rt_metrics_close(RtMetrics *m, char *err, size_t errlen);
 int rt_loss_svg_write(FILE *f, const double *pt, int64_t n, const char *title);
 /* mkdir -p of the folder holding `path`.  0, or -1 with err. */
 int rt_mkdirs_for(const char *path, char *err, size_t errlen);
-/* Peak resident set size of this process, bytes. */
+/* Peak resident set size of this process since its exec, bytes. */
 double rt_peak_rss_bytes(void);
 
 #endif

@@ -42,6 +42,7 @@ measures it.
 (--libraries-only: check 1 alone, for the sanitizer build, whose shadow
 memory and allocator make check 2's resident sizes meaningless.)
 """
+import json
 import os
 import re
 import struct
@@ -160,6 +161,32 @@ for name, (extra, state) in CASES.items():
     if added > bound:
         fails.append(f"{name}: hetc train added {added} B to its start-up RSS, more than "
                      f"the {bound} B its parameters, state, arenas and files account for")
+
+# ------------------------------------------- 3. the peak RSS hetc reports
+# metrics.jsonl's peak_rss_bytes is the process's own since its exec: with
+# this Python holding a 256 MB ballast, a child it forks must not report the
+# ballast (getrusage's ru_maxrss would: it survives execve; GNU time in
+# between hides that, so the reporting run is forked directly).
+ballast = bytearray(256 << 20)
+for i in range(0, len(ballast), 4096):
+    ballast[i] = 1
+mfile = os.path.join(tmp, "metrics.jsonl")
+cmd = train[:6] + ["2", "--no-checkpoint", "--metrics", mfile]
+rc, out, err = run(cmd)  # forked by this Python itself, not through GNU time
+del ballast
+rep = []
+if not rc:
+    with open(mfile) as f:
+        rep = [json.loads(l)["stages"][0]["peak_rss_bytes"] for l in f if '"stages"' in l]
+    rc, out, err, peak = run_rss(cmd)  # the same run's peak, measured from outside
+if rc or not rep:
+    fails.append(f"metrics run: hetc train failed ({rc}) or wrote no stages:\n{err[-2000:]}")
+else:
+    print(f"reported peak RSS {rep[-1] / 1e6:.1f} MB; GNU time {peak / 1e6:.1f} MB "
+          f"(this Python held a 268 MB ballast)")
+    if abs(rep[-1] - peak) > 0.25 * peak + (4 << 20):
+        fails.append(f"metrics.jsonl peak_rss_bytes {rep[-1]} is not the process's own peak "
+                     f"{peak} B (GNU time)")
 for f in fails:
     print("FAIL", f)
 sys.exit(1 if fails else 0)
