@@ -26,9 +26,17 @@ side.  The first --warmup steps of every run are untimed (first-touch
 allocation, BLAS threads, torch.compile's compilation).  Peak RSS is the
 process tree's (wait4's ru_maxrss: the largest process).
 
+--precision bf16-mixed runs hetc and launch with `--precision bf16-mixed` and
+eager / compile under torch.autocast("cpu", dtype=torch.bfloat16) (fp32
+master weights and AdamW); `both` runs every contender in fp32 and again in
+bf16 (named hetc-bf16, eager-bf16, ...), alternating, so the two precisions'
+figures come from one run.  llm.c's CPU trainer is fp32 only.
+
 Sanity check (exit status 1 if it fails): every contender's step-1 loss
 equals eager's within 1e-3 relative (step 1 runs the initial weights on the
-first batch; llm.c reads the same first batch: its shuffling is turned off).
+first batch; llm.c reads the same first batch: its shuffling is turned off);
+a bf16 contender's equals eager-bf16's within 2e-2 (bf16 rounding of GEMM
+inputs; hetc and autocast cast at different places).
 Batching is llm.c's: step k reads B*T+1 tokens at offset k*B*T.
 """
 import argparse
@@ -175,9 +183,9 @@ def peak_rss_mb_of(cmd, env=None, cwd=None):
     return p.returncode, p.stdout, p.stderr, wall, int(lines[-1]) / 1024.0 if lines else float("nan")
 
 
-def run_hetc(hetc, onnx_path, data, B, T, steps, out_dir, env):
+def run_hetc(hetc, onnx_path, data, B, T, steps, out_dir, env, precision="fp32"):
     cmd = [hetc, "train", onnx_path, "--data", data, "--steps", str(steps), "--microbatch", str(B),
-           "--seq", str(T), "--no-checkpoint", "-o", out_dir]
+           "--seq", str(T), "--no-checkpoint", "-o", out_dir, "--precision", precision]
     rc, out, err, wall, rss = peak_rss_mb_of(cmd, env=env)
     if rc != 0:
         sys.exit(f"hetc train failed ({rc}): {' '.join(cmd)}\n{out}\n{err}")
@@ -197,13 +205,13 @@ def hetc_steps(out, B, T, steps, what):
     return times, losses
 
 
-def build_launch(hetc, onnx_path, B, T, work, name):
+def build_launch(hetc, onnx_path, B, T, work, name, precision="fp32"):
     """hetc compile onto one device: a one-stage program and its launch.sh."""
     yaml_path = os.path.join(ROOT, "examples", "clusters", "one_host.yaml")
-    out = os.path.join(work, f"stage_{name}")
+    out = os.path.join(work, f"stage_{name}_{precision}")
     shutil.rmtree(out, ignore_errors=True)
     cmd = [hetc, "compile", onnx_path, yaml_path, "-o", out, "--microbatch", str(B),
-           "--global-batch", str(B), "--seq", str(T)]
+           "--global-batch", str(B), "--seq", str(T), "--precision", precision]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"hetc compile failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
@@ -221,10 +229,10 @@ def run_launch(launch, data, B, T, steps, env):
     return hetc_steps(out, B, T, steps, "launch.sh") + (wall, rss)
 
 
-def run_torch_worker(mode, name, args, work, B, T, steps, env):
+def run_torch_worker(mode, name, args, work, B, T, steps, env, precision="fp32"):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--models", name,
            "--threads", str(args.threads), "--steps", str(steps), "--tiny-batch", args.tiny_batch,
-           "--gpt2-batch", args.gpt2_batch, "--keep", work]
+           "--gpt2-batch", args.gpt2_batch, "--keep", work, "--precision", precision]
     rc, out, err, wall, rss = peak_rss_mb_of(cmd, env=env)
     if rc != 0:
         sys.exit(f"torch {mode} worker failed ({rc}):\n{out}\n{err[-3000:]}")
@@ -232,8 +240,10 @@ def run_torch_worker(mode, name, args, work, B, T, steps, env):
     return r["times"], r["losses"], wall, rss
 
 
-def torch_train(model0, tokens, B, T, steps, compiled):
-    """Train a fresh copy of model0 for `steps` steps; per-step seconds and losses."""
+def torch_train(model0, tokens, B, T, steps, compiled, bf16=False):
+    """Train a fresh copy of model0 for `steps` steps; per-step seconds and losses.
+    bf16: forward and loss under torch.autocast("cpu", bfloat16), what a user
+    of CPU mixed precision writes; the weights and AdamW stay fp32."""
     model = copy.deepcopy(model0).train()
     fwd = torch.compile(model) if compiled else model
     opt = make_optimizer(model)
@@ -241,8 +251,9 @@ def torch_train(model0, tokens, B, T, steps, compiled):
     for k in range(steps):
         t0 = time.perf_counter()
         x, y = batch_at(tokens, k, B, T)
-        logits = fwd(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = fwd(x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
@@ -355,17 +366,22 @@ def bench_case(name, args, work, which):
     cfg, onnx_path, data, steps, B, T, model0 = model_case(name, args, work)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     runners = {}
-    if "hetc" in which:
-        runners["hetc"] = lambda: run_hetc(args.hetc, onnx_path, data, B, T, steps,
-                                           os.path.join(work, "hetc_out"), env)
-    if "launch" in which:
-        launch = build_launch(args.hetc, onnx_path, B, T, work, name)
-        runners["launch"] = lambda: run_launch(launch, data, B, T, steps, env)
-    for mode in ("eager", "compile"):
-        if mode in which:
-            runners[mode] = (lambda m: lambda: run_torch_worker(m, name, args, work, B, T,
-                                                                steps, env))(mode)
-    if "llmc" in which and args.llmc:
+    precs = ["fp32", "bf16-mixed"] if args.precision == "both" else [args.precision]
+    for pr in precs:
+        sfx = "" if pr == "fp32" else "-bf16"
+        if "hetc" in which:
+            runners["hetc" + sfx] = (lambda pr: lambda: run_hetc(
+                args.hetc, onnx_path, data, B, T, steps, os.path.join(work, "hetc_out"), env,
+                pr))(pr)
+        if "launch" in which:
+            launch = build_launch(args.hetc, onnx_path, B, T, work, name, pr)
+            runners["launch" + sfx] = (lambda l: lambda: run_launch(l, data, B, T, steps,
+                                                                     env))(launch)
+        for mode in ("eager", "compile"):
+            if mode in which:
+                runners[mode + sfx] = (lambda m, pr: lambda: run_torch_worker(
+                    m, name, args, work, B, T, steps, env, pr))(mode, pr)
+    if "llmc" in which and args.llmc and "fp32" in precs:
         d = prepare_llmc(args.llmc, work, cfg, model0, data, B, T, steps)
         if d:
             runners["llmc"] = lambda: run_llmc(d, B, T, steps, env)
@@ -383,23 +399,28 @@ def bench_case(name, args, work, which):
               f"load {os.getloadavg()[0]:.2f}", flush=True)
     print(f"{name}: B={B} T={T} steps={steps} (first {args.warmup} untimed) rounds={args.rounds} "
           f"threads={args.threads}; load average now {os.getloadavg()[0]:.2f}")
-    ref = res.get("eager")
     ok = True
     for k, v in res.items():
         med = statistics.median(v["tps"])
+        bf = k.endswith("-bf16")
+        refname = "eager-bf16" if bf else "eager"
+        ref = res.get(refname)
+        tol = 2e-2 if bf else 1e-3
         rel = abs(v["loss1"] - ref["loss1"]) / abs(ref["loss1"]) if ref else 0.0
-        good = rel <= 1e-3
+        good = rel <= tol
         ok &= good
-        print(f"  {k:8s} {med:10.1f} tok/s ({statistics.median(v['ms']):.0f} ms/step; rounds "
+        print(f"  {k:12s} {med:10.1f} tok/s ({statistics.median(v['ms']):.0f} ms/step; rounds "
               f"{', '.join(f'{t:.1f}' for t in v['tps'])}); peak RSS {max(v['rss']):.0f} MB; "
-              f"step-1 loss {v['loss1']:.7f}{'' if good else ' FAIL (> 1e-3 from eager)'}; "
+              f"step-1 loss {v['loss1']:.7f}"
+              f"{'' if good else f' FAIL (> {tol:g} from {refname})'}; "
               f"step-{steps} {v['last']:.5f}")
-    for h in ("hetc", "launch"):
+    for h in ("hetc", "launch", "hetc-bf16", "launch-bf16"):
         if h not in res:
             continue
         hm = statistics.median(res[h]["tps"])
         ratios = [f"{hm / statistics.median(res[o]['tps']):.3f}x {o}" for o in res
-                  if o not in ("hetc", "launch")]
+                  if not o.startswith(("hetc", "launch")) or
+                  (h.endswith("-bf16") and o == h[:-5])]
         print(f"  {h}: {', '.join(ratios)}")
     return ok
 
@@ -411,7 +432,7 @@ def worker(args):
     work = args.keep
     cfg, onnx_path, data, steps, B, T, model0 = model_case(args.models, args, work)
     times, losses = torch_train(model0, read_llmc_tokens(data), B, T, steps,
-                                args.worker == "compile")
+                                args.worker == "compile", args.precision == "bf16-mixed")
     print(json.dumps({"times": times, "losses": losses}))
 
 
@@ -430,6 +451,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="threads of every contender (torch.set_num_threads, OMP_NUM_THREADS)")
     ap.add_argument("--keep", default=None, help="work directory to keep (default: a temp dir)")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16-mixed", "both"),
+                    help="hetc's --precision; torch under CPU autocast for bf16-mixed; both: "
+                         "each contender in each, one run")
     ap.add_argument("--worker", choices=("eager", "compile"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
