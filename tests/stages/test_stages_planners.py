@@ -7,13 +7,16 @@ tests' batch shape: seq 64, microbatch 4, global batch 16):
 
 - hetc plan writes plan.json (a plan the binaries cannot run too: it records
   the forms it needs, docs/PLAN_FORMAT.md);
+- a compiled plan's launch.sh places every rank on the mesh plan.json gives
+  it (rank_mesh; a DP group over several meshes, "parts", part by part: Zorse
+  on tiny_hetero, MUST_RUN) and no rank's row count is 0;
 - `hetc --plan plan.json` either compiles it, and then launch.sh's 10 steps
   equal `hetc train` on the same global batch and microbatching (the plan's
   rows per microbatch = global_batch / microbatches, accum = microbatches)
   to 1e-5 relative; or refuses it, and then the plan records a form the
   binaries lack and the refusal names every such stage and each form it
-  needs.  Which forms a stage needs is read from plan.json's keys ("parts",
-  "zero" on such a stage, "group", "pipe"; a "dp" above the
+  needs.  Which forms a stage needs is read from plan.json's keys ("group",
+  "pipe"; a "dp" above the
   rows of a microbatch: a DP rank without a row), not from the message.
   A plan that records no such form must compile; one that does must be
   refused.  "offload" is no such form since issue 18 item 4: an offloaded
@@ -49,6 +52,9 @@ PLANNERS = ["hapt", "uniform", "coarse", "coarse-blocks", "metis", "metis-mem", 
 CASES = [(c, p) for c in ("tiny_hetero.yaml", "three_mesh.yaml") for p in PLANNERS]
 # plans that record no form the binaries lack: they must compile and run
 MUST_RUN = {("three_mesh.yaml", p) for p in ("hapt", "coarse", "coarse-blocks")}
+# Zorse's DP group over the v100 and a100 meshes (plan.json parts) runs since
+# launch.sh places each part's ranks on its mesh
+MUST_RUN |= {("tiny_hetero.yaml", "zorse")}
 STEPS = 10
 t = StageTest("tiny_hetero.yaml", horizon=STEPS)
 check = t.check
@@ -74,11 +80,8 @@ def forms_of(plan):
     meshes = {}
     for k, s in enumerate(plan["stages"]):
         w = []
-        if len(s.get("parts", [])) > 1:
-            w.append("heterogeneous data parallelism")
-            w += [f"{q['devices']} x {q['mesh']}" for q in s["parts"]]
-            if s.get("zero", 0):
-                w.append(f"ZeRO-{s['zero']} on that uneven DP group")
+        # "parts" (a DP group over several meshes) runs: launch.sh places
+        # each part's ranks on its mesh (placed() below checks it)
         if s.get("group", 0) > 0:
             w.append("ministages sharing devices")
         if w:
@@ -120,6 +123,27 @@ def refusal_names_forms(label, err, plan):
     return sorted(need), bool(whole)
 
 
+def placed(label, plan, out):
+    """launch.sh's rank_mesh gives every rank the mesh plan.json puts it on:
+    a stage's DP ranks x TP in order, a stage with parts part by part."""
+    sh = open(os.path.join(out, "launch.sh")).read()
+    names = re.search(r"^mesh_names=\(([^)]*)\)", sh, re.M)
+    rm = re.search(r"^rank_mesh=\(([^)]*)\)", sh, re.M)
+    if not check(names and rm, f"{label}: launch.sh has no mesh_names / rank_mesh"):
+        return
+    names = [n.strip('"') for n in names.group(1).split()]
+    got = [names[int(k)] for k in rm.group(1).split()]
+    want = []
+    for s in plan["stages"]:
+        parts = s.get("parts") or [{"mesh": s["mesh"], "devices": s["dp"] * s["tp"]}]
+        for q in parts:
+            want += [q["mesh"]] * q["devices"]
+    check(got == want, f"{label}: launch.sh places ranks on {got}, plan.json on {want}")
+    for k, s in enumerate(plan["stages"]):
+        check(min(s.get("rows", [1])) >= 1, f"{label}: stage {k} rows {s.get('rows')}: a DP "
+              f"rank without a row")
+
+
 def grad_norms(text):
     return {int(m.group(1)): float(m.group(2)) for m in
             re.finditer(r"^step\s+(\d+)/\d+ \|.*?grad norm (\S+)", text, re.M)}
@@ -159,6 +183,7 @@ for cluster, name in CASES:
     check(not need and not whole and uneven_rows(plan) is None,
           f"{label}: compiled a plan recording forms the binaries lack ({need}, {whole}, "
           f"uneven rows at stage {uneven_rows(plan)})")
+    placed(label, plan, out)
     if (rows, B) not in refs:
         r = t.train(STEPS, mb=rows, accum=B)
         check(r.returncode == 0, f"hetc train --microbatch {rows} --accum {B} failed")
