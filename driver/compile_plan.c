@@ -9,6 +9,7 @@
 #include "input_file.h"
 #include "plan_json_check.h"
 #include "plan_forms.h"
+#include "plan_pipes.h"
 
 static char *slurp(const char *path, IrError *err) {
     char ebuf[sizeof err->msg];
@@ -376,6 +377,7 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
     }
     if (plan_json_check(root, path, err)) /* ranges and enumerations first */
         goto done;
+    plan_pipes_merge(root, path); /* pipelines whose stages line up: one pipeline */
     if (plan_forms_check(root, path, err)) /* a seed planner's forms the binaries lack */
         goto done;
     double v = 0;

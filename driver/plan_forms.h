@@ -1,7 +1,8 @@
 /* The parallel forms a seed planner's plan.json may record that the stage
  * binaries do not run yet (issue 18; docs/PLAN_FORMAT.md, "Seed planners'
  * forms"): ministages sharing devices ("group", Zorse) and several
- * pipelines with their own stage boundaries ("pipe", AutoHet's DP groups).
+ * pipelines with their own stage boundaries ("pipe", AutoHet's DP groups;
+ * pipelines whose stages line up are one pipeline by then: plan_pipes.h).
  * hetc compile --plan refuses such a plan before anything else is read, with
  * one message naming every such stage, its layers and the forms it needs.
  * CPU offload ("offload", Zorse) compiles (issue 18 item 4), and so does a

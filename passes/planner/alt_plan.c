@@ -657,6 +657,30 @@ static int holds_block(const AltContext *x, int a, int b)
     return 0;
 }
 
+/* 1 when the plan's pipelines (stored one after another) cut the model at
+ * the same layers with the same tp, recompute and microbatches: hetc
+ * compile runs them as one pipeline whose stage k's DP group holds every
+ * pipeline's stage k (driver/plan_pipes.c). */
+static int pipes_line_up(const AltPlan *p)
+{
+    int J = 0;
+    for (int s = 0; s < p->nstages; s++)
+        J = p->stages[s].pipe > J ? p->stages[s].pipe : J;
+    if (J < 2 || p->nstages % J)
+        return 0;
+    int S = p->nstages / J;
+    for (int q = 1; q <= J; q++)
+        for (int k = 0; k < S; k++) {
+            const AltStage *a = &p->stages[k], *b = &p->stages[(q - 1) * S + k];
+            if (b->pipe != q || b->first_layer != a->first_layer ||
+                b->last_layer != a->last_layer || b->tp != a->tp ||
+                b->recompute != a->recompute || b->group > 0 ||
+                b->pipe_microbatches != a->pipe_microbatches)
+                return 0;
+        }
+    return 1;
+}
+
 static void mark_runnable(const AltContext *x, AltPlan *p)
 {
     char buf[256] = "";
@@ -678,7 +702,8 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
      * since issue 18: vocabulary-parallel where tp_shard finds the pattern,
      * else replicated on every TP rank (passes/partition.c) */
     (void)tp_noblock;
-    if (pipes)
+    /* pipelines whose stages line up run as one pipeline (issue 18) */
+    if (pipes && !pipes_line_up(p))
         n += (size_t)snprintf(buf + n, sizeof buf - n, "layer-wise all-reduce across DP groups "
                               "whose stages do not line up; ");
     /* per-GPU row shares (a stage's row table), ZeRO-1/2 on such a DP group

@@ -26,7 +26,9 @@ tests' batch shape: seq 64, microbatch 4, global batch 16):
 The same on examples/clusters/three_mesh.yaml (16 devices, three device
 types), where the planners choose the other forms: TP on the embedding or
 the head alone (tied gpt_tiny: nothing to shard, run replicated), several
-pipelines with their own boundaries (autohet), offload on single-mesh stages
+pipelines (autohet: J = 2 whose stages line up, run as one pipeline whose
+stage k's DP group holds both pipelines' stage k; pipelines whose stages do
+not line up are refused), offload on single-mesh stages
 (zorse: it runs, every stage offloaded, ZeRO-2).  Every compiled run's printed gradient norms must equal hetc
 train's to 5e-5 (6 printed digits) too.
 
@@ -55,6 +57,9 @@ MUST_RUN = {("three_mesh.yaml", p) for p in ("hapt", "coarse", "coarse-blocks")}
 # Zorse's DP group over the v100 and a100 meshes (plan.json parts) runs since
 # launch.sh places each part's ranks on its mesh
 MUST_RUN |= {("tiny_hetero.yaml", "zorse")}
+# AutoHet's two pipelines on three_mesh cut the model at the same layers: they
+# run as one pipeline whose stages' DP groups hold both pipelines' stages
+MUST_RUN |= {("three_mesh.yaml", "autohet")}
 STEPS = 10
 t = StageTest("tiny_hetero.yaml", horizon=STEPS)
 check = t.check
@@ -73,6 +78,28 @@ def plan_with(planner, cluster, out):
     return json.load(open(path))
 
 
+def pipelines(plan):
+    """plan.json's pipelines as lists of stages (one list: one pipeline)."""
+    by = {}
+    for s in plan["stages"]:
+        by.setdefault(s.get("pipe", 0), []).append(s)
+    return [by[q] for q in sorted(by)]
+
+
+def lined_up(plan):
+    """Several pipelines that cut the model at the same layers with the same
+    tp, ZeRO, recompute, offload and microbatches: hetc compile runs them as
+    one pipeline (driver/plan_pipes.c), every pipeline's stage k in stage k's
+    DP group."""
+    ps = pipelines(plan)
+    if len(ps) < 2 or len({len(p) for p in ps}) != 1:
+        return False
+    key = ("layers", "tp", "zero", "recompute", "offload")
+    return all(all(p[k].get(x) == ps[0][k].get(x) for x in key) and
+               p[k].get("pipe_microbatches") == plan["microbatches"] and
+               not p[k].get("group") for p in ps for k in range(len(p)))
+
+
 def forms_of(plan):
     """stage index -> the words its refusal must hold, from plan.json's keys;
     plus the plan-wide words (several pipelines)."""
@@ -88,7 +115,7 @@ def forms_of(plan):
             need[k] = w
         if s.get("pipe", 0) > 0:
             meshes[s["pipe"]] = 1
-    if len(meshes) > 1:
+    if len(meshes) > 1 and not lined_up(plan):
         whole = [f"{len(meshes)} pipelines", "own stage boundaries", "all-reduced"]
     return need, whole
 
@@ -134,7 +161,10 @@ def placed(label, plan, out):
     names = [n.strip('"') for n in names.group(1).split()]
     got = [names[int(k)] for k in rm.group(1).split()]
     want = []
-    for s in plan["stages"]:
+    # pipelines that line up: stage k holds pipeline 1's ranks, then pipeline 2's, ...
+    order = ([p[k] for k in range(len(pipelines(plan)[0])) for p in pipelines(plan)]
+             if lined_up(plan) else plan["stages"])
+    for s in order:
         parts = s.get("parts") or [{"mesh": s["mesh"], "devices": s["dp"] * s["tp"]}]
         for q in parts:
             want += [q["mesh"]] * q["devices"]
@@ -218,6 +248,25 @@ if os.path.exists(zp):
         refusal_names_forms("grouped", p.stderr, q)
         check("group 1 with stage 1" in p.stderr, f"grouped: stage 0's mate not named: "
               f"{p.stderr.strip()[-300:]}")
+
+# pipelines whose stages do not line up (AutoHet's plan on three_mesh with
+# pipeline 2's middle boundary moved one layer): still refused, naming both
+ap = t.path("plan_three_mesh_autohet", "plan.json")
+if os.path.exists(ap):
+    q = json.load(open(ap))
+    ps = pipelines(q)
+    if check(len(ps) == 2 and len(ps[1]) >= 3, f"autohet on three_mesh: {len(ps)} pipelines"):
+        ps[1][1]["layers"][1] += 1
+        ps[1][2]["layers"][0] += 1
+        path = t.path("plan_unaligned.json")
+        json.dump(q, open(path, "w"), indent=1)
+        rows = q["global_batch"] // q["microbatches"]
+        p = t.compile(t.path("build_unaligned"), "--plan", path, cluster="three_mesh.yaml",
+                      mb=rows, quiet=True)
+        if check(p.returncode in (1, 2), "pipelines that do not line up compiled"):
+            refusal_names_forms("unaligned", p.stderr, q)
+            check("its 2 pipelines cut the model at the same layers" not in p.stderr,
+                  "unaligned pipelines said to line up")
 
 print("\ngpt_tiny (seq 64, global batch 16):")
 for cluster, name, what in summary:
