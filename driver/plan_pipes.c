@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_PIPES 64
+#define MAX_PIPES 16
 #define MAX_PSTAGES 256
 
 static int int_of(const cJSON *o, const char *key, int dflt) {
