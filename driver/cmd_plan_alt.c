@@ -70,9 +70,15 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     info.planner = a->planner;
     info.precision = a->precision;
     info.cluster_dtype = a->cluster_dtype;
-    if (!p.runnable)
+    /* simulate.h runs one pipeline: several (AutoHet's, which run when their
+     * stages line up: driver/plan_pipes.c) keep the planner's own simulation */
+    int pipes = 0;
+    for (int s = 0; s < p.nstages; s++)
+        pipes |= p.stages[s].pipe > 1;
+    int sim_ok = p.runnable && !pipes;
+    if (!sim_ok)
         info.iteration_time = p.sim_time;
-    if ((p.runnable && simulate_plan(&hp, sync, &sim, &err)) ||
+    if ((sim_ok && simulate_plan(&hp, sync, &sim, &err)) ||
         plan_write_outputs(a->out_dir, &hp, cl, &info, sim.events, sim.nevents, &err)) {
         fprintf(stderr, "hetc plan: %s\n", err.msg);
         rc = 1;
@@ -83,10 +89,20 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     sim_result_free(&sim);
     plan_free(&hp);
     free(sync);
-    if (!rc && p.runnable)
+    if (!rc && sim_ok)
         fprintf(stderr, "wrote %s/plan.json, plan.txt, timeline.json, timeline.svg, plan_%s.txt\n",
                 a->out_dir, a->planner);
-    else if (!rc) {
+    else if (!rc && p.runnable) {
+        char tl[4200]; /* an earlier plan's timeline must not pass for this one's */
+        snprintf(tl, sizeof tl, "%s/timeline.json", a->out_dir);
+        remove(tl);
+        snprintf(tl, sizeof tl, "%s/timeline.svg", a->out_dir);
+        remove(tl);
+        fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt (its pipelines "
+                "cut the model at the same layers: hetc compile --plan runs them as one "
+                "pipeline; the iteration time is the planner's own simulation, no timeline "
+                "files)\n", a->planner, a->out_dir, a->planner);
+    } else if (!rc) {
         /* no simulate.h timeline for it: an earlier plan's must not pass for this one's */
         char tl[4200];
         snprintf(tl, sizeof tl, "%s/timeline.json", a->out_dir);

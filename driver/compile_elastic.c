@@ -99,16 +99,12 @@ int compile_write_elastic_env(const char *dir, int argc, char **argv, const char
         snprintf(mb, sizeof mb, "%s--microbatch %lld", first ? "" : " ", (long long)plan->rows);
         put(&b, mb);
     }
-    put(&b, ")\n# mesh k of launch.sh's stage_mesh: its name in hetc_cluster\nhetc_mesh_names=(");
-    int nm = 0;
-    for (int s = 0; s < plan->nstages; s++) {
-        int seen = 0;
-        for (int t = 0; t < s; t++)
-            seen |= !strcmp(plan->stages[t].mesh, plan->stages[s].mesh);
-        if (seen)
-            continue;
-        if (nm++) put(&b, " ");
-        put_q(&b, plan->stages[s].mesh);
+    put(&b, ")\n# mesh k of launch.sh's rank_mesh: its name in hetc_cluster\nhetc_mesh_names=(");
+    const char *names[CP_MAX_PARTS * 64];
+    int nm = comp_plan_meshes(plan, names, (int)(sizeof names / sizeof *names));
+    for (int k = 0; k < nm; k++) {
+        if (k) put(&b, " ");
+        put_q(&b, names[k]);
     }
     put(&b, ")\n");
     char path[4200];

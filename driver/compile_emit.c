@@ -203,6 +203,21 @@ static void report_stage(FILE *rep, FILE *kern, const CompPlan *p, const StageVa
         fprintf(kern, "  fused: %d of them in %d generated elementwise kernels\n", lst->fused,
                 lst->kernels);
     if (lst->interp && lst->why[0]) fprintf(kern, "  first: %s\n", lst->why);
+    if (!v->suffix[0] && p->stages[s].nparts) { /* once a stage: where its DP group runs */
+        const CpStage *c = &p->stages[s];
+        fprintf(kern, "  DP group over %d meshes (plan.json parts; launch.sh rank_mesh):",
+                c->nparts);
+        for (int j = 0, r = 0; j < c->nparts; r += c->part_dp[j], j++) {
+            fprintf(kern, "%s DP rank%s %d", j ? ";" : "", c->part_dp[j] > 1 ? "s" : "", r);
+            if (c->part_dp[j] > 1)
+                fprintf(kern, "-%d", r + c->part_dp[j] - 1);
+            fprintf(kern, " on %s (rows", c->part_mesh[j]);
+            for (int i = r; i < r + c->part_dp[j]; i++)
+                fprintf(kern, " %lld", (long long)comp_plan_rank_rows(p, s, i));
+            fprintf(kern, ")");
+        }
+        fprintf(kern, "\n");
+    }
     if (p->stages[s].offload) { /* what the host store holds, beside the planner's figures */
         int64_t pb = 0, ob = 0; /* as runtime/stage/stage_offload.c lays the store out */
         for (int i = 0; i < mp->nparams; i++) {

@@ -96,47 +96,54 @@ static int stage_ranks(const CpStage *st) { return st->dp * (st->tp > 1 ? st->tp
 
 /* The binaries of stage s in DP rank order, as runs of ranks: the run's
  * binary suffix (comp_plan_binary_suffix: "" for DP rank 0's rows, _lo or
- * _rN for other counts of an uneven split) and its ranks (DP ranks x TP).
- * out[] needs dp entries; returns the number of runs. */
+ * _rN for other counts of an uneven split), its ranks (DP ranks x TP) and
+ * its mesh (comp_plan_mesh_index: a DP group over several meshes, plan.json
+ * `parts`, has a run per part at least).  out[] needs dp entries; returns
+ * the number of runs. */
 typedef struct StageRun {
     char suffix[32];
-    int ranks;
+    int ranks, mesh;
 } StageRun;
 static int stage_runs(const CompPlan *plan, int s, StageRun *out) {
     const CpStage *st = &plan->stages[s];
     int n = 0, tp = st->tp > 1 ? st->tp : 1;
     int64_t prev = -1;
+    int prev_mesh = -1;
     for (int r = 0; r < st->dp; r++) {
         int64_t rows = comp_plan_rank_rows(plan, s, r);
-        if (rows != prev) {
+        int mesh = comp_plan_mesh_index(plan, comp_plan_rank_mesh(plan, s, r));
+        if (rows != prev || mesh != prev_mesh) {
             comp_plan_binary_suffix(plan, s, rows, out[n].suffix, sizeof out[n].suffix);
-            out[n++].ranks = 0;
+            out[n].ranks = 0;
+            out[n++].mesh = mesh;
             prev = rows;
+            prev_mesh = mesh;
         }
         out[n - 1].ranks += tp;
     }
     return n;
 }
 
+/* The mesh index of stage s's DP rank 0 (launch.sh's stage_mesh). */
 static int mesh_index(const CompPlan *plan, int s) {
-    int k = 0;
-    for (int t = 0; t < s; t++) {
-        int first = 1;
-        for (int u = 0; u < t; u++)
-            first &= strcmp(plan->stages[u].mesh, plan->stages[t].mesh) != 0;
-        if (!first)
-            continue;
-        if (!strcmp(plan->stages[t].mesh, plan->stages[s].mesh))
-            return k;
-        k++;
+    return comp_plan_mesh_index(plan, comp_plan_rank_mesh(plan, s, 0));
+}
+
+/* Ranks the plan puts on mesh k (every stage's, every part's). */
+static int mesh_ranks(const CompPlan *plan, int k) {
+    int n = 0, tp;
+    for (int s = 0; s < plan->nstages; s++) {
+        tp = plan->stages[s].tp > 1 ? plan->stages[s].tp : 1;
+        for (int r = 0; r < plan->stages[s].dp; r++)
+            n += comp_plan_mesh_index(plan, comp_plan_rank_mesh(plan, s, r)) == k ? tp : 0;
     }
-    return k;
+    return n;
 }
 
 /* launch.sh --elastic (docs/STAGES.md "Elastic recovery"): a supervisor
  * around this build's own launch.sh.  When the job fails it (a) names the
  * lost rank from mpirun's report (or the HETC_FAULT_INJECT test hook's
- * line), maps it through stages / stage_mesh to its mesh and makes sure no
+ * line), maps it through rank_mesh to its mesh and makes sure no
  * rank of the job is left, (b) writes the cluster without that mesh,
  * (c) recompiles (hetc compile: re-plan + compile, as elastic.env recorded
  * the original compile) into a new build, (d) relaunches it with --resume
@@ -236,7 +243,7 @@ static const char LAUNCH_ELASTIC[] =
     "    t_loss=$(sed -nE 's/.*HETC_FAULT_INJECT: .* at ([0-9.]+)$/\\1/p' \"$alog\" | head -n 1)\n"
     "    [ -n \"$t_loss\" ] || t_loss=$(awk -F'\\t' '$2 ~ /Process name:|process rank [0-9]+ with PID|exited on signal|non-zero status|^Primary job/ { print $1; exit }' \"$alog\")\n"
     "    detect=$(sub \"$t_det\" \"${t_loss:-$t_end}\")\n"
-    "    eval \"$(grep -E '^(stages|stage_mesh)=' \"$cur/launch.sh\")\"\n"
+    "    eval \"$(grep -E '^(stages|rank_mesh)=' \"$cur/launch.sh\")\"\n"
     "    . \"$cur/elastic.env\"\n"
     "    r0=0 ls=-1\n"
     "    for s in \"${!stages[@]}\"; do\n"
@@ -244,7 +251,7 @@ static const char LAUNCH_ELASTIC[] =
     "      r0=$((r0 + stages[s]))\n"
     "    done\n"
     "    if ((ls < 0)); then say \"lost rank $lost is not a rank of $cur's plan (${#stages[@]} stages): not re-planning\"; exit \"$rc\"; fi\n"
-    "    mesh=${hetc_mesh_names[stage_mesh[ls]]}\n"
+    "    mesh=${hetc_mesh_names[rank_mesh[lost]]}  # a DP group over several meshes: the rank's own\n"
     "    failed=$(sed -nE 's/^[0-9.]+\\tstep +([0-9]+)\\/.*/\\1/p' \"$alog\" | tail -n 1)\n"
     "    failed=$((${failed:-0} + 1))\n"
     "    say \"rank $lost (stage $ls, mesh $mesh) lost in step $failed (exit $rc); the job stopped; detect ${detect} s\"\n"
@@ -365,10 +372,8 @@ static const char LAUNCH_BODY[] =
     "  unset SLURM_NTASKS_PER_NODE  # the job's shape; the steps place their ranks themselves\n"
     "  mapfile -t nodes < <(scontrol show hostnames \"${SLURM_JOB_NODELIST:-}\")\n"
     "  if ((${#nodes[@]} == 0)); then echo \"launch.sh --slurm: no node in SLURM_JOB_NODELIST of job $SLURM_JOB_ID\" >&2; exit 2; fi\n"
-    "  # rank -> node: mesh k on the allocation's node k (k modulo the node count), ranks in stage order\n"
-    "  for s in \"${!stages[@]}\"; do\n"
-    "    for ((r = 0; r < stages[s]; r++)); do echo \"${nodes[stage_mesh[s] % ${#nodes[@]}]}\"; done\n"
-    "  done > \"$tmp/nodes\"\n"
+    "  # rank -> node: mesh k on the allocation's node k (k modulo the node count), rank_mesh's\n"
+    "  for k in \"${rank_mesh[@]}\"; do echo \"${nodes[k % ${#nodes[@]}]}\"; done > \"$tmp/nodes\"\n"
     "  export SLURM_HOSTFILE=\"$tmp/nodes\"\n"
     "  if [ -z \"${HETC_THREADS:-}\" ] && [ -n \"${SLURM_CPUS_PER_TASK:-}\" ]; then export HETC_THREADS=$SLURM_CPUS_PER_TASK; fi\n"
     "  q=\"\"; for a in \"${args[@]+\"${args[@]}\"}\"; do q+=\" $(printf '%q' \"$a\")\"; done\n"
@@ -398,6 +403,8 @@ static const char LAUNCH_BODY[] =
     "      exit 2\n"
     "    fi\n"
     "    cmd+=(--hostfile \"$hostfile\")\n"
+    "    hslots=()  # ranks per host line: mesh k's on line k (k modulo the lines)\n"
+    "    for k in \"${rank_mesh[@]}\"; do i=$((k % ${#hosts[@]})); hslots[i]=$((${hslots[i]:-0} + 1)); done\n"
     "  else cmd+=(--oversubscribe --bind-to none)\n"
     "    # every rank's kernel pool defaults to all CPUs: on one machine the ranks share them\n"
     "    if [ -z \"${HETC_THREADS:-}\" ]; then\n"
@@ -413,10 +420,14 @@ static const char LAUNCH_BODY[] =
     "    ((s)) && cmd+=(:) && pre+=(:)\n"
     "    run_sep=\"\"  # the stage's binaries in DP rank order (runs: binary:ranks)\n"
     "    for run in ${runs[s]}; do\n"
-    "      [ -n \"$run_sep\" ] && cmd+=(:); run_sep=1\n"
-    "      cmd+=(-np \"${run##*:}\" \"$here/${run%%:*}\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "      f=${run%%:*} n=${run#*:}; k=${n#*@} n=${n%@*}\n"
+    "      [ -n \"$run_sep\" ] && cmd+=(:) && pre+=(:); run_sep=1\n"
+    "      # --hostfile: each run on its mesh's host (line k), as the plan places it; :N, the\n"
+    "      # ranks the plan puts on that host (a bare --host is one slot)\n"
+    "      on=(); [ -n \"$hostfile\" ] && on=(--host \"${hosts[k % ${#hosts[@]}]}:${hslots[k % ${#hosts[@]}]}\")\n"
+    "      cmd+=(-np \"$n\" \"${on[@]+\"${on[@]}\"}\" \"$here/$f\" \"${args[@]+\"${args[@]}\"}\")\n"
+    "      pre+=(-np \"$n\" \"${on[@]+\"${on[@]}\"}\" \"$here/launch.sh\" --check-stage \"$s\")\n"
     "    done\n"
-    "    pre+=(-np \"${stages[$s]}\" \"$here/launch.sh\" --check-stage \"$s\")\n"
     "  done\n"
     "  [ -n \"$hostfile\" ] || pre=()  # one machine: checked above\n"
     "fi\n"
@@ -471,15 +482,34 @@ static const char LAUNCH_BODY[] =
  * mesh has ranks: --ntasks would let Slurm spread the tasks its own way
  * (block), leaving a mesh's ranks without CPUs on their node. */
 static void sbatch_shape(const CompPlan *plan, int *nmesh, int *widest) {
-    *nmesh = 0;
+    const char *names[CP_MAX_PARTS * 64];
+    *nmesh = comp_plan_meshes(plan, names, (int)(sizeof names / sizeof *names));
     *widest = 1;
-    for (int s = 0; s < plan->nstages; s++) {
-        int k = mesh_index(plan, s), n = 0;
-        *nmesh = k + 1 > *nmesh ? k + 1 : *nmesh;
-        for (int t = 0; t < plan->nstages; t++)
-            if (mesh_index(plan, t) == k)
-                n += stage_ranks(&plan->stages[t]);
+    for (int k = 0; k < *nmesh; k++) {
+        int n = mesh_ranks(plan, k);
         *widest = n > *widest ? n : *widest;
+    }
+}
+
+/* Where stage s's ranks go, as " on node 1" or, for a DP group over several
+ * meshes, " on node 1 (2 ranks) + node 2 (1 rank)" (what = "node" / "mesh"). */
+static void stage_places(Buf *b, const CompPlan *plan, int s, const char *what,
+                         StageRun *runs) {
+    int n = stage_runs(plan, s, runs), per[CP_MAX_PARTS * 64] = {0}, order[CP_MAX_PARTS * 64];
+    int k = 0;
+    for (int v = 0; v < n; v++) {
+        int m = runs[v].mesh, seen = 0;
+        for (int i = 0; i < k; i++)
+            seen |= order[i] == m;
+        if (!seen && k < (int)(sizeof order / sizeof *order))
+            order[k++] = m;
+        if (m >= 0 && m < (int)(sizeof per / sizeof *per))
+            per[m] += runs[v].ranks;
+    }
+    for (int i = 0; i < k; i++) {
+        bprintf(b, "%s %s %d", i ? " +" : " on", what, order[i]);
+        if (k > 1 && order[i] >= 0 && order[i] < (int)(sizeof per / sizeof *per))
+            bprintf(b, " (%d rank%s)", per[order[i]], per[order[i]] == 1 ? "" : "s");
     }
 }
 
@@ -487,6 +517,12 @@ static int write_sbatch(const char *dir, const char *final_dir, const CompPlan *
                         IrError *err) {
     int nmesh, widest;
     sbatch_shape(plan, &nmesh, &widest);
+    int maxdp = 1;
+    for (int s = 0; s < plan->nstages; s++)
+        maxdp = plan->stages[s].dp > maxdp ? plan->stages[s].dp : maxdp;
+    StageRun *runs = calloc((size_t)maxdp, sizeof *runs);
+    if (!runs)
+        return ir_errorf(err, "out of memory");
     char abs[4096];
     build_dir_abs(final_dir, abs, sizeof abs);
     const char *base = strrchr(abs, '/');
@@ -498,9 +534,13 @@ static int write_sbatch(const char *dir, const char *final_dir, const CompPlan *
             "#   sbatch %s/job.sbatch --data TOKENS.bin [--steps N] [other launch.sh options]\n"
             "# %d nodes (one per mesh) x %d tasks per node, %d ranks in all:",
             abs, nmesh, widest, world);
-    for (int s = 0; s < plan->nstages; s++)
-        bprintf(&j, " stage_%d x%d on node %d (%s)", s, stage_ranks(&plan->stages[s]),
-                mesh_index(plan, s), plan->stages[s].device[0] ? plan->stages[s].device : "?");
+    for (int s = 0; s < plan->nstages; s++) {
+        bprintf(&j, " stage_%d x%d", s, stage_ranks(&plan->stages[s]));
+        stage_places(&j, plan, s, "node", runs);
+        if (!plan->stages[s].nparts)
+            bprintf(&j, " (%s)", plan->stages[s].device[0] ? plan->stages[s].device : "?");
+    }
+    free(runs);
     bprintf(&j,
             ".\n"
             "# launch.sh --slurm checks the allocation (task count, stage binaries on every node)\n"
@@ -552,16 +592,36 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
         int n = stage_runs(plan, s, runs);
         bprintf(&b, "%s\"", s ? " " : "");
         for (int k = 0; k < n; k++)
-            bprintf(&b, "%sstage_%d%s:%d", k ? " " : "", s, runs[k].suffix, runs[k].ranks);
+            bprintf(&b, "%sstage_%d%s:%d@%d", k ? " " : "", s, runs[k].suffix, runs[k].ranks,
+                    runs[k].mesh);
         bprintf(&b, "\"");
     }
-    bprintf(&b, ")  # each stage's binaries in DP rank order, binary:ranks (uneven DP: one "
-            "binary per row count)\n");
+    bprintf(&b, ")  # each stage's binaries in DP rank order, binary:ranks@mesh (uneven DP: one "
+            "binary per row count; a DP group over several meshes: a run per mesh)\n");
     /* mesh k = line k of the hostfile template = node k of a Slurm job */
+    const char *names[CP_MAX_PARTS * 64];
+    int nm = comp_plan_meshes(plan, names, (int)(sizeof names / sizeof *names));
+    bprintf(&b, "mesh_names=(");
+    for (int k = 0; k < nm; k++)
+        bprintf(&b, "%s\"%s\"", k ? " " : "", names[k]);
+    bprintf(&b, ")  # mesh k: line k of the hostfile template, node k under Slurm\n");
+    for (int s = 0; s < plan->nstages; s++) {
+        bprintf(&b, "# stage_%d x%d", s, stage_ranks(&plan->stages[s]));
+        stage_places(&b, plan, s, "mesh", runs);
+        bprintf(&b, "\n");
+    }
     bprintf(&b, "stage_mesh=(");
     for (int s = 0; s < plan->nstages; s++)
         bprintf(&b, "%s%d", s ? " " : "", mesh_index(plan, s));
-    bprintf(&b, ")  # mesh of each stage: its line of the hostfile template, its node under Slurm\n");
+    bprintf(&b, ")  # mesh of each stage's DP rank 0\nrank_mesh=(");
+    for (int s = 0, first = 1; s < plan->nstages; s++) {
+        int tp = plan->stages[s].tp > 1 ? plan->stages[s].tp : 1;
+        for (int r = 0; r < plan->stages[s].dp; r++)
+            for (int t = 0; t < tp; t++, first = 0)
+                bprintf(&b, "%s%d", first ? "" : " ",
+                        comp_plan_mesh_index(plan, comp_plan_rank_mesh(plan, s, r)));
+    }
+    bprintf(&b, ")  # mesh of each MPI rank (stage by stage, DP rank x TP): the plan's placement\n");
     bprintf(&b, "world=%d layout=\"", world);
     for (int s = 0; s < plan->nstages; s++)
         bprintf(&b, "%sstage_%d x%d", s ? " + " : "", s, stage_ranks(&plan->stages[s]));
@@ -608,19 +668,18 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
      * plan puts there; replace the names with real hosts. */
     Buf h = {0};
     bprintf(&h, "# Generated by hetc: the hosts of each mesh (rename to your machines' names).\n"
-                "# Ranks are placed in stage order: stage 0's ranks first.\n");
-    for (int s = 0; s < plan->nstages; s++) {
-        int seen = 0;
-        for (int t = 0; t < s; t++)
-            seen |= !strcmp(plan->stages[t].mesh, plan->stages[s].mesh);
-        if (seen)
-            continue;
-        int slots = 0;
-        for (int t = 0; t < plan->nstages; t++)
-            if (!strcmp(plan->stages[t].mesh, plan->stages[s].mesh))
-                slots += stage_ranks(&plan->stages[t]);
-        bprintf(&h, "%s-host slots=%d   # %s\n", plan->stages[s].mesh[0] ? plan->stages[s].mesh : "mesh",
-                slots, plan->stages[s].device);
+                "# Line k is mesh k: launch.sh puts each rank on its mesh's line (rank_mesh).\n");
+    {
+        const char *names[CP_MAX_PARTS * 64];
+        int nm = comp_plan_meshes(plan, names, (int)(sizeof names / sizeof *names));
+        for (int k = 0; k < nm; k++) {
+            const char *dev = "";
+            for (int s = 0; s < plan->nstages; s++)
+                if (!strcmp(plan->stages[s].mesh, names[k]) && !plan->stages[s].nparts)
+                    dev = plan->stages[s].device;
+            bprintf(&h, "%s-host slots=%d   # %s\n", names[k][0] ? names[k] : "mesh",
+                    mesh_ranks(plan, k), dev[0] ? dev : names[k]);
+        }
     }
     snprintf(path, sizeof path, "%s/hostfile", dir);
     rc = compile_write_file(path, h.s, 0644, err);

@@ -9,6 +9,7 @@
 #include "input_file.h"
 #include "plan_json_check.h"
 #include "plan_forms.h"
+#include "plan_pipes.h"
 
 static char *slurp(const char *path, IrError *err) {
     char ebuf[sizeof err->msg];
@@ -145,6 +146,78 @@ void comp_plan_binary_suffix(const CompPlan *p, int s, int64_t rows, char *buf, 
         snprintf(buf, n, "_r%lld", (long long)rows);
 }
 
+/* stages[].parts (a DP group over several meshes): each part's "mesh" and
+ * "devices" (DP ranks x tp), summing to the stage's dp x tp devices.  The
+ * launcher places each part's ranks on its mesh (compile_launch.c); the
+ * row table says each rank's rows. */
+static int read_parts(const cJSON *o, CpStage *c, const char *path, const char *where,
+                      IrError *err) {
+    const cJSON *pa = cJSON_GetObjectItemCaseSensitive(o, "parts");
+    if (!pa || cJSON_IsNull(pa))
+        return 0;
+    int n = cJSON_IsArray(pa) ? cJSON_GetArraySize(pa) : -1;
+    if (n < 1 || n > CP_MAX_PARTS)
+        return ir_errorf(err, "%s: %s\"parts\" must be an array of 1 to %d {\"mesh\", "
+                         "\"devices\"} objects", path, where, CP_MAX_PARTS);
+    int sum = 0, j = 0;
+    const cJSON *q;
+    cJSON_ArrayForEach(q, pa) {
+        const cJSON *me = cJSON_GetObjectItemCaseSensitive(q, "mesh");
+        const cJSON *dv = cJSON_GetObjectItemCaseSensitive(q, "devices");
+        int64_t d = 0;
+        if (!cJSON_IsString(me) || !me->valuestring[0] || !cJSON_IsNumber(dv) ||
+            whole(dv->valuedouble, 1, &d) || d > 4096)
+            return ir_errorf(err, "%s: %s\"parts\"[%d] needs \"mesh\" (a mesh name) and "
+                             "\"devices\" (a whole number >= 1)", path, where, j);
+        if (d % c->tp)
+            return ir_errorf(err, "%s: %s\"parts\"[%d] has %lld devices, not a multiple of "
+                             "\"tp\" %d: a TP group cannot span two meshes' parts", path, where,
+                             j, (long long)d, c->tp);
+        snprintf(c->part_mesh[j], sizeof c->part_mesh[j], "%s", me->valuestring);
+        c->part_dp[j] = (int)(d / c->tp);
+        sum += c->part_dp[j];
+        j++;
+    }
+    if (sum != c->dp)
+        return ir_errorf(err, "%s: %s\"parts\" hold %d DP ranks (devices / tp), not the "
+                         "stage's \"dp\" %d", path, where, sum, c->dp);
+    c->nparts = n;
+    return 0;
+}
+
+const char *comp_plan_rank_mesh(const CompPlan *p, int s, int r) {
+    const CpStage *c = &p->stages[s];
+    for (int j = 0; j < c->nparts; r -= c->part_dp[j], j++)
+        if (r < c->part_dp[j])
+            return c->part_mesh[j];
+    return c->mesh;
+}
+
+int comp_plan_meshes(const CompPlan *p, const char **out, int max) {
+    int n = 0;
+    for (int s = 0; s < p->nstages; s++) {
+        const CpStage *c = &p->stages[s];
+        for (int j = 0; j < (c->nparts ? c->nparts : 1); j++) {
+            const char *m = c->nparts ? c->part_mesh[j] : c->mesh;
+            int seen = 0;
+            for (int k = 0; k < n; k++)
+                seen |= !strcmp(out[k], m);
+            if (!seen && n < max)
+                out[n++] = m;
+        }
+    }
+    return n;
+}
+
+int comp_plan_mesh_index(const CompPlan *p, const char *mesh) {
+    const char *names[CP_MAX_PARTS * 64];
+    int n = comp_plan_meshes(p, names, (int)(sizeof names / sizeof *names));
+    for (int k = 0; k < n; k++)
+        if (!strcmp(names[k], mesh))
+            return k;
+    return -1;
+}
+
 /* stages[s] of plan.json into p->stages[s] (the stages before it read). */
 static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrError *err) {
     double v = 0;
@@ -240,7 +313,7 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
     }
     if (check_rows(o, c, p->rows, path, where, err))
         return -1;
-    return 0;
+    return read_parts(o, c, path, where, err);
 }
 
 /* cluster.links and cluster.meshes[].peak_flops of plan.json. */
@@ -304,6 +377,7 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
     }
     if (plan_json_check(root, path, err)) /* ranges and enumerations first */
         goto done;
+    plan_pipes_merge(root, path); /* pipelines whose stages line up: one pipeline */
     if (plan_forms_check(root, path, err)) /* a seed planner's forms the binaries lack */
         goto done;
     double v = 0;

@@ -9,6 +9,8 @@
 
 #include "ir.h"
 
+#define CP_MAX_PARTS 8 /* meshes one stage's DP group may span (planner.h PLAN_MAX_PARTS) */
+
 typedef struct CpStage {
     int first_layer, last_layer; /* 1-based inclusive */
     int dp, tp;
@@ -25,6 +27,12 @@ typedef struct CpStage {
      * rank's rows of a microbatch (heterogeneous DP, a per-stage row
      * table); NULL: the runtime's split */
     int64_t *row_table;
+    /* stages[].parts: a DP group over several meshes (Zorse's heterogeneous
+     * DP): part j's mesh and DP ranks, in DP rank order (its rows are the
+     * row table's next part_dp[j] entries).  nparts 0: every rank on `mesh`. */
+    int nparts;
+    char part_mesh[CP_MAX_PARTS][64];
+    int part_dp[CP_MAX_PARTS];
 } CpStage;
 
 /* A cluster link of plan.json's "cluster.links" (every mesh pair is there:
@@ -61,6 +69,16 @@ int64_t comp_plan_rank_rows(const CompPlan *p, int s, int r);
  * less of rt_row_split's split (stage_S_lo), "_rN" for another count N of
  * a row table (stage_S_rN). */
 void comp_plan_binary_suffix(const CompPlan *p, int s, int64_t rows, char *buf, size_t n);
+
+/* The mesh of DP rank r of stage s: its part's (stages[].parts), else the
+ * stage's. */
+const char *comp_plan_rank_mesh(const CompPlan *p, int s, int r);
+/* The plan's meshes in order of first use (stage by stage, a stage's parts
+ * in DP rank order): mesh k is line k of the hostfile template, node k of a
+ * Slurm job, hetc_mesh_names[k] of elastic.env.  Returns how many (at most
+ * max); comp_plan_mesh_index gives a name's k (-1: not in the plan). */
+int comp_plan_meshes(const CompPlan *p, const char **out, int max);
+int comp_plan_mesh_index(const CompPlan *p, const char *mesh);
 
 /* hetc compile --recompute MODE: every stage recomputes MODE, whatever the
  * plan says.  Error: MODE is none of none|full|selective. */

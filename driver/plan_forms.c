@@ -57,12 +57,11 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
     int bad = 0, s = 0;
     const cJSON *o;
     cJSON_ArrayForEach(o, stages) {
-        const cJSON *parts = cJSON_GetObjectItemCaseSensitive(o, "parts");
-        int np = cJSON_IsArray(parts) ? cJSON_GetArraySize(parts) : 0;
         int group = int_of(o, "group", 0), pipe = int_of(o, "pipe", 0);
-        /* "offload" runs since issue 18 item 4 (compile_plan.c reads it) */
-        int zero = int_of(o, "zero", 0);
-        if (np < 2 && group <= 0 && pipe <= 0) {
+        /* "offload" runs since issue 18 item 4 and "parts" (a DP group over
+         * several meshes, its row table and ZeRO on it) since launch.sh
+         * places each part's ranks on its mesh: compile_plan.c reads both */
+        if (group <= 0 && pipe <= 0) {
             s++;
             continue;
         }
@@ -72,27 +71,6 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
             (int)cJSON_GetArrayItem(ly, 0)->valuedouble,
             (int)cJSON_GetArrayItem(ly, 1)->valuedouble);
         int forms = 0;
-        if (np >= 2) {
-            put(&m, "heterogeneous data parallelism (one DP group over");
-            const cJSON *pt;
-            int j = 0;
-            cJSON_ArrayForEach(pt, parts) {
-                const cJSON *me = cJSON_GetObjectItemCaseSensitive(pt, "mesh");
-                const cJSON *sh = cJSON_GetObjectItemCaseSensitive(pt, "share");
-                put(&m, "%s %d x %s taking %.0f%% of each microbatch's rows", j++ ? " +" : "",
-                    int_of(pt, "devices", 0), cJSON_IsString(me) ? me->valuestring : "?",
-                    cJSON_IsNumber(sh) ? 100 * sh->valuedouble : 0.0);
-            }
-            /* the per-rank row table runs (stages[].rows on one mesh); the
-             * launch layout is what lacks: one stage, one mesh's host */
-            put(&m, "; its row table runs, but launch.sh places a stage's ranks on one "
-                "mesh, not on several meshes' devices)");
-            forms++;
-            if (zero > 0) {
-                put(&m, ", ZeRO-%d on that uneven DP group", zero);
-                forms++;
-            }
-        }
         if (group > 0) {
             put(&m, "%sministages sharing devices (group %d with stage ", forms++ ? ", " : "",
                 group);

@@ -1,12 +1,14 @@
 /* The parallel forms a seed planner's plan.json may record that the stage
  * binaries do not run yet (issue 18; docs/PLAN_FORMAT.md, "Seed planners'
- * forms"): a DP group over several meshes with per-mesh row shares ("parts",
- * Zorse, Metis's heterogeneous DP), ZeRO over such an uneven group, ministages
- * sharing devices ("group", Zorse) and several pipelines with their own
- * stage boundaries ("pipe", AutoHet's DP groups).
+ * forms"): ministages sharing devices ("group", Zorse) and several
+ * pipelines with their own stage boundaries ("pipe", AutoHet's DP groups;
+ * pipelines whose stages line up are one pipeline by then: plan_pipes.h).
  * hetc compile --plan refuses such a plan before anything else is read, with
  * one message naming every such stage, its layers and the forms it needs.
- * CPU offload ("offload", Zorse) compiles (issue 18 item 4). */
+ * CPU offload ("offload", Zorse) compiles (issue 18 item 4), and so does a
+ * DP group over several meshes with per-mesh row shares ("parts", Zorse,
+ * Metis's heterogeneous DP; ZeRO on it too): launch.sh places each part's
+ * ranks on its mesh. */
 #ifndef HETC_PLAN_FORMS_H
 #define HETC_PLAN_FORMS_H
 

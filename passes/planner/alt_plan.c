@@ -639,9 +639,10 @@ void alt_plan_print(FILE *f, const AltContext *x, const AltPlan *p)
 
 /* The runnable rule of docs/STAGES.md (after issue 9): one pipeline of
  * single-mesh stages, PP + DP + Megatron TP per stage, ZeRO-1/2 over the
- * stage's DP group, full recompute, one uniform microbatch whose rows each
- * stage's dp divides; CPU offload (issue 18 item 4); no DP group spanning
- * device types, no ministages sharing devices, no separate pipelines.  hetc compile refuses the rest by name (compile_plan.c). */
+ * stage's DP group, full recompute, one microbatch split over each stage's
+ * DP ranks by its row table; CPU offload (issue 18 item 4); a DP group
+ * spanning meshes (issue 18: launch.sh places each part on its mesh); no
+ * ministages sharing devices, no separate pipelines.  hetc compile refuses the rest by name (compile_plan.c). */
 /* 1 when fine layers [a, b] hold a whole repeated block (what TP shards:
  * the partition finds attention / MLP patterns only inside blocks). */
 static int holds_block(const AltContext *x, int a, int b)
@@ -654,6 +655,30 @@ static int holds_block(const AltContext *x, int a, int b)
             return 1;
     }
     return 0;
+}
+
+/* 1 when the plan's pipelines (stored one after another) cut the model at
+ * the same layers with the same tp, recompute and microbatches: hetc
+ * compile runs them as one pipeline whose stage k's DP group holds every
+ * pipeline's stage k (driver/plan_pipes.c). */
+static int pipes_line_up(const AltPlan *p)
+{
+    int J = 0;
+    for (int s = 0; s < p->nstages; s++)
+        J = p->stages[s].pipe > J ? p->stages[s].pipe : J;
+    if (J < 2 || p->nstages % J)
+        return 0;
+    int S = p->nstages / J;
+    for (int q = 1; q <= J; q++)
+        for (int k = 0; k < S; k++) {
+            const AltStage *a = &p->stages[k], *b = &p->stages[(q - 1) * S + k];
+            if (b->pipe != q || b->first_layer != a->first_layer ||
+                b->last_layer != a->last_layer || b->tp != a->tp ||
+                b->recompute != a->recompute || b->group > 0 ||
+                b->pipe_microbatches != a->pipe_microbatches)
+                return 0;
+        }
+    return 1;
 }
 
 static void mark_runnable(const AltContext *x, AltPlan *p)
@@ -677,15 +702,14 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
      * since issue 18: vocabulary-parallel where tp_shard finds the pattern,
      * else replicated on every TP rank (passes/partition.c) */
     (void)tp_noblock;
-    if (pipes)
+    /* pipelines whose stages line up run as one pipeline (issue 18) */
+    if (pipes && !pipes_line_up(p))
         n += (size_t)snprintf(buf + n, sizeof buf - n, "layer-wise all-reduce across DP groups "
                               "whose stages do not line up; ");
-    /* per-GPU row shares (a stage's row table) and ZeRO-1/2 on such a DP
-     * group run since issue 18; what lacks is one stage's ranks on several
-     * meshes' devices (launch.sh places a stage on one mesh) */
-    if (multi)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "a DP group's ranks on several meshes "
-                              "(launch placement); ");
+    /* per-GPU row shares (a stage's row table), ZeRO-1/2 on such a DP group
+     * and its ranks on several meshes' devices (launch.sh's rank_mesh) run
+     * since issue 18 */
+    (void)multi;
     /* CPU offload runs since issue 18 item 4 (runtime/stage/stage_offload.c);
      * several ministages on one group's devices do not */
     if (grouped && n < sizeof buf)

@@ -217,30 +217,28 @@ static const DeviceSpec *mesh_dev(const ClusterSpec *c, int a)
 /* ---------------------------------------------------------------- plan.json */
 
 /* Each DP rank's rows of a microbatch of R rows (plan.json "rows", version
- * 2).  A stage whose DP group spans meshes (parts) gives each part its share
- * of the rows (largest remainder), split evenly over the part's ranks; any
- * other stage splits them as the runtime does (rt_row_split: the first
- * R mod dp ranks one row more). */
-static void stage_rows(const PlanStage *st, long R, long *out) {
+ * 2).  A stage whose DP group spans meshes (parts) gives each part one row
+ * per DP rank first (a rank without a row runs nothing: plan.json must not
+ * hold one), then the rest of the R rows one at a time to the part furthest
+ * below its share (share x R), splitting each part's rows evenly over its
+ * ranks; any other stage splits them as the runtime does (rt_row_split: the
+ * first R mod dp ranks one row more).  R >= dp: every planner's result is
+ * checked for it (alt_plan_check_rows).  plan_output.h. */
+void plan_stage_rows(const PlanStage *st, long R, long *out) {
     int dp = st->dp, tp = st->tp > 1 ? st->tp : 1, n = 0;
     for (int j = 0; st->nparts > 1 && j < st->nparts && j < PLAN_MAX_PARTS; j++)
         n += st->parts[j].devices / tp;
-    if (st->nparts > 1 && n == dp) {
-        long got[PLAN_MAX_PARTS], left = R;
-        double rem[PLAN_MAX_PARTS];
+    if (st->nparts > 1 && n == dp && R >= dp) {
+        long got[PLAN_MAX_PARTS];
         int np = st->nparts < PLAN_MAX_PARTS ? st->nparts : PLAN_MAX_PARTS;
-        for (int j = 0; j < np; j++) {
-            double x = st->parts[j].share * (double)R;
-            got[j] = (long)x;
-            rem[j] = x - (double)got[j];
-            left -= got[j];
-        }
-        for (; left > 0; left--) { /* largest remainder first */
+        for (int j = 0; j < np; j++)
+            got[j] = st->parts[j].devices / tp;
+        for (long left = R - dp; left > 0; left--) {
             int b = 0;
             for (int j = 1; j < np; j++)
-                b = rem[j] > rem[b] ? j : b;
+                b = st->parts[j].share * (double)R - (double)got[j] >
+                            st->parts[b].share * (double)R - (double)got[b] ? j : b;
             got[b]++;
-            rem[b] = -1;
         }
         int r = 0;
         for (int j = 0; j < np; j++) {
@@ -352,7 +350,7 @@ static void json_stage(Jw *w, const Plan *p, const ClusterSpec *c, const PlanOut
     if (info && info->global_batch > 0 && p->microbatches > 0 && st->dp > 1) {
         long *rw = calloc((size_t)st->dp, sizeof *rw);
         if (rw) {
-            stage_rows(st, (long)(info->global_batch / p->microbatches), rw);
+            plan_stage_rows(st, (long)(info->global_batch / p->microbatches), rw);
             jw_key(w, "rows");
             jw_open(w, '[');
             for (int r = 0; r < st->dp; r++)

@@ -48,6 +48,12 @@ double plan_eta(const Plan *p, const ClusterSpec *c);
 double plan_iteration_time(const Plan *p, const PlanOutputInfo *info,
                            const TimelineEvent *ev, int nev);
 
+/* plan.json's stages[].rows: each of st's dp DP ranks' rows of a microbatch
+ * of R rows into out[dp].  A DP group over several meshes (st->parts) gives
+ * every rank at least one row (R >= dp), then the rest by the parts'
+ * shares; any other stage gets the runtime's split (rt_row_split). */
+void plan_stage_rows(const PlanStage *st, long R, long *out);
+
 int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,
                     const TimelineEvent *ev, int nev);
 int plan_write_txt(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutputInfo *info,

@@ -7,13 +7,16 @@ tests' batch shape: seq 64, microbatch 4, global batch 16):
 
 - hetc plan writes plan.json (a plan the binaries cannot run too: it records
   the forms it needs, docs/PLAN_FORMAT.md);
+- a compiled plan's launch.sh places every rank on the mesh plan.json gives
+  it (rank_mesh; a DP group over several meshes, "parts", part by part: Zorse
+  on tiny_hetero, MUST_RUN) and no rank's row count is 0;
 - `hetc --plan plan.json` either compiles it, and then launch.sh's 10 steps
   equal `hetc train` on the same global batch and microbatching (the plan's
   rows per microbatch = global_batch / microbatches, accum = microbatches)
   to 1e-5 relative; or refuses it, and then the plan records a form the
   binaries lack and the refusal names every such stage and each form it
-  needs.  Which forms a stage needs is read from plan.json's keys ("parts",
-  "zero" on such a stage, "group", "pipe"; a "dp" above the
+  needs.  Which forms a stage needs is read from plan.json's keys ("group",
+  "pipe"; a "dp" above the
   rows of a microbatch: a DP rank without a row), not from the message.
   A plan that records no such form must compile; one that does must be
   refused.  "offload" is no such form since issue 18 item 4: an offloaded
@@ -23,7 +26,9 @@ tests' batch shape: seq 64, microbatch 4, global batch 16):
 The same on examples/clusters/three_mesh.yaml (16 devices, three device
 types), where the planners choose the other forms: TP on the embedding or
 the head alone (tied gpt_tiny: nothing to shard, run replicated), several
-pipelines with their own boundaries (autohet), offload on single-mesh stages
+pipelines (autohet: J = 2 whose stages line up, run as one pipeline whose
+stage k's DP group holds both pipelines' stage k; pipelines whose stages do
+not line up are refused), offload on single-mesh stages
 (zorse: it runs, every stage offloaded, ZeRO-2).  Every compiled run's printed gradient norms must equal hetc
 train's to 5e-5 (6 printed digits) too.
 
@@ -49,6 +54,12 @@ PLANNERS = ["hapt", "uniform", "coarse", "coarse-blocks", "metis", "metis-mem", 
 CASES = [(c, p) for c in ("tiny_hetero.yaml", "three_mesh.yaml") for p in PLANNERS]
 # plans that record no form the binaries lack: they must compile and run
 MUST_RUN = {("three_mesh.yaml", p) for p in ("hapt", "coarse", "coarse-blocks")}
+# Zorse's DP group over the v100 and a100 meshes (plan.json parts) runs since
+# launch.sh places each part's ranks on its mesh
+MUST_RUN |= {("tiny_hetero.yaml", "zorse")}
+# AutoHet's two pipelines on three_mesh cut the model at the same layers: they
+# run as one pipeline whose stages' DP groups hold both pipelines' stages
+MUST_RUN |= {("three_mesh.yaml", "autohet")}
 STEPS = 10
 t = StageTest("tiny_hetero.yaml", horizon=STEPS)
 check = t.check
@@ -67,6 +78,28 @@ def plan_with(planner, cluster, out):
     return json.load(open(path))
 
 
+def pipelines(plan):
+    """plan.json's pipelines as lists of stages (one list: one pipeline)."""
+    by = {}
+    for s in plan["stages"]:
+        by.setdefault(s.get("pipe", 0), []).append(s)
+    return [by[q] for q in sorted(by)]
+
+
+def lined_up(plan):
+    """Several pipelines that cut the model at the same layers with the same
+    tp, ZeRO, recompute, offload and microbatches: hetc compile runs them as
+    one pipeline (driver/plan_pipes.c), every pipeline's stage k in stage k's
+    DP group."""
+    ps = pipelines(plan)
+    if len(ps) < 2 or len({len(p) for p in ps}) != 1:
+        return False
+    key = ("layers", "tp", "zero", "recompute", "offload")
+    return all(all(p[k].get(x) == ps[0][k].get(x) for x in key) and
+               p[k].get("pipe_microbatches") == plan["microbatches"] and
+               not p[k].get("group") for p in ps for k in range(len(p)))
+
+
 def forms_of(plan):
     """stage index -> the words its refusal must hold, from plan.json's keys;
     plus the plan-wide words (several pipelines)."""
@@ -74,18 +107,15 @@ def forms_of(plan):
     meshes = {}
     for k, s in enumerate(plan["stages"]):
         w = []
-        if len(s.get("parts", [])) > 1:
-            w.append("heterogeneous data parallelism")
-            w += [f"{q['devices']} x {q['mesh']}" for q in s["parts"]]
-            if s.get("zero", 0):
-                w.append(f"ZeRO-{s['zero']} on that uneven DP group")
+        # "parts" (a DP group over several meshes) runs: launch.sh places
+        # each part's ranks on its mesh (placed() below checks it)
         if s.get("group", 0) > 0:
             w.append("ministages sharing devices")
         if w:
             need[k] = w
         if s.get("pipe", 0) > 0:
             meshes[s["pipe"]] = 1
-    if len(meshes) > 1:
+    if len(meshes) > 1 and not lined_up(plan):
         whole = [f"{len(meshes)} pipelines", "own stage boundaries", "all-reduced"]
     return need, whole
 
@@ -118,6 +148,30 @@ def refusal_names_forms(label, err, plan):
     for wd in whole:
         check(wd in err, f"{label}: the refusal does not name {wd!r}: {err.strip()[-400:]}")
     return sorted(need), bool(whole)
+
+
+def placed(label, plan, out):
+    """launch.sh's rank_mesh gives every rank the mesh plan.json puts it on:
+    a stage's DP ranks x TP in order, a stage with parts part by part."""
+    sh = open(os.path.join(out, "launch.sh")).read()
+    names = re.search(r"^mesh_names=\(([^)]*)\)", sh, re.M)
+    rm = re.search(r"^rank_mesh=\(([^)]*)\)", sh, re.M)
+    if not check(names and rm, f"{label}: launch.sh has no mesh_names / rank_mesh"):
+        return
+    names = [n.strip('"') for n in names.group(1).split()]
+    got = [names[int(k)] for k in rm.group(1).split()]
+    want = []
+    # pipelines that line up: stage k holds pipeline 1's ranks, then pipeline 2's, ...
+    order = ([p[k] for k in range(len(pipelines(plan)[0])) for p in pipelines(plan)]
+             if lined_up(plan) else plan["stages"])
+    for s in order:
+        parts = s.get("parts") or [{"mesh": s["mesh"], "devices": s["dp"] * s["tp"]}]
+        for q in parts:
+            want += [q["mesh"]] * q["devices"]
+    check(got == want, f"{label}: launch.sh places ranks on {got}, plan.json on {want}")
+    for k, s in enumerate(plan["stages"]):
+        check(min(s.get("rows", [1])) >= 1, f"{label}: stage {k} rows {s.get('rows')}: a DP "
+              f"rank without a row")
 
 
 def grad_norms(text):
@@ -159,6 +213,7 @@ for cluster, name in CASES:
     check(not need and not whole and uneven_rows(plan) is None,
           f"{label}: compiled a plan recording forms the binaries lack ({need}, {whole}, "
           f"uneven rows at stage {uneven_rows(plan)})")
+    placed(label, plan, out)
     if (rows, B) not in refs:
         r = t.train(STEPS, mb=rows, accum=B)
         check(r.returncode == 0, f"hetc train --microbatch {rows} --accum {B} failed")
@@ -193,6 +248,25 @@ if os.path.exists(zp):
         refusal_names_forms("grouped", p.stderr, q)
         check("group 1 with stage 1" in p.stderr, f"grouped: stage 0's mate not named: "
               f"{p.stderr.strip()[-300:]}")
+
+# pipelines whose stages do not line up (AutoHet's plan on three_mesh with
+# pipeline 2's middle boundary moved one layer): still refused, naming both
+ap = t.path("plan_three_mesh_autohet", "plan.json")
+if os.path.exists(ap):
+    q = json.load(open(ap))
+    ps = pipelines(q)
+    if check(len(ps) == 2 and len(ps[1]) >= 3, f"autohet on three_mesh: {len(ps)} pipelines"):
+        ps[1][1]["layers"][1] += 1
+        ps[1][2]["layers"][0] += 1
+        path = t.path("plan_unaligned.json")
+        json.dump(q, open(path, "w"), indent=1)
+        rows = q["global_batch"] // q["microbatches"]
+        p = t.compile(t.path("build_unaligned"), "--plan", path, cluster="three_mesh.yaml",
+                      mb=rows, quiet=True)
+        if check(p.returncode in (1, 2), "pipelines that do not line up compiled"):
+            refusal_names_forms("unaligned", p.stderr, q)
+            check("its 2 pipelines cut the model at the same layers" not in p.stderr,
+                  "unaligned pipelines said to line up")
 
 print("\ngpt_tiny (seq 64, global batch 16):")
 for cluster, name, what in summary:

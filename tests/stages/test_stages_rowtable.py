@@ -27,7 +27,9 @@ Bad tables are refused naming the stage and the key: a sum other than the
 microbatch's rows, a zero share, a length other than dp, a non-number.  The
 runtime's own split written for another dp (a plan whose dp was edited by
 hand) is ignored with a warning, as before.  A DP group over two meshes
-(`parts`) is refused saying that the launch layout, not the row table, lacks.
+(`parts`) compiles and launch.sh places each part's ranks on its mesh
+(rank_mesh, the hostfile template, --host per run); parts that do not add
+up to dp are refused naming the key.
 
 usage: test_stages_rowtable.py HETC WORKDIR
 """
@@ -142,15 +144,44 @@ for label, rows, words in (("sum", [1, 2], ['stages[0]."rows" [1, 2] sum to 3', 
     print(f"rows {rows} for dp 2 over 4 rows: refused: {p.stderr.strip().splitlines()[-1][:200]}",
           flush=True)
 
-# a DP group over two meshes (plan.json parts, Zorse): its row table would run,
-# the launch layout cannot place one stage on two meshes: refused saying so
+# a DP group over two meshes (plan.json parts, Zorse): plan A's stage 1 with
+# DP ranks 0-1 on the v100 mesh and rank 2 on the t4 mesh.  It compiles (the
+# same binaries as plan A, which ran above: on the host backend placement
+# changes nothing numerically) and launch.sh places each rank on its part's
+# mesh: rank_mesh, the hostfile template's slots, --host per run under
+# --hostfile, the Slurm node list.
 q = json.loads(json.dumps(a))
 q["stages"][1]["parts"] = [{"mesh": "v100", "devices": 2, "share": 0.75},
                            {"mesh": "t4", "devices": 1, "share": 0.25}]
-p = t.compile(t.path("build_parts"), "--plan", write("parts", q), mb=4, quiet=True)
-check(p.returncode in (1, 2) and "stage 1 (layers 10-18) needs heterogeneous data parallelism"
-      in p.stderr and "its row table runs, but launch.sh places a stage's ranks on one mesh"
-      in p.stderr, f"parts: exit {p.returncode}, {p.stderr.strip()[-400:]}")
+out = t.path("build_parts")
+p = t.compile(out, "--plan", write("parts", q), mb=4, quiet=True)
+if check(p.returncode == 0, f"parts: exit {p.returncode}, {p.stderr.strip()[-400:]}"):
+    sh = open(os.path.join(out, "launch.sh")).read()
+    rm = re.search(r"^rank_mesh=\(([^)]*)\)", sh, re.M)
+    names = re.search(r"^mesh_names=\(([^)]*)\)", sh, re.M)
+    check(rm and rm.group(1).split() == ["0", "0", "0", "0", "1"] and names and
+          names.group(1).split() == ['"v100"', '"t4"'],
+          f"parts: rank_mesh / mesh_names {rm and rm.group(0)} {names and names.group(0)}")
+    check("# stage_1 x3 on mesh 0 (2 ranks) + mesh 1 (1 rank)" in sh,
+          "parts: launch.sh does not say where stage 1's ranks go")
+    hf = open(os.path.join(out, "hostfile")).read()
+    check(re.search(r"^v100-host slots=4\b", hf, re.M) and re.search(r"^t4-host slots=1\b", hf,
+                                                                     re.M),
+          f"parts: hostfile template {hf}")
+    hosts = t.path("parts_hosts")
+    open(hosts, "w").write("hv slots=4\nht slots=1\n")
+    dry = t.run([os.path.join(out, "launch.sh"), "--hostfile", hosts, "--dry-run", "--data",
+                 "x"]).stdout
+    want = (f"-np 1 --host hv:4 {out}/stage_1 --data x : -np 1 --host hv:4 {out}/stage_1_r2 "
+            f"--data x : -np 1 --host ht:1 {out}/stage_1 --data x")
+    check(want in dry, f"parts: launch.sh --hostfile --dry-run lacks {want!r}: {dry.strip()}")
+    print(f"parts (stage 1 over v100 x2 + t4 x1, rows [1, 2, 1]): compiled, placed "
+          f"{rm and rm.group(1)}", flush=True)
+# parts that do not add up to the stage's DP ranks: refused naming the key
+q["stages"][1]["parts"][1]["devices"] = 2
+p = t.compile(t.path("build_parts_bad"), "--plan", write("parts_bad", q), mb=4, quiet=True)
+check(p.returncode in (1, 2) and 'stages[1]."parts" hold 4 DP ranks' in p.stderr and
+      '"dp" 3' in p.stderr, f"bad parts: exit {p.returncode}, {p.stderr.strip()[-400:]}")
 
 # the runtime's split written for another dp (a plan whose dp was edited by
 # hand, as stages_zero's are): ignored with a warning, the runtime's split runs
