@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "hk.h"
+#include "hk_bf16.h"
 #include "hk_train.h"
 #include "hk_ws.h"
 #include "hostexec_train.h"
@@ -278,7 +279,10 @@ static int run_linear(HxCall *c) {
     if (K == 0) M = numel(y) / (N ? N : 1);
     if (numel(y) != M * N) return fail(c, "Linear output shape does not match%s", "");
     if (has_in(c, 2) && numel(IN_V(c, 2)) != N) return fail(c, "Linear bias must have N elements%s", "");
-    hk_linear_f32(c->in[0], c->in[1], has_in(c, 2) ? c->in[2] : NULL, M, K, N, c->out[0]);
+    if (x->dtype == IR_BF16) /* mixed precision (passes/mixed_precision.c) */
+        hk_linear_bf16(c->in[0], c->in[1], has_in(c, 2) ? c->in[2] : NULL, M, K, N, c->out[0]);
+    else
+        hk_linear_f32(c->in[0], c->in[1], has_in(c, 2) ? c->in[2] : NULL, M, K, N, c->out[0]);
     return 0;
 }
 
@@ -729,7 +733,7 @@ static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_TILE] = {run_tile, NULL, 0, 0, 1},
     [IR_OP_GATHER_ELEMENTS] = {run_gather_elements, NULL, 0, 0, 1},
     [IR_OP_SCATTER_ND] = {run_scatter_nd, NULL, 0, 0, 5},
-    [IR_OP_LINEAR] = {run_linear, chk_f32, 0, 0, HX_ALL, 0, 1},
+    [IR_OP_LINEAR] = {run_linear, hxt_chk_gemm16, 0, 0, HX_ALL, 0, 1},
     [IR_OP_LAYER_NORM] = {run_norm, chk_f32, 0, 0, HX_ALL, 0, 1},
     [IR_OP_RMS_NORM] = {run_norm, chk_f32, 0, 0, HX_ALL, 0, 1},
     [IR_OP_GELU] = {run_unary, chk_float, HK_GELU, 0, 1, 0, 1},
@@ -742,7 +746,7 @@ static const HxOpEntry table[IR_OP_COUNT] = {
     [IR_OP_VOCAB_CE_STATS] = {hxt_run_vocab_ce_stats, hxt_chk_f32, 0, 0, 5},
     [IR_OP_VOCAB_CROSS_ENTROPY] = {hxt_run_vocab_cross_entropy, hxt_chk_f32, 0, 0, 13},
     [IR_OP_VOCAB_CROSS_ENTROPY_GRAD] = {hxt_run_vocab_cross_entropy_grad, hxt_chk_f32, 0, 0, 29},
-    [IR_OP_LINEAR_GRAD] = {hxt_run_linear_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, OW_ALL},
+    [IR_OP_LINEAR_GRAD] = {hxt_run_linear_grad, hxt_chk_gemm16, 0, 0, HX_ALL, 0, OW_ALL},
     [IR_OP_LAYER_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, OW_ALL},
     [IR_OP_RMS_NORM_GRAD] = {hxt_run_norm_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, OW_ALL},
     [IR_OP_ATTENTION_GRAD] = {hxt_run_attention_grad, hxt_chk_f32, 0, 0, HX_ALL, 0, OW_ALL},

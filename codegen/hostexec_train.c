@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "hk.h"
+#include "hk_bf16.h"
 #include "hk_train.h"
 
 #define IN_V(c, i) ((c)->n->in[i])
@@ -33,6 +34,19 @@ static int axis_last(HxCall *c, const IrValue *x) {
     if (a != -1 && a != x->shape.rank - 1)
         return ir_errorf(c->err, "only the last axis is supported (axis=%lld)", (long long)a);
     return 0;
+}
+
+/* f32 throughout, or (the bf16 GEMMs of mixed precision: Linear,
+ * LinearGrad) bf16 throughout */
+int hxt_chk_gemm16(const IrNode *n, int k, char *w, size_t wl) {
+    if (n->in[0]->dtype != IR_BF16) return hxt_chk_f32(n, k, w, wl);
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] && n->in[i]->dtype != IR_BF16) {
+            snprintf(w, wl, "%s: input dtype %s with bf16 operands (all f32 or all bf16)",
+                     ir_op_name(n->op), ir_dtype_name(n->in[i]->dtype));
+            return 0;
+        }
+    return 1;
 }
 
 int hxt_chk_f32(const IrNode *n, int k, char *w, size_t wl) {
@@ -145,9 +159,13 @@ int hxt_run_linear_grad(HxCall *c) {
     if (numel(dy) != M * N) return ir_errorf(c->err, "dy has the wrong number of rows");
     if (same_shape(c, 0, 0) || same_shape(c, 1, 1)) return -1;
     if (outp(c, 2) && numel(OUT_V(c, 2)) != N) return ir_errorf(c->err, "db must hold N values");
-    if (hk_linear_backward_f32(c->in[0], c->in[1], c->in[2], M, K, N, outp(c, 0), outp(c, 1),
-                               outp(c, 2), 0, e))
-        return kfail(c, e);
+    int rc = x->dtype == IR_BF16
+                 ? hk_linear_backward_bf16(c->in[0], c->in[1], c->in[2], M, K, N,
+                                           (void *)outp(c, 0), (void *)outp(c, 1),
+                                           (void *)outp(c, 2), 0, e)
+                 : hk_linear_backward_f32(c->in[0], c->in[1], c->in[2], M, K, N, outp(c, 0),
+                                          outp(c, 1), outp(c, 2), 0, e);
+    if (rc) return kfail(c, e);
     return 0;
 }
 

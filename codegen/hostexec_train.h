@@ -22,6 +22,7 @@ int hxt_run_slice_grad(HxCall *c);
 int hxt_run_gather_grad(HxCall *c); /* GatherGrad, GatherNDGrad, GatherElementsGrad */
 int hxt_run_adamw(HxCall *c);       /* the fused optimizer step (in place safe) */
 /* every float operand f32 (the training kernels are fp32) */
+int hxt_chk_gemm16(const IrNode *n, int k, char *w, size_t wl);
 int hxt_chk_f32(const IrNode *n, int k, char *why, size_t whylen);
 
 #endif

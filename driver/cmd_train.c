@@ -42,9 +42,11 @@ static void usage(FILE *f) {
             "  --microbatch B         rows per microbatch (binds the batch dim; default 4)\n"
             "  --seq T                sequence length (binds the sequence dim; default 64)\n"
             "  --accum K              microbatches per step; gradients are averaged (default 1)\n"
-            "  --precision fp32       training precision (default fp32: weights, gradients,\n"
-            "                         AdamW state and activations in fp32; bf16-mixed is not\n"
-            "                         implemented yet and is refused; docs/TRAINING.md)\n"
+            "  --precision fp32|bf16-mixed  training precision (default fp32).  bf16-mixed:\n"
+            "                         every Linear (and its gradient) runs on bf16 operands\n"
+            "                         with f32 accumulation, as torch.autocast(bfloat16);\n"
+            "                         weights, gradients, AdamW state, norms, softmax,\n"
+            "                         attention and the loss stay fp32 (docs/TRAINING.md)\n"
             "  --loss SPEC            xent | xent:ignore=N (default xent)\n"
             "  --optimizer adamw|sgd  (default adamw)\n"
             "  --lr X                 peak learning rate (default 1e-3)\n"
@@ -83,6 +85,7 @@ typedef struct TrainOpts {
     int64_t steps, accum, warmup, ckpt_every, val_every, val_batches;
     double lr, beta1, beta2, eps, wd, momentum, clip;
     int quiet, no_ckpt, exec_stats;
+    Precision precision;
 } TrainOpts;
 
 static int parse_d(const char *opt, const char *s, double *out) {
@@ -128,8 +131,7 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         STR("--export", export_path) STR("--dump-grads", dump_grads)
         STR("--metrics", metrics) STR("--val-data", val_data)
         if ((r = cli_opt(argc, argv, &i, "--precision", &v)) != 0) {
-            Precision pr; /* fp32 only, until bf16-mixed is implemented (precision.h) */
-            if (r < 0 || precision_parse("hetc train", v, 0, &pr)) return -1;
+            if (r < 0 || precision_parse_train(v, &t->precision)) return -1;
             continue;
         }
         I64("--val-every", val_every) I64("--val-batches", val_batches)
@@ -432,7 +434,9 @@ int cmd_train(int argc, char **argv) {
         compile_run_passes(g, &co, &ctx, &err) ||
         pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss_with(g, &lo, &err) ||
         pass_maybe_dump(g, "loss", &ctx, &err) || (ctx.dump_index++, 0) ||
-        pass_run_pipeline(g, "autodiff,shape-infer", &ctx, &err)) {
+        pass_run_pipeline(g, t.precision == PRECISION_BF16_MIXED
+                                 ? "mixed-precision,autodiff,shape-infer"
+                                 : "autodiff,shape-infer", &ctx, &err)) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
     }

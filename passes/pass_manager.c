@@ -15,6 +15,7 @@
 #include "autodiff.h" /* pass_autodiff (training) */
 #include "loss.h"     /* pass_loss, pass_tie_weights (training) */
 #include "optimizer.h" /* pass_optimizer (training) */
+#include "mixed_precision.h" /* pass_mixed_precision (training, bf16-mixed) */
 
 static const Pass pass_table[] = {
     {"shape-infer", "infer dtype and static shape of every value; fold shape computations",
@@ -34,6 +35,9 @@ static const Pass pass_table[] = {
                     "bit-exact) as Transpose(original)", pass_tie_weights, 1},
     {"loss", "append next-token cross entropy on the logits against a new 'targets' input; "
              "output 'loss'", pass_loss, 1},
+    {"mixed-precision", "bf16 autocast: Cast(to=bf16) on every f32 Linear's operands, the Linear "
+                        "in bf16, Cast(to=f32) after it (--precision bf16-mixed)",
+     pass_mixed_precision, 1},
     {"autodiff", "reverse-mode gradients of 'loss' for every parameter (outputs grad/<param>)",
      pass_autodiff, 1},
     {"optimizer", "AdamW (default hyper-parameters) after global-norm clipping: optimizer "

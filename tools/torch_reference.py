@@ -35,6 +35,12 @@ constant lr.  Step k: zero grads, loss on batch k, backward, clip, step.
 Computed in float64 by default (--dtype float32 to see fp32 noise), so the
 references are the exact values hetc's fp32 must approach to 1e-4.
 
+--autocast-bf16 writes <name>.bf16_ref.npz instead: the same AdamW
+trajectory (--steps, default 20 there) in float32 master weights with the
+forward under torch.autocast("cpu", dtype=torch.bfloat16) -- the reference
+of hetc train --precision bf16-mixed (tests/train test_train_bf16.py):
+inputs, targets, traj_loss, traj_grad_norm, traj_lr, hparams only.
+
 Needs torch; run by developers, not CI:
     python3 tools/torch_reference.py            # every model in tests/models
     python3 tools/torch_reference.py gpt2       # just one
@@ -214,7 +220,7 @@ def reference(name, args, mod, torch):
     cfg_path = os.path.join(args.models_dir, name + ".json")
     with open(cfg_path) as f:
         config = json.load(f)
-    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    dtype = torch.float64 if args.dtype == "float64" and not args.autocast_bf16 else torch.float32
     torch.manual_seed(0)
     model = build_model(mod, config)
     load_weights(model, os.path.join(args.models_dir, name + ".npz"), torch)
@@ -231,19 +237,25 @@ def reference(name, args, mod, torch):
     def loss_on(k, m=None):
         x = torch.from_numpy(xs[k])
         y = torch.from_numpy(ys[k])
-        lg = logits_of(m if m is not None else model, x)
+        if args.autocast_bf16:  # fp32 master weights, bf16 autocast of the forward
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                lg = logits_of(m if m is not None else model, x)
+            lg = lg.float()
+        else:
+            lg = logits_of(m if m is not None else model, x)
         return ce(lg.reshape(-1, lg.shape[-1]).to(dtype), y.reshape(-1))
 
     params = list(model.named_parameters())
     out = {"inputs": xs.astype(np.int32), "targets": ys.astype(np.int32)}
-    out.update(per_use_grads(model, loss_on, torch))
-    model.zero_grad(set_to_none=True)
-    loss = loss_on(0)
-    loss.backward()
-    out["loss"] = np.array(loss.item(), np.float64)
-    for pname, p in params:
-        g = p.grad if p.grad is not None else torch.zeros_like(p)
-        out["grad/" + pname] = g.detach().to(torch.float32).numpy()
+    if not args.autocast_bf16:
+        out.update(per_use_grads(model, loss_on, torch))
+        model.zero_grad(set_to_none=True)
+        loss = loss_on(0)
+        loss.backward()
+        out["loss"] = np.array(loss.item(), np.float64)
+        for pname, p in params:
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            out["grad/" + pname] = g.detach().to(torch.float32).numpy()
 
     decay = [p for _, p in params if p.dim() >= 2]
     no_decay = [p for _, p in params if p.dim() < 2]
@@ -266,16 +278,18 @@ def reference(name, args, mod, torch):
     hp = {"lr": LR, "betas": BETAS, "eps": EPS, "weight_decay": WD,
           "weight_decay_rule": "params with ndim >= 2", "clip": CLIP, "lr_schedule": "constant",
           "batch": B, "seq": T, "steps": args.steps, "batching": "llm.c", "data": source,
-          "dtype": args.dtype, "torch": torch.__version__,
+          "dtype": "float32 + autocast bfloat16" if args.autocast_bf16 else args.dtype,
+          "torch": torch.__version__,
           "decayed": [n for n, p in params if p.dim() >= 2],
           "not_decayed": [n for n, p in params if p.dim() < 2]}
     hp["tied"] = tied_groups(model)
     # computed from the initial weights (model was updated by the steps above)
     hp["onnx_params"] = onnx_map
     out["hparams"] = np.array(json.dumps(hp))
-    dst = os.path.join(args.models_dir, name + ".train_ref.npz")
+    dst = os.path.join(args.models_dir,
+                       name + (".bf16_ref.npz" if args.autocast_bf16 else ".train_ref.npz"))
     np.savez_compressed(dst, **out)
-    print(f"{dst}: loss {out['loss']:.6f}, {len(params)} grads, "
+    print(f"{dst}: loss {losses[0]:.6f}, {len(params)} params, "
           f"trajectory {losses[0]:.4f} -> {losses[-1]:.4f} ({os.path.getsize(dst)} bytes)")
 
 
@@ -288,9 +302,12 @@ def main():
                     help="module with the models' torch code and build_model(config)")
     ap.add_argument("--batch", type=int, default=0, help="default: the config's batch")
     ap.add_argument("--seq", type=int, default=0, help="default: the config's sequence length")
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=0, help="default 10 (20 with --autocast-bf16)")
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help="write <name>.bf16_ref.npz: fp32 master weights, bf16 autocast")
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     args = ap.parse_args()
+    args.steps = args.steps or (20 if args.autocast_bf16 else 10)
     import torch
     torch.use_deterministic_algorithms(True)
     mod = load_exporter(args.exporter)

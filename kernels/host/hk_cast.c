@@ -1,6 +1,7 @@
 /* Dtype conversion (Cast, ConstantOfShape fill) including the 16-bit
  * float formats, which have no C type: they are converted bit by bit. */
 #include "hk.h"
+#include "hk_bf16.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -49,20 +50,9 @@ static uint16_t f32_to_f16(float f) {
     return sign | (uint16_t)r;
 }
 
-static float bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
-    x += 0x7fff + ((x >> 16) & 1); /* round to nearest even */
-    return (uint16_t)(x >> 16);
-}
+/* bf16: hk_bf16.h (the one place f32 -> bf16 rounds, to nearest even) */
+#define bf16_to_f32 hk_bf16_to_f32
+#define f32_to_bf16 hk_f32_to_bf16
 
 static int is_float(HkDType t) {
     return t == HK_F32 || t == HK_F64 || t == HK_F16 || t == HK_BF16;

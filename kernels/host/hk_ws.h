@@ -32,6 +32,7 @@ enum {
     HK_WS_CE,        /* cross-entropy forward: row log-sum-exps */
     HK_WS_ADAPTER,   /* the host executor's adapters (codegen/hostexec*) */
     HK_WS_ADAPTER2,
+    HK_WS_BF16,      /* bf16 GEMMs (hk_bf16.c): the operands widened to f32 */
     HK_WS_COUNT
 };
 

@@ -1,0 +1,71 @@
+/* bf16 GEMM entries (hk_bf16.h): widen the operands to f32 in scratch,
+ * run the f32 kernel, round the result once. */
+#include "hk_bf16.h"
+
+#include <stdio.h>
+
+#include "hk.h"
+#include "hk_train.h"
+#include "hk_ws.h"
+
+void hk_bf16_expand(const uint16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = hk_bf16_to_f32(x[i]);
+}
+
+void hk_bf16_round(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = hk_f32_to_bf16(x[i]);
+}
+
+/* Scratch for `n` f32 arrays of the given lengths, carved from one hk_ws
+ * buffer (64-byte aligned parts). */
+static float *carve(const int64_t *len, int n, float **part) {
+    size_t off[8], tot = 0;
+    for (int i = 0; i < n; i++) {
+        off[i] = tot;
+        tot += ((size_t)len[i] * sizeof(float) + 63) / 64 * 64;
+    }
+    float *base = hk_ws(HK_WS_BF16, tot ? tot : 64);
+    if (!base) return NULL;
+    for (int i = 0; i < n; i++) part[i] = (float *)((char *)base + off[i]);
+    return base;
+}
+
+void hk_linear_bf16(const uint16_t *x, const uint16_t *w, const uint16_t *bias, int64_t M,
+                    int64_t K, int64_t N, uint16_t *y) {
+    int64_t len[4] = {M * K, K * N, bias ? N : 0, M * N};
+    float *p[4];
+    if (!carve(len, 4, p)) {
+        for (int64_t i = 0; i < M * N; i++) y[i] = 0x7fc0; /* NaN: out of memory shows */
+        return;
+    }
+    hk_bf16_expand(x, p[0], len[0]);
+    hk_bf16_expand(w, p[1], len[1]);
+    if (bias) hk_bf16_expand(bias, p[2], N);
+    hk_linear_f32(p[0], p[1], bias ? p[2] : NULL, M, K, N, p[3]);
+    hk_bf16_round(p[3], y, len[3]);
+}
+
+int hk_linear_backward_bf16(const uint16_t *x, const uint16_t *w, const uint16_t *dy,
+                            int64_t M, int64_t K, int64_t N, uint16_t *dx, uint16_t *dw,
+                            uint16_t *dbias, int accum, char *err) {
+    int64_t len[6] = {M * K, K * N, M * N, dx ? M * K : 0, dw ? K * N : 0, dbias ? N : 0};
+    float *p[6];
+    if (!carve(len, 6, p)) {
+        if (err) snprintf(err, HK_ERRLEN, "out of memory for the bf16 Linear gradient's scratch");
+        return -1;
+    }
+    hk_bf16_expand(x, p[0], len[0]);
+    hk_bf16_expand(w, p[1], len[1]);
+    hk_bf16_expand(dy, p[2], len[2]);
+    if (accum) { /* the old sums, widened, so the f32 kernel adds to them */
+        if (dw) hk_bf16_expand(dw, p[4], len[4]);
+        if (dbias) hk_bf16_expand(dbias, p[5], len[5]);
+    }
+    if (hk_linear_backward_f32(p[0], p[1], p[2], M, K, N, dx ? p[3] : NULL, dw ? p[4] : NULL,
+                               dbias ? p[5] : NULL, accum, err))
+        return -1;
+    if (dx) hk_bf16_round(p[3], dx, len[3]);
+    if (dw) hk_bf16_round(p[4], dw, len[4]);
+    if (dbias) hk_bf16_round(p[5], dbias, len[5]);
+    return 0;
+}

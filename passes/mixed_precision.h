@@ -1,0 +1,21 @@
+/* mixed-precision (passes/mixed_precision.c): bf16 autocast of the GEMMs as
+ * an explicit IR rewrite (issue 17; docs/TRAINING.md "Mixed precision").
+ *
+ * Every Linear whose float operands are f32 gets Cast(to=bf16) nodes on
+ * them (one per use, as torch.autocast casts per call), computes in bf16
+ * storage (bf16 in and out, fp32 accumulation inside the kernel) and a
+ * Cast(to=f32) after its output, so everything else -- norms, softmax,
+ * attention, the loss, the gradients of the parameters, the optimizer and
+ * its moments -- stays f32.  Parameters stay f32 master weights: the bf16
+ * copy is a Cast node, recomputed every step.  Autodiff then differentiates
+ * the Casts (a Cast's gradient is cast back to its input's dtype), so the
+ * Linear's backward runs in bf16 and the parameter gradients arrive in f32.
+ * Run on the forward graph (after loss, before autodiff). */
+#ifndef HETC_MIXED_PRECISION_H
+#define HETC_MIXED_PRECISION_H
+
+#include "pass.h"
+
+int pass_mixed_precision(IrGraph *g, PassContext *ctx, IrError *err);
+
+#endif
