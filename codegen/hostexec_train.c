@@ -161,8 +161,7 @@ int hxt_run_linear_grad(HxCall *c) {
     if (outp(c, 2) && numel(OUT_V(c, 2)) != N) return ir_errorf(c->err, "db must hold N values");
     int rc = x->dtype == IR_BF16
                  ? hk_linear_backward_bf16(c->in[0], c->in[1], c->in[2], M, K, N,
-                                           (void *)outp(c, 0), (void *)outp(c, 1),
-                                           (void *)outp(c, 2), 0, e)
+                                           (void *)outp(c, 0), outp(c, 1), outp(c, 2), 0, e)
                  : hk_linear_backward_f32(c->in[0], c->in[1], c->in[2], M, K, N, outp(c, 0),
                                           outp(c, 1), outp(c, 2), 0, e);
     if (rc) return kfail(c, e);

@@ -35,6 +35,8 @@ const LeExtern lower_node_externs[] = {
     {"hk_matmul", I, 11, {I, P, I, P, P, I, P, P, I, P, P}},
     {"hk_gemm_f32", I, 14, {P, P, P, I, P, L, L, L, I, I, F, F, P, P}},
     {"hk_linear_f32", LE_VOID, 7, {P, P, P, L, L, L, P}},
+    {"hk_linear_bf16", LE_VOID, 7, {P, P, P, L, L, L, P}},
+    {"hk_linear_backward_bf16", I, 11, {P, P, P, L, L, L, P, P, P, I, P}},
     {"hk_attention_f32", I, 12, {P, P, P, L, L, L, L, L, I, F, P, P}},
     {"hk_transpose", LE_VOID, 6, {L, P, I, P, P, P}},
     {"hk_slice", LE_VOID, 8, {L, P, I, P, P, P, P, P}},
@@ -391,7 +393,11 @@ static int lw_linear(LnCtx *c, int unused) {
     if (K == 0) M = ln_numel(y) / (N ? N : 1);
     if (ln_numel(y) != M * N) return ln_fail(c, "Linear output");
     if (ln_has_in(c, 2) && ln_numel(IN(2)) != N) return ln_fail(c, "Linear bias");
-    LeCall *k = ln_push(c, "hk_linear_f32");
+    /* bf16 operands: mixed precision (passes/mixed_precision.c, hk_bf16.h) */
+    if (x->dtype != w->dtype || x->dtype != y->dtype ||
+        (ln_has_in(c, 2) && IN(2)->dtype != x->dtype) || (x->dtype != IR_F32 && x->dtype != IR_BF16))
+        return ln_fail(c, "Linear dtypes (f32 or bf16 throughout)");
+    LeCall *k = ln_push(c, x->dtype == IR_BF16 ? "hk_linear_bf16" : "hk_linear_f32");
     ln_ptr(c, k, x);
     ln_ptr(c, k, w);
     ln_ptr(c, k, ln_has_in(c, 2) ? IN(2) : NULL);

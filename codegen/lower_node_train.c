@@ -72,7 +72,10 @@ static int lw_linear_grad(LnCtx *c, int unused) {
     if (ln_numel(dy) != M * N || same_shape(c, 0, 0) || same_shape(c, 1, 1) ||
         (ln_has_out(c, 2) && ln_numel(OUT(2)) != N))
         return ln_fail(c, "shapes");
-    LeCall *k = ln_push(c, "hk_linear_backward_f32");
+    if (x->dtype != w->dtype || x->dtype != dy->dtype || (x->dtype != IR_F32 && x->dtype != IR_BF16))
+        return ln_fail(c, "dtypes (f32 or bf16 throughout)");
+    LeCall *k = ln_push(c, x->dtype == IR_BF16 ? "hk_linear_backward_bf16"
+                                               : "hk_linear_backward_f32");
     ln_ptr(c, k, x);
     ln_ptr(c, k, w);
     ln_ptr(c, k, dy);

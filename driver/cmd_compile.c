@@ -226,6 +226,13 @@ static int step_parse(CompileCtx *c, int argc, char **argv) {
         precision_parse("hetc compile", "cluster-dtype", 0, &pr);
         return 2;
     }
+    c->ca.bf16_mixed = c->pa.precision == PRECISION_BF16_MIXED;
+    if (c->ca.bf16_mixed && c->ca.backend && strcmp(c->ca.backend->name, "host")) {
+        fprintf(stderr, "hetc compile: --precision bf16-mixed runs on the host backend only for "
+                "now (no bf16 %s kernels yet; issue 17); use --precision fp32 with --backend %s\n",
+                c->ca.backend->name, c->ca.backend->name);
+        return 2;
+    }
     c->pa.co.model = c->model;
     c->pa.cluster = c->cluster;
     c->pa.co.src = &c->src; /* one read of the model for every import below */

@@ -131,7 +131,7 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         STR("--export", export_path) STR("--dump-grads", dump_grads)
         STR("--metrics", metrics) STR("--val-data", val_data)
         if ((r = cli_opt(argc, argv, &i, "--precision", &v)) != 0) {
-            if (r < 0 || precision_parse_train(v, &t->precision)) return -1;
+            if (r < 0 || precision_parse("hetc train", v, 0, &t->precision)) return -1;
             continue;
         }
         I64("--val-every", val_every) I64("--val-batches", val_batches)

@@ -300,8 +300,10 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
     free(shared);
     free(rtab);
     shared = both;
-    fprintf(rep, "\nstage memory plan (per rank, fp32 %s backend; planner GiB: the planner's "
-                 "prediction with its runtime reserve, pred arena MiB: without it)\n", be->name);
+    fprintf(rep, "\nstage memory plan (per rank, %s %s backend; planner GiB: the planner's "
+                 "prediction with its runtime reserve, pred arena MiB: without it)\n",
+            a->bf16_mixed ? "bf16-mixed (bf16 Linear operands beside the fp32 values)" : "fp32",
+            be->name);
     fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
                  "  arena MiB  planner GiB  pred arena MiB\n");
     for (int u = 0; u < nvar; u++) {

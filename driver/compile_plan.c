@@ -389,14 +389,22 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
                   path, v);
         goto done;
     }
-    /* "precision" (issue 17): the stage binaries run fp32; a plan made for
-     * another precision sized memory and time for what they do not run.
-     * Absent (plans before it, hand-written ones): not checked. */
+    /* "precision" (issue 17): the stage binaries run fp32 or bf16-mixed,
+     * both planned as fp32 memory (cluster dtype fp32); a plan made in the
+     * cluster file's 16-bit dtype (--precision cluster-dtype) sized memory
+     * and time for what they do not run.  Absent (plans before it,
+     * hand-written ones): not checked. */
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "precision");
-    if (pr && (!cJSON_IsString(pr) || strcmp(pr->valuestring, "fp32"))) {
-        ir_errorf(err, "%s: \"precision\" %s%s%s: the stage binaries run fp32 (bf16-mixed is "
-                  "not implemented yet); plan again with hetc plan --precision fp32 (the "
-                  "default)", path, cJSON_IsString(pr) ? "\"" : "",
+    const cJSON *pcl = cJSON_GetObjectItemCaseSensitive(root, "cluster");
+    const cJSON *pdt = cJSON_IsObject(pcl) ? cJSON_GetObjectItemCaseSensitive(pcl, "dtype") : NULL;
+    int pr_ok = pr && cJSON_IsString(pr) &&
+                (!strcmp(pr->valuestring, "fp32") ||
+                 (!strcmp(pr->valuestring, "bf16-mixed") &&
+                  (!cJSON_IsString(pdt) || !strcmp(pdt->valuestring, "fp32"))));
+    if (pr && !pr_ok) {
+        ir_errorf(err, "%s: \"precision\" %s%s%s: a plan in the cluster file's 16-bit dtype, "
+                  "which no stage binary runs (they run fp32 or bf16-mixed, planned as fp32); "
+                  "plan again with hetc plan --precision fp32 (the default) or bf16-mixed", path, cJSON_IsString(pr) ? "\"" : "",
                   cJSON_IsString(pr) ? pr->valuestring : "(not a string)",
                   cJSON_IsString(pr) ? "\"" : "");
         goto done;

@@ -74,6 +74,12 @@ static IrGraph *stage_graph(const CompileStages *cs, int64_t local, IrError *err
         unmapped += n->layer_id < 0;
     }
     (void)unmapped;
+    /* after the layer ids: each Cast takes its Linear's layer, so the
+     * pipeline cuts between layers see the f32 values only */
+    if (cs->args->bf16_mixed && pass_run_pipeline(g, "mixed-precision,shape-infer", &ctx, err)) {
+        ir_graph_free(g);
+        return NULL;
+    }
     return g;
 }
 

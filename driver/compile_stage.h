@@ -19,6 +19,7 @@ typedef struct CompileArgs {
     /* --backend=NAME: a row of backends.c (NULL: host; cuda links
      * hetrt_stage_cuda, docs/CUDA.md) */
     const struct HetcBackend *backend;
+    int bf16_mixed;      /* --precision bf16-mixed: the mixed-precision pass (host only) */
 } CompileArgs;
 void compile_args_default(CompileArgs *a);
 

@@ -66,7 +66,7 @@ static int step_setup(PlanCtx *pc)
      * and activations at the fp32 peak, so the predicted memory is the
      * arena (docs/PLANNER.md "Precision"); cluster-dtype keeps the file's. */
     snprintf(pc->cluster_dtype, sizeof pc->cluster_dtype, "%s", pc->cl.dtype);
-    if (a->precision == PRECISION_FP32)
+    if (a->precision == PRECISION_FP32 || a->precision == PRECISION_BF16_MIXED)
         snprintf(pc->cl.dtype, sizeof pc->cl.dtype, "fp32");
     if (!pc->layers_only && pc->quiet < 2 && strcmp(pc->cluster_dtype, pc->cl.dtype))
         fprintf(stderr, "%s: precision %s: planning fp32 (the cluster file's dtype %s is not "

@@ -16,13 +16,9 @@ int precision_parse(const char *cmd, const char *v, int allow_cluster, Precision
         *out = PRECISION_FP32;
         return 0;
     }
-    if (!strcmp(v, "bf16-mixed")) {
-        /* not faked: the stage binaries store and compute fp32 only */
-        fprintf(stderr, "%s: --precision bf16-mixed is not implemented yet for the stage "
-                "binaries (hetc train runs it; issue 17); use --precision fp32 (the "
-                "default)%s\n", cmd, allow_cluster ? "; hetc plan --precision cluster-dtype "
-                "plans the cluster file's 16-bit dtype as a what-if" : "");
-        return -1;
+    if (!strcmp(v, "bf16-mixed")) { /* passes/mixed_precision.c; host backend only */
+        *out = PRECISION_BF16_MIXED;
+        return 0;
     }
     if (!strcmp(v, "cluster-dtype")) {
         if (allow_cluster) {
@@ -39,17 +35,10 @@ int precision_parse(const char *cmd, const char *v, int allow_cluster, Precision
     return -1;
 }
 
-int precision_parse_train(const char *v, Precision *out)
-{
-    if (!strcmp(v, "bf16-mixed")) { /* passes/mixed_precision.c on the host executor */
-        *out = PRECISION_BF16_MIXED;
-        return 0;
-    }
-    return precision_parse("hetc train", v, 0, out);
-}
-
 const char *precision_planned(Precision p, const char *dtype)
 {
+    if (p == PRECISION_BF16_MIXED) /* planned as fp32 memory (docs/PLANNER.md) */
+        return "bf16-mixed";
     if (p != PRECISION_CLUSTER_DTYPE || !dtype || !strcmp(dtype, "fp32"))
         return "fp32";
     return !strcmp(dtype, "fp16") ? "fp16-mixed" : "bf16-mixed";

@@ -177,15 +177,45 @@ static int g_matmul(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     }
     return 0;
 }
+/* The f32 value a bf16 operand was cast from (passes/mixed_precision.c),
+ * or NULL. */
+static IrValue *f32_source(IrValue *v) {
+    IrNode *p = v->producer;
+    return v->dtype == IR_BF16 && p && p->op == IR_OP_CAST && p->in[0] &&
+                   p->in[0]->dtype == IR_F32
+               ? p->in[0]
+               : NULL;
+}
+/* A bf16 Linear's weight and bias gradients come out of LinearGrad in f32
+ * (summed in f32, never rounded to bf16: Megatron's fp32 gradient
+ * accumulation; torch.autocast rounds its mm output) and go straight to the
+ * f32 value the operand was cast from, so the Cast node gets no gradient;
+ * a bf16 operand with no such source gets them cast back to bf16. */
 static int g_linear(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
-    int hb = n->nin > 2 && X(2);
-    IrValue *in[3] = {X(0), X(1), DY};
-    IrValue *out[3] = {ad_value(c, X(0), X(0)->dtype, &X(0)->shape),
-                       ad_value(c, X(1), X(1)->dtype, &X(1)->shape),
-                       hb ? ad_value(c, X(2), X(2)->dtype, &X(2)->shape) : NULL};
+    int hb = n->nin > 2 && X(2), b16 = X(0)->dtype == IR_BF16;
+    IrValue *in[3] = {X(0), X(1), DY}, *out[3] = {NULL, NULL, NULL}, *to[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < (hb ? 3 : 2); i++) {
+        to[i] = i > 0 && b16 ? f32_source(X(i)) : NULL;
+        out[i] = ad_value(c, to[i] ? to[i] : X(i), i > 0 && b16 ? IR_F32 : X(i)->dtype,
+                          &X(i)->shape);
+    }
     ad_emit(c, IR_OP_LINEAR_GRAD, 3, in, hb ? 3 : 2, out);
-    return contrib(c, n, 0, out[0], err) || contrib(c, n, 1, out[1], err) ||
-           (hb && contrib(c, n, 2, out[2], err));
+    if (contrib(c, n, 0, out[0], err)) return -1;
+    for (int i = 1; i < (hb ? 3 : 2); i++) {
+        if (to[i]) {
+            if (ad_contrib(c, to[i], out[i], err)) return -1;
+            continue;
+        }
+        IrValue *g = out[i];
+        if (g->dtype != X(i)->dtype) {
+            IrValue *o = ad_value(c, X(i), X(i)->dtype, &X(i)->shape);
+            IrNode *k = ad_emit(c, IR_OP_CAST, 1, &g, 1, &o);
+            ir_node_set_int(k, "to", X(i)->dtype);
+            g = o;
+        }
+        if (contrib(c, n, i, g, err)) return -1;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------ reductions */

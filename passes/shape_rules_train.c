@@ -107,9 +107,11 @@ int rule_linear_grad(IrNode *n, IrError *err) {
         return node_errorf(err, n, "x %s, W %s and dy %s do not agree (x[...,K] W[K,N] "
                            "dy[...,N])", SH(x), SH(w), SH(dy));
     put(n, 0, n->in[0]->dtype, x);
-    put(n, 1, n->in[1]->dtype, w);
+    /* bf16 (mixed precision): dW and dbias are f32 (grad_rules.c g_linear) */
+    IrDType pd = n->in[1]->dtype == IR_BF16 ? IR_F32 : n->in[1]->dtype;
+    put(n, 1, pd, w);
     IrShape b = ir_shape_make(1, &w->dims[1]);
-    put(n, 2, n->in[1]->dtype, &b);
+    put(n, 2, pd, &b);
     return 0;
 }
 

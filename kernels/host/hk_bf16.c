@@ -46,26 +46,20 @@ void hk_linear_bf16(const uint16_t *x, const uint16_t *w, const uint16_t *bias, 
 }
 
 int hk_linear_backward_bf16(const uint16_t *x, const uint16_t *w, const uint16_t *dy,
-                            int64_t M, int64_t K, int64_t N, uint16_t *dx, uint16_t *dw,
-                            uint16_t *dbias, int accum, char *err) {
-    int64_t len[6] = {M * K, K * N, M * N, dx ? M * K : 0, dw ? K * N : 0, dbias ? N : 0};
-    float *p[6];
-    if (!carve(len, 6, p)) {
+                            int64_t M, int64_t K, int64_t N, uint16_t *dx, float *dw,
+                            float *dbias, int accum, char *err) {
+    int64_t len[4] = {M * K, K * N, M * N, dx ? M * K : 0};
+    float *p[4];
+    if (!carve(len, 4, p)) {
         if (err) snprintf(err, HK_ERRLEN, "out of memory for the bf16 Linear gradient's scratch");
         return -1;
     }
     hk_bf16_expand(x, p[0], len[0]);
     hk_bf16_expand(w, p[1], len[1]);
     hk_bf16_expand(dy, p[2], len[2]);
-    if (accum) { /* the old sums, widened, so the f32 kernel adds to them */
-        if (dw) hk_bf16_expand(dw, p[4], len[4]);
-        if (dbias) hk_bf16_expand(dbias, p[5], len[5]);
-    }
-    if (hk_linear_backward_f32(p[0], p[1], p[2], M, K, N, dx ? p[3] : NULL, dw ? p[4] : NULL,
-                               dbias ? p[5] : NULL, accum, err))
+    if (hk_linear_backward_f32(p[0], p[1], p[2], M, K, N, dx ? p[3] : NULL, dw, dbias, accum,
+                               err))
         return -1;
     if (dx) hk_bf16_round(p[3], dx, len[3]);
-    if (dw) hk_bf16_round(p[4], dw, len[4]);
-    if (dbias) hk_bf16_round(p[5], dbias, len[5]);
     return 0;
 }

@@ -38,12 +38,12 @@ void hk_bf16_round(const float *x, uint16_t *y, int64_t n);
  * bias may be NULL.  Scratch: hk_ws slot HK_WS_BF16. */
 void hk_linear_bf16(const uint16_t *x, const uint16_t *w, const uint16_t *bias, int64_t M,
                     int64_t K, int64_t N, uint16_t *y);
-/* Its gradients, each summed in f32 and rounded once: dx = dy w^T,
- * dw = x^T dy, dbias = sum_rows dy (any of dx, dw, dbias may be NULL).
- * With accum, dw and dbias are added to (bf16 sum of the old value and the
- * new f32 result, rounded once). */
+/* Its gradients, summed in f32: dx = dy w^T rounded once to bf16; the
+ * parameter gradients dw = x^T dy and dbias = sum_rows dy stay f32 (fp32
+ * gradient accumulation, Megatron's default; accum adds to them).  Any of
+ * dx, dw, dbias may be NULL. */
 int hk_linear_backward_bf16(const uint16_t *x, const uint16_t *w, const uint16_t *dy,
-                            int64_t M, int64_t K, int64_t N, uint16_t *dx, uint16_t *dw,
-                            uint16_t *dbias, int accum, char *err);
+                            int64_t M, int64_t K, int64_t N, uint16_t *dx, float *dw,
+                            float *dbias, int accum, char *err);
 
 #endif

@@ -505,11 +505,14 @@ static void txt_header(FILE *f, const Plan *p, const ClusterSpec *c, const PlanO
     if (info && info->precision) {
         int other = info->cluster_dtype && strcmp(info->cluster_dtype, dtype_of(c));
         fprintf(f, "precision %s (%s)%s%s%s\n", info->precision,
-                strcmp(info->precision, "fp32")
-                    ? "16-bit weights and gradients, fp32 master and AdamW moments: a "
-                      "planning what-if, the stage binaries run fp32"
-                    : "weights, gradients, AdamW m and v, activations 4 B; fp32 peak: what "
-                      "the stage binaries run",
+                !strcmp(info->precision, "fp32")
+                    ? "weights, gradients, AdamW m and v, activations 4 B; fp32 peak: what "
+                      "the stage binaries run"
+                : !strcmp(dtype_of(c), "fp32") /* --precision bf16-mixed */
+                    ? "the stage binaries run every Linear on bf16 operands; planned as fp32: "
+                      "weights, gradients, AdamW m and v, activations 4 B; fp32 peak"
+                    : "16-bit weights and gradients, fp32 master and AdamW moments: a "
+                      "planning what-if, the stage binaries run fp32",
                 other ? "; the cluster file's dtype " : "", other ? info->cluster_dtype : "",
                 other ? " is not used" : "");
     }

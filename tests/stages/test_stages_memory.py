@@ -13,8 +13,8 @@ does not model the scratch region yet and estimates the activation slot
 from per-op rules (docs/PLANNER.md "Precision and the arena" has the
 measured gaps).  stages.txt must show both figures.  Also: plan.txt
 and plan.json state the precision; hetc plan without --precision plans
-exactly as --precision fp32; bf16-mixed is refused by compile and plan
-(hetc train runs it), naming it as not implemented; a plan.json made for another precision
+exactly as --precision fp32; bf16-mixed plans the same stages (fp32
+memory) and says bf16-mixed; a plan.json made for another precision
 (--precision cluster-dtype on a cluster file that says fp16) is refused by
 hetc compile --plan.  No MPI run: the arena is what the binary would
 allocate at its start.
@@ -110,14 +110,17 @@ if t.check(pa.returncode == 0 and pb.returncode == 0, "hetc plan failed"):
             "hetc plan's default differs from --precision fp32")
     t.check("dtype fp16 is not used" in pa.stderr, "hetc plan does not say the file's fp16 is unused")
 
-# bf16-mixed: refused by plan and compile, whose stage binaries run fp32 only
-# (never faked; hetc train runs it: tests/train train_bf16_autocast)
-for cmd in ([t.hetc, "plan", *common, "-o", t.path("bf16_plan")],
-            [t.hetc, *common, "-o", t.path("bf16_compile")]):
-    p = t.run(cmd + ["--precision", "bf16-mixed"], quiet=True)
-    t.check(p.returncode == 2 and "bf16-mixed is not implemented yet" in p.stderr,
-            f"{cmd[1]}: bf16-mixed: exit {p.returncode}: {p.stderr[-400:]}")
-    t.check(not os.path.exists(cmd[-1]), f"{cmd[1]}: bf16-mixed wrote output")
+# bf16-mixed (issue 17): planned as fp32 memory (the cluster dtype fp32, the
+# same stages as fp32), and plan.json / plan.txt say bf16-mixed
+p = t.run([t.hetc, "plan", *common, "--precision", "bf16-mixed", "-o", t.path("bf16_plan")])
+if t.check(p.returncode == 0, f"hetc plan --precision bf16-mixed: exit {p.returncode}"):
+    q = json.load(open(t.path("bf16_plan", "plan.json")))
+    r = json.load(open(t.path("plan_fp32", "plan.json")))
+    t.check(q.get("precision") == "bf16-mixed" and q["cluster"]["dtype"] == "fp32",
+            f"bf16-mixed plan: precision {q.get('precision')}, dtype {q['cluster']['dtype']}")
+    t.check(q["stages"] == r["stages"], "bf16-mixed plan's stages differ from fp32's")
+    t.check("bf16-mixed" in open(t.path("bf16_plan", "plan.txt")).read(),
+            "bf16-mixed plan.txt does not say bf16-mixed")
 p = t.run([t.hetc, "plan", *common, "--precision", "fp64", "-o", t.path("bad")], quiet=True)
 t.check(p.returncode == 2 and "--precision expects fp32 or bf16-mixed" in p.stderr,
         f"--precision fp64: {p.stderr[-300:]}")
