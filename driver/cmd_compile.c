@@ -60,9 +60,10 @@ static void usage(FILE *f) {
             "                         embeds the IR text)\n"
             "  --no-fuse              one kernel call per node: no generated fused elementwise\n"
             "                         kernels (to compare; docs/CODEGEN.md)\n"
-            "  --precision fp32       training precision (default fp32, what the stage binaries\n"
-            "                         run; bf16-mixed is not implemented yet and is refused;\n"
-            "                         docs/TRAINING.md \"Precision\")\n"
+            "  --precision fp32|bf16-mixed  training precision (default fp32).  bf16-mixed: every\n"
+            "                         Linear on bf16 operands with f32 accumulation, the rest\n"
+            "                         fp32 (host backend only; planned as fp32 memory;\n"
+            "                         docs/TRAINING.md \"Mixed precision (bf16)\")\n"
             "  --recompute none|full|selective  activation recompute of every stage, overriding\n"
             "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n");
     fprintf(f,
