@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "hk.h"
+#include "hk_bf16.h"
 #include "hk_entry.h"
 #include "hk_train.h"
 #include "hostexec.h"
@@ -62,7 +63,8 @@ static const Fn fns[] = {
     {"hetrt_copy", (void (*)(void))t_copy}, {"hetrt_zero", (void (*)(void))t_zero},
     F(hk_binary), F(hk_unary), F(hk_where), F(hk_clip), F(hk_cast), F(hk_fill), F(hk_isnan),
     F(hk_softmax), F(hk_cumsum), F(hk_layernorm_f32), F(hk_rmsnorm_f32), F(hk_matmul),
-    F(hk_gemm_f32), F(hk_linear_f32), F(hk_attention_f32), F(hk_transpose), F(hk_slice),
+    F(hk_gemm_f32), F(hk_linear_f32), F(hk_linear_bf16), F(hk_linear_backward_bf16),
+    F(hk_attention_f32), F(hk_transpose), F(hk_slice),
     F(hk_expand), F(hk_gather), F(hk_trilu), F(hk_tile), F(hk_embedding_shard_f32),
     F(hk_entry_reduce), F(hk_entry_concat_part), F(hk_entry_slice_grad_f32),
     F(hk_entry_ce_bwd_f32), F(hk_entry_memset), F(hk_entry_adamw_f32), F(hk_cross_entropy_fwd_f32),
@@ -127,6 +129,9 @@ static const char *const cases[] = {
     "input %%x : f32[%1$d,%2$d]\n const %%r : i64[2] = dense[2, 1]\n %%y = Tile(%%x, %%r) : f32[%9$d,%2$d]",
     "input %%l : f32[%1$d,%3$d]\n input %%t : i64[%1$d]\n input %%d : f32[]\n %%y = CrossEntropy(%%l, %%t) : f32[]\n %%g = CrossEntropyGrad(%%l, %%t, %%d) : f32[%1$d,%3$d]\n %%y2 = CrossEntropy(%%l, %%t) {use_ignore=1, ignore_index=1} : f32[]\n %%g2 = CrossEntropyGrad(%%l, %%t, %%d) {use_ignore=1, ignore_index=1} : f32[%1$d,%3$d]",
     "input %%x : f32[%1$d,%2$d]\n input %%w : f32[%2$d,%3$d]\n input %%dy : f32[%1$d,%3$d]\n %%dx, %%dw, %%db = LinearGrad(%%x, %%w, %%dy) : f32[%1$d,%2$d], f32[%2$d,%3$d], f32[%3$d]",
+    /* bf16-mixed (passes/mixed_precision.c): bf16 operands; dW, db in f32 */
+    "input %%x : bf16[%1$d,%2$d,%3$d]\n input %%w : bf16[%3$d,%2$d]\n input %%b : bf16[%2$d]\n %%y = Linear(%%x, %%w, %%b) : bf16[%1$d,%2$d,%2$d]",
+    "input %%x : bf16[%1$d,%2$d]\n input %%w : bf16[%2$d,%3$d]\n input %%dy : bf16[%1$d,%3$d]\n %%dx, %%dw, %%db = LinearGrad(%%x, %%w, %%dy) : bf16[%1$d,%2$d], f32[%2$d,%3$d], f32[%3$d]",
     "input %%x : f32[%1$d,%3$d]\n input %%s : f32[%3$d]\n input %%dy : f32[%1$d,%3$d]\n %%dx, %%ds, %%db = LayerNormGrad(%%x, %%s, %%dy) : f32[%1$d,%3$d], f32[%3$d], f32[%3$d]\n %%rx, %%rs = RMSNormGrad(%%x, %%s, %%dy) : f32[%1$d,%3$d], f32[%3$d]",
     "input %%q : f32[%1$d,%2$d,%3$d]\n input %%k : f32[%1$d,%2$d,%3$d]\n input %%v : f32[%1$d,%2$d,%3$d]\n input %%o : f32[%1$d,%2$d,%3$d]\n %%dq, %%dk, %%dv = AttentionGrad(%%q, %%k, %%v, %%o) : f32[%1$d,%2$d,%3$d], f32[%1$d,%2$d,%3$d], f32[%1$d,%2$d,%3$d]",
     "input %%x : f32[%1$d,%2$d]\n input %%dy : f32[%1$d,%2$d]\n %%y = Tanh(%%x) : f32[%1$d,%2$d]\n %%a = UnaryGrad(%%x, %%dy) {fn=\"gelu\"} : f32[%1$d,%2$d]\n %%b = UnaryGrad(%%x, %%dy, %%y) {fn=\"tanh\"} : f32[%1$d,%2$d]",
@@ -243,6 +248,9 @@ static void fill(const IrValue *v, unsigned char *p) {
         case IR_I64: ((int64_t *)p)[i] = (int64_t)(r % 2); break; /* in range: dims >= 2 */
         case IR_I32: ((int32_t *)p)[i] = (int32_t)(r % 2); break;
         case IR_BOOL: p[i] = (unsigned char)(r % 2); break;
+        case IR_BF16:
+            ((uint16_t *)p)[i] = hk_f32_to_bf16((float)((double)(r % 20001) / 10000.0 - 1.0));
+            break;
         default: break;
         }
     }
