@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hk.h"
 #include "hk_bf16.h"
 
 static int fails;
@@ -53,6 +54,16 @@ static void check_rounding(void) {
     if (hk_f32_to_bf16(1.0f + 3 * 0x1p-8f) != 0x3f82) fails++, fprintf(stderr, "tie up\n");
     if (hk_bf16_to_f32(hk_f32_to_bf16(INFINITY)) != INFINITY) fails++;
     if (hk_f32_to_bf16(3.5f) != 0x4060 || hk_bf16_to_f32(0x4060) != 3.5f) fails++;
+    /* Cast's fast path (hk_cast f32 <-> bf16) against the same oracle */
+    float xs[4096], back[4096];
+    uint16_t hs[4096];
+    for (int i = 0; i < 4096; i++) xs[i] = bits_f(0x3f800000u + (uint32_t)i * 4099u * 7u);
+    if (hk_cast(HK_F32, xs, HK_BF16, hs, 4096, NULL) || hk_cast(HK_BF16, hs, HK_F32, back, 4096, NULL))
+        fails++;
+    for (int i = 0; i < 4096; i++)
+        if (hs[i] != nearest_bf16(xs[i]) || back[i] != hk_bf16_to_f32(hs[i])) {
+            if (fails++ < 5) fprintf(stderr, "hk_cast of %g: %04x\n", xs[i], hs[i]);
+        }
     printf("rounding: %ld f32 values checked\n", n);
 }
 
