@@ -1,6 +1,8 @@
 /* Refusing the seed planners' forms the stage binaries lack; see plan_forms.h. */
 #include "plan_forms.h"
 
+#include "plan_holders.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +48,27 @@ static void group_mates(Msg *m, const cJSON *stages, int s, int g)
         }
         k++;
     }
+}
+
+/* AutoHet's layer-wise gradient groups: which stages would all-reduce each
+ * run of layers (plan_holders.h), or why the pipelines are no copies of the
+ * model. */
+static void holder_sets(Msg *m, const cJSON *root)
+{
+    PlanHolderSet hs[64];
+    char e[256];
+    int n = plan_holder_sets(root, hs, 64, e, sizeof e);
+    if (n < 0) {
+        put(m, " (and %s)", e);
+        return;
+    }
+    put(m, " (the holder sets:");
+    for (int i = 0; i < n; i++) {
+        put(m, "%s layers %d-%d on stages", i ? ";" : "", hs[i].first, hs[i].last);
+        for (int q = 0; q < hs[i].nholders; q++)
+            put(m, "%s %d", q ? "," : "", hs[i].stage[q]);
+    }
+    put(m, ")");
 }
 
 int plan_forms_check(const cJSON *root, const char *path, IrError *err)
@@ -118,6 +141,24 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
         put(&m, "): the stage binaries run one pipeline; several need each layer's gradients "
             "all-reduced among the pipelines' ranks that hold it, across stages that do not "
             "line up");
+        holder_sets(&m, root);
+        /* forms the layer-wise sum would also have to meet on such pipelines:
+         * ZeRO's shards, TP's slices and an offloaded store cut a gradient in
+         * a stage's own way, not the holder set's */
+        int k = 0, said = 0;
+        cJSON_ArrayForEach(o, stages) {
+            int z = int_of(o, "zero", 0), tp = int_of(o, "tp", 1);
+            const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
+            int of = cJSON_IsTrue(off) || (cJSON_IsNumber(off) && off->valuedouble != 0);
+            if (z > 0 || tp > 1 || of) {
+                put(&m, "%s stage %d (pipeline %d)", said++ ? "," : "; such pipelines "
+                    "would not run these forms either:", k, int_of(o, "pipe", 0));
+                if (z > 0) put(&m, " \"zero\" %d", z);
+                if (tp > 1) put(&m, " \"tp\" %d", tp);
+                if (of) put(&m, " \"offload\" true");
+            }
+            k++;
+        }
         bad++;
     }
     if (!bad)

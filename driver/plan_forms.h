@@ -4,7 +4,9 @@
  * pipelines with their own stage boundaries ("pipe", AutoHet's DP groups;
  * pipelines whose stages line up are one pipeline by then: plan_pipes.h).
  * hetc compile --plan refuses such a plan before anything else is read, with
- * one message naming every such stage, its layers and the forms it needs.
+ * one message naming every such stage, its layers and the forms it needs
+ * (for unaligned pipelines also their holder sets, plan_holders.h, and each
+ * stage's zero, tp > 1 or offload).
  * CPU offload ("offload", Zorse) compiles (issue 18 item 4), and so does a
  * DP group over several meshes with per-mesh row shares ("parts", Zorse,
  * Metis's heterogeneous DP; ZeRO on it too): launch.sh places each part's

@@ -100,6 +100,29 @@ def lined_up(plan):
                not p[k].get("group") for p in ps for k in range(len(p)))
 
 
+def holder_sets(plan):
+    """AutoHet's layer-wise gradient groups, brute force: per layer the
+    plan.json index of each pipeline's stage holding it, runs of layers with
+    the same holders merged: [(first, last, [stage per pipeline])]."""
+    ps = pipelines(plan)
+    idx = {id(s): k for k, s in enumerate(plan["stages"])}
+    top = max(s["layers"][1] for s in plan["stages"])
+    out = []
+    for lay in range(1, top + 1):
+        hold = [idx[id(s)] for p in ps for s in p if s["layers"][0] <= lay <= s["layers"][1]]
+        if out and out[-1][2] == hold:
+            out[-1][1] = lay
+        else:
+            out.append([lay, lay, hold])
+    return out
+
+
+def holder_text(plan):
+    """The holder sets as hetc compile's refusal words them."""
+    return "; ".join(f"layers {a}-{b} on stages " + ", ".join(map(str, h))
+                     for a, b, h in holder_sets(plan))
+
+
 def forms_of(plan):
     """stage index -> the words its refusal must hold, from plan.json's keys;
     plus the plan-wide words (several pipelines)."""
@@ -267,6 +290,41 @@ if os.path.exists(ap):
             refusal_names_forms("unaligned", p.stderr, q)
             check("its 2 pipelines cut the model at the same layers" not in p.stderr,
                   "unaligned pipelines said to line up")
+            # each layer's all-reduce group: one stage per pipeline (plan_holders.c)
+            hs = holder_text(q)
+            check(len(holder_sets(q)) > len(ps[0]) and hs in p.stderr,
+                  f"unaligned: holder sets '{hs}' not named: {p.stderr.strip()[-600:]}")
+            # ZeRO, TP and offload on such pipelines are named by their key
+            for k, s in enumerate(q["stages"]):
+                if s.get("tp", 1) > 1:
+                    check(f'stage {k} (pipeline {s["pipe"]}) "tp" {s["tp"]}' in p.stderr,
+                          f"unaligned: stage {k}'s tp not named: {p.stderr.strip()[-600:]}")
+        # gpt_tiny as two 2-stage pipelines on tiny_hetero cut after block 1
+        # and after block 2, ZeRO-1 on one stage: refused, naming the holder
+        # sets and the "zero" key
+        q2 = json.loads(json.dumps(q))
+        top = max(s["layers"][1] for s in q["stages"])
+        two = []
+        for pipe, cut in ((1, 3), (2, 4)):
+            for k, lay in enumerate(([1, cut], [cut + 1, top])):
+                st = json.loads(json.dumps(ps[0][0]))
+                st.update({"pipe": pipe, "layers": lay, "tp": 1, "dp": 1, "zero": 0})
+                st.pop("parts", None)
+                st.pop("rows", None)
+                two.append(st)
+        two[3]["dp"], two[3]["zero"] = 2, 1
+        q2["stages"] = two
+        path = t.path("plan_unaligned_zero.json")
+        json.dump(q2, open(path, "w"), indent=1)
+        p = t.compile(t.path("build_unaligned_zero"), "--plan", path, cluster="three_mesh.yaml",
+                      mb=rows, quiet=True)
+        if check(p.returncode in (1, 2), "two gpt_tiny pipelines cut apart compiled"):
+            hs = holder_text(q2)
+            check(hs == f"layers 1-3 on stages 0, 2; layers 4-4 on stages 1, 2; "
+                  f"layers 5-{top} on stages 1, 3" and hs in p.stderr,
+                  f"two pipelines: holder sets '{hs}' not named: {p.stderr.strip()[-600:]}")
+            check('these forms either: stage 3 (pipeline 2) "zero" 1' in p.stderr,
+                  f"two pipelines: stage 3's zero not named: {p.stderr.strip()[-400:]}")
 
 print("\ngpt_tiny (seq 64, global batch 16):")
 for cluster, name, what in summary:
