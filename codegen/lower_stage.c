@@ -509,6 +509,20 @@ void lower_stage_print_fused(const LeProgram *prog, const PartStage *st, FILE *f
 
 /* ------------------------------------------------------------ entry */
 
+int lower_stage_memplan(const PartStage *st, int nslots, int fuse, MemPlan *mp, IrError *err) {
+    memset(mp, 0, sizeof *mp);
+    FuseSet *fs = NULL;
+    if (fuse && !(fs = fuse_stage(st, err))) return -1;
+    int rc = memplan_build_fused(st, nslots, fs ? &fs->g[0] : NULL, fs ? &fs->g[1] : NULL, mp, err);
+    if (fs) {
+        fuse_free(&fs->g[0]);
+        fuse_free(&fs->g[1]);
+        free(fs);
+    }
+    mp->fuse[0] = mp->fuse[1] = NULL;
+    return rc;
+}
+
 void lower_stage_free(LeProgram *prog) {
     if (!prog) return;
     for (int f = 0; f < prog->nfuncs; f++) {

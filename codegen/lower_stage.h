@@ -70,6 +70,14 @@ typedef struct LowerStats {
     char *why;        /* malloc'd: the first interpreted node's reason ("" if none) */
 } LowerStats;
 
+/* The memory plan lower_stage makes of st with nslots slots, without
+ * lowering: with fuse, after grouping the elementwise nodes as the host's
+ * direct lowering does (LowerOpts.fuse; their register-only values get no
+ * buffer), else one buffer per value (--no-fuse, a device backend).  The
+ * planner's arena model reads it (driver/plan_arena.c).  mp->fuse is NULL
+ * on return (the groups are freed); free with memplan_free. */
+int lower_stage_memplan(const PartStage *st, int nslots, int fuse, MemPlan *mp, IrError *err);
+
 /* Lower stage st.  On success fills *prog (arena layout from *mp, externs,
  * functions init / forward / backward / update, schedule, ir_train,
  * ir_update (only where a hetrt_node call needs them, else NULL), config =

@@ -37,6 +37,9 @@ typedef struct PlanCtx {
     const PlannerDef *pd;  /* the planner's row (planners.def) */
     /* profile .. outputs */
     LayerIntra *intra;
+    LayerArena **arena;    /* (issue 17) arena[dp]: per-layer arenas (plan_arena.h), or NULL */
+    int arena_maxdp;
+    IrGraph **arena_g;     /* arena_g[dp]: the forward + loss graph it was measured on */
     CostOptions cop;
     CostModel *cm;
     CostCounters cc;
@@ -46,6 +49,7 @@ typedef struct PlanCtx {
     double *sync;
     SimResult sim;
     double t0, t_imp, t_pass, t_lay, t_prof, t_dp, t_sim;
+    double t_arena;        /* of t_prof: the per-layer arenas (plan_arena_build) */
     int quiet;             /* a microbatch search candidate: one line per candidate
                               (2: not even the import's parameter count) */
     PlanMbCandidate *mb_cands; /* the microbatch search's sizes (owned), for the outputs */

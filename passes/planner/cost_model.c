@@ -42,6 +42,10 @@ void cost_options_default(CostOptions *o)
     o->dp_divides = 0;
     o->dp_max_rows = 0;
     o->db = NULL;
+    o->arena = NULL;
+    o->arena_maxdp = 0;
+    o->arena_stage = NULL;
+    o->arena_ctx = NULL;
 }
 
 double device_peak_flops(const DeviceSpec *d, const char *dtype)
@@ -68,6 +72,9 @@ typedef struct Key {
      * keeps it; it is layer k-1's output) */
     int ksel;
     double in_bytes;
+    /* the measured arena of layer k (issue 17): its slot and scratch depend
+     * on what it receives from layer k-1, not only on sig[k..i] */
+    double arena_slot, arena_scratch;
 } Key;
 
 typedef struct Slot {
@@ -284,7 +291,43 @@ typedef struct IntraSums {
     double t_attn;          /* forward time of the attention internals (selective) */
     int hits;
     int db_mem;             /* some layer's memory came from the database */
+    double scratch;         /* the arena's scratch + scalars (0: not modelled) */
 } IntraSums;
+
+static const LayerArena *arena_at(const CostModel *cm, int dp)
+{
+    if (!cm->o.arena || dp < 1 || dp > cm->o.arena_maxdp)
+        return NULL;
+    return cm->o.arena[dp];
+}
+
+/* (issue 17) Activation slot and scratch of layers k..i from the measured
+ * one-layer arenas (cost_model.h LayerArena): the first layer's slot whole
+ * (its received boundary, token ids), each later layer's without what the
+ * stage keeps as the producer's forward value or not at all; scratch is
+ * reused by every call, so the largest of the forward's and the update's
+ * layer peaks and of the backward's, where each layer's peak has the
+ * gradients of the layers after it beside it.  Returns 0 when no arena was
+ * measured for this dp. */
+static int arena_sums(const CostModel *cm, int k, int i, int dp, double *act, double *scratch)
+{
+    const LayerArena *la = arena_at(cm, dp);
+    if (!la)
+        return 0;
+    double a = la[k - 1].slot, fu = 0, b = 0, later = 0;
+    for (int l = k + 1; l <= i; l++)
+        a += la[l - 1].slot - la[l - 1].inner;
+    for (int l = i; l >= k; l--) { /* the backward's order */
+        const LayerArena *x = &la[l - 1];
+        fu = x->fwd > fu ? x->fwd : fu;
+        fu = x->upd > fu ? x->upd : fu;
+        b = x->bwd + later > b ? x->bwd + later : b;
+        later += x->grad;
+    }
+    *act = a;
+    *scratch = la[k - 1].scalars + (b > fu ? b : fu);
+    return 1;
+}
 
 /* Ring all-reduce of `bytes` over tp ranks inside a node, `count` times. */
 static double tp_allreduce(const MeshSpec *m, int tp, int count, double bytes)
@@ -377,6 +420,22 @@ static void intra_sums(const CostModel *cm, int k, int i, int a, Submesh sub, in
             r->stat_z[z] = r->params / cm->dtype_bytes / tp * bytes_per_param_z(cm, dp, z);
         r->act = act_raw / shards;
     }
+    double aa, asc;
+    if (!r->db_mem && tp > 1 && arena_at(cm, dp) && cm->o.arena_stage &&
+        cm->o.arena_stage(cm->o.arena_ctx, k, i, dp, tp, &aa, &asc) == 0) {
+        r->act = aa; /* TP rank 0's stage, measured whole */
+        r->scratch = asc;
+    } else if (!r->db_mem && arena_sums(cm, k, i, dp, &aa, &asc)) {
+        /* the measured arena replaces the per-op rules; under TP their
+         * replicated / sharded shares scale it (the one-layer arenas are
+         * measured at tp 1) */
+        double dense = 0;
+        for (int l = k; l <= i && tp > 1; l++)
+            dense += cm->layers[l - 1].act_bytes / dp;
+        double f = tp > 1 && dense > 0 ? r->act / dense : 1.0;
+        r->act = aa * f;
+        r->scratch = asc * f;
+    }
     if (r->attn > r->act)
         r->attn = r->act;
 }
@@ -390,7 +449,10 @@ static void intra_plan(const CostModel *cm, int k, int a, Submesh sub, int dp, i
     out->t_f = r->tf;
     out->t_b = r->tb;
     out->t_tp = r->t_tp_f + r->t_tp_b;
-    out->mem_static = r->stat_z[zero] + cm->o.runtime_reserve_bytes;
+    /* HAPT Eq. 24's mem_p: model states, the runtime's reserve and the
+     * arena's scratch (a buffer every microbatch's calls reuse) */
+    out->mem_static = r->stat_z[zero] + cm->o.runtime_reserve_bytes + r->scratch;
+    out->mem_scratch = r->scratch;
     out->mem_act = r->act;
     if (rc == RECOMPUTE_SELECTIVE) {
         /* the attention probabilities are recomputed per layer in backward:
@@ -635,7 +697,8 @@ static long slot_of(const CostModel *cm, const Key *key)
     while (cm->slots[s].entry >= 0) {
         const Key *q = &cm->slots[s].key;
         if (q->h == key->h && q->len == key->len && q->cls == key->cls && q->n == key->n &&
-            q->m == key->m && q->ksel == key->ksel && q->in_bytes == key->in_bytes)
+            q->m == key->m && q->ksel == key->ksel && q->in_bytes == key->in_bytes &&
+            q->arena_slot == key->arena_slot && q->arena_scratch == key->arena_scratch)
             return s;
         s = (s + 1) & (cm->nslots - 1);
     }
@@ -687,8 +750,10 @@ static int lookup_locked(CostModel *cm, int k, int i, int a, int s, uint64_t h, 
         *out = cm->entries[cm->dense[di] - 1];
         return 0;
     }
+    const LayerArena *la = arena_at(cm, 1);
     Key key = {h, i - k + 1, cm->mesh_class[a], sub.n, sub.m, k_select(cm, i),
-               k > 1 && cm->o.recompute != RECOMPUTE_NONE ? cm->layers[k - 2].out_bytes : 0};
+               k > 1 && cm->o.recompute != RECOMPUTE_NONE ? cm->layers[k - 2].out_bytes : 0,
+               la ? la[k - 1].slot : 0, la ? la[k - 1].bwd + la[k - 1].fwd : 0};
     long slot = slot_of(cm, &key);
     int entry = cm->slots[slot].entry;
     /* Counting a candidate needs "first time seen" per (k,i,a,s): the dense

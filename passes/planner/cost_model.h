@@ -63,6 +63,32 @@ typedef struct LayerIntra {
                                    is not offered tp > 1 (tp_shard would not shard it) */
 } LayerIntra;
 
+/* The arena of one layer (issue 17), read from the memory plan of the stage
+ * a stage binary holding only that layer runs (driver/plan_arena.c: the
+ * training graph at one DP rank's rows, partition_stage, the host lowering's
+ * fused groups, memplan), so in the IR dtype of every value
+ * (ir_value_nbytes: bf16 values are half).  A stage k..i is modelled as
+ *   slot    = slot[k] + sum_{l=k+1..i} (slot[l] - inner[l])
+ *   scratch = scalars + max(max_l fwd[l], max_l upd[l],
+ *                           max_l (bwd[l] + sum_{j=l+1..i} grad[j]))
+ * the backward runs layers i..k and every parameter gradient it makes stays
+ * in scratch until the accumulations at its end, so while layer l's
+ * backward runs, the gradients of layers l+1..i are live beside its own
+ * peak (docs/PLANNER.md "Precision and the arena"). */
+typedef struct LayerArena {
+    double slot;        /* bytes of one activation slot of the one-layer stage: the forward
+                           values its backward reads, its received activations, token ids
+                           and targets (memplan's rule), each 64-byte aligned */
+    double inner;       /* of slot, received activations that are no longer slot values
+                           when the producing layer is in the same stage: those no backward
+                           node of this layer reads, and those the producer's own one-layer
+                           stage already keeps in its slot (counted there) */
+    double fwd, bwd, upd; /* first-fit peaks of its forward, backward and update scratch */
+    double grad;        /* its trained parameters' gradients (64-byte aligned): live in
+                           backward scratch from their producer to the backward's end */
+    double scalars;     /* the scalars region (lr, step, grad norm) */
+} LayerArena;
+
 /* Fill out[0..L-1] from the graph whose nodes carry layer_id 1..L (the
  * layers pass).  Returns 0 or -1 with err set. */
 int layer_intra_from_ir(const IrGraph *g, const PlanLayer *layers, int L, LayerIntra *out,
@@ -109,6 +135,21 @@ typedef struct CostOptions {
                                    needs at least one, the stage binaries refuse a dp above
                                    them; issue 18); a candidate with no such dp x tp is
                                    infeasible.  hetc plan sets it to --microbatch; 0: any dp */
+    /* (issue 17) per-layer arenas by DP degree: arena[dp] (dp = 1 ..
+     * arena_maxdp) is L entries measured at DP rank 0's rows of a dp split
+     * (NULL: not measured); when present, tp = 1 candidates take their
+     * activation slot and scratch from it instead of the per-op rules
+     * (PlanLayer.act_bytes); tp > 1 scales it by the per-op rules' TP share.
+     * Must outlive the model. */
+    const LayerArena *const *arena;
+    int arena_maxdp;
+    /* with arena: tp > 1 candidates (whose TP patterns one-layer stages would
+     * cut) are measured whole by this callback instead: the activation slot
+     * and scratch (+ scalars) of layers k..i at dp x tp, 0; -1: not measured
+     * (then the tp = 1 arena scaled by the per-op rules' TP share).  Called
+     * under the model's lock, once per unique candidate. */
+    int (*arena_stage)(void *ctx, int k, int i, int dp, int tp, double *act, double *scratch);
+    void *arena_ctx;
     const ProfileDb *db;        /* measured per-layer costs (docs/PROFILE_DB.md); NULL
                                    (default): analytic only.  Layers the database lacks
                                    for a candidate's (device, submesh, dp, tp) are costed

@@ -72,6 +72,7 @@ int plan_fill_schedule(Plan *p, const CostOracle *o, IrError *err)
         ps->mem_pred = sc.mem_static + (double)N[i] * sc.mem_act;
         ps->mem_static = sc.mem_static;
         ps->mem_act = sc.mem_act;
+        ps->mem_scratch = sc.mem_scratch;
     }
     free(c);
     free(N);

@@ -376,6 +376,7 @@ static void json_stage(Jw *w, const Plan *p, const ClusterSpec *c, const PlanOut
         if (st->mem_static > 0) { /* its parts, as the stage binary's arena has them */
             KNUM(w, "mem_static_pred_bytes", st->mem_static - info->reserve_bytes);
             KNUM(w, "mem_act_pred_bytes", st->mem_act);
+            KNUM(w, "mem_scratch_pred_bytes", st->mem_scratch);
         }
     }
     KNUM(w, "mem_capacity_bytes", d ? d->mem_bytes : 0);

@@ -100,6 +100,10 @@ typedef struct StageCost {
      * collectives' share of t_f + t_b (informative). */
     int zero, recompute;
     double t_tp;
+    /* (issue 17) of mem_static, the stage's scratch region and scalars (the
+     * liveness-packed temporaries of forward, backward and update: a
+     * "buffer" of HAPT Eq. 24's mem_p); 0 when the oracle does not model it */
+    double mem_scratch;
 } StageCost;
 
 /* The oracle the DP queries: cost of layers [k..i] (1-based, inclusive) on
@@ -147,6 +151,8 @@ typedef struct PlanStage {
     double mem_pred;              /* predicted peak bytes per device */
     double mem_static, mem_act;   /* (issue 17) its parts: mem_pred = mem_static + warmup x
                                      mem_act (0, 0: not split, a seed planner's plan) */
+    double mem_scratch;           /* of mem_static, the arena's scratch + scalars (0: not
+                                     modelled) */
     int zero, recompute;          /* (issue 9) ZeRO stage, RECOMPUTE_* of cost_model.h */
     /* Issue 18: forms a seed planner (hetc plan --planner=NAME) chooses that plan.json
      * records for the compiler to refuse by name (docs/PLAN_FORMAT.md); HAPT sets none. */
