@@ -36,10 +36,66 @@
 #include "partition.h"
 #include "stage_abi.h"
 
+/* Weights tie-weights tied on the first graph (the Transpose's input and
+ * the parameter it replaced): the other row counts replay them by name
+ * instead of comparing every weight again (on a model whose weights are all
+ * zero the comparison reads them all). */
+typedef struct Ties {
+    char **from, **to;
+    int n, known;
+} Ties;
+
+static void ties_free(Ties *t)
+{
+    for (int i = 0; i < t->n; i++)
+        free(t->from[i]), free(t->to[i]);
+    free(t->from);
+    free(t->to);
+    memset(t, 0, sizeof *t);
+}
+
+static int ties_record(const IrGraph *g, Ties *t)
+{
+    t->known = 1;
+    t->from = calloc((size_t)g->nnodes + 1, sizeof *t->from);
+    t->to = calloc((size_t)g->nnodes + 1, sizeof *t->to);
+    if (!t->from || !t->to)
+        return -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        const char *b = n->op == IR_OP_TRANSPOSE && n->nin == 1 && n->in[0]
+                            ? ir_attr_string(n, "tied_from", NULL) : NULL;
+        if (b) {
+            t->from[t->n] = strdup(n->in[0]->name);
+            t->to[t->n++] = strdup(b);
+        }
+    }
+    return 0;
+}
+
+/* tie-weights' rewrite of each recorded pair (passes/tie_weights.c) */
+static int ties_apply(IrGraph *g, const Ties *t, IrError *err)
+{
+    for (int i = 0; i < t->n; i++) {
+        IrValue *a = ir_graph_find_value(g, t->from[i]), *b = ir_graph_find_value(g, t->to[i]);
+        if (!a || !b || a->kind != IR_VK_PARAM || b->kind != IR_VK_PARAM)
+            return ir_errorf(err, "tie-weights: '%s' / '%s' not parameters at these rows",
+                             t->from[i], t->to[i]);
+        IrValue *v = ir_value_new(g, b->name, IR_F32, &b->shape, IR_VK_ACT);
+        ir_replace_uses(g, b, v);
+        IrNode *tn = ir_node_insert(g, 0, IR_OP_TRANSPOSE, "tie/transpose", 1, &a, 1, &v);
+        int64_t perm[2] = {1, 0};
+        ir_node_set_ints(tn, "perm", 2, perm);
+        ir_node_set_string(tn, "tied_from", b->name);
+    }
+    ir_graph_compact(g);
+    return 0;
+}
+
 /* The forward + loss graph at `local` rows with the planner graph's layer
  * ids (by node name, as hetc compile's stage graphs get them). */
 static IrGraph *arena_graph(const CompileOpts *co, int64_t local, const LayerIndex *lix,
-                            IrError *err)
+                            Ties *ties, IrError *err)
 {
     CompileOpts o = *co;
     o.batch = local;
@@ -52,8 +108,10 @@ static IrGraph *arena_graph(const CompileOpts *co, int64_t local, const LayerInd
     loss_opts_default(&lo);
     IrGraph *g = compile_import(&o, NULL, 0, 0, &ctx, err);
     if (!g || compile_run_passes(g, &o, &ctx, err) ||
-        pass_run_pipeline(g, "tie-weights", &ctx, err) || pass_loss_with(g, &lo, err) ||
-        pass_run_pipeline(g, "shape-infer", &ctx, err)) {
+        (ties->known ? ties_apply(g, ties, err)
+                     : pass_run_pipeline(g, "tie-weights", &ctx, err) ||
+                           (ties_record(g, ties) && ir_errorf(err, "out of memory"))) ||
+        pass_loss_with(g, &lo, err) || pass_run_pipeline(g, "shape-infer", &ctx, err)) {
         ir_graph_free(g);
         return NULL;
     }
@@ -91,14 +149,14 @@ static int kept_has(const Kept *k, const char *name)
     return 0;
 }
 
-/* Layer l's (0-based stage l) figures into *out and the sent values its slot
- * keeps into kept[l]. */
-static int measure_layer(const IrGraph *g, const PartSpec *spec, int l, Kept *kept,
+/* Stage s's figures into *out and the sent values its slot keeps into
+ * kept[s]. */
+static int measure_stage(const IrGraph *g, const PartSpec *spec, int s, Kept *kept,
                          LayerArena *out, IrError *err)
 {
     PartStage ps;
     memset(&ps, 0, sizeof ps);
-    if (partition_stage(g, spec, l, &ps, err))
+    if (partition_stage(g, spec, s, &ps, err))
         return -1;
     MemPlan mp;
     if (lower_stage_memplan(&ps, 1, 1, &mp, err)) {
@@ -111,12 +169,13 @@ static int measure_layer(const IrGraph *g, const PartSpec *spec, int l, Kept *ke
     out->bwd = (double)mp.bwd_scratch_bytes;
     out->upd = (double)mp.upd_scratch_bytes;
     out->scalars = (double)mp.scalar_bytes;
+    out->span = spec->last_layer[s] - spec->first_layer[s] + 1;
     out->grad = 0;
     for (int p = 0; p < mp.nparams; p++)
         if (mp.params[p].grad) /* trained: its gradient passes through backward scratch */
             out->grad += (double)((mp.params[p].bytes + MP_ALIGN - 1) / MP_ALIGN * MP_ALIGN);
     out->inner = 0;
-    kept[l].names = calloc((size_t)ps.nxfers + 1, sizeof *kept[l].names);
+    kept[s].names = calloc((size_t)ps.nxfers + 1, sizeof *kept[s].names);
     for (int x = 0; x < ps.nxfers; x++) {
         const PartXfer *px = &ps.xfers[x];
         if (px->kind != PX_ACT)
@@ -126,9 +185,9 @@ static int measure_layer(const IrGraph *g, const PartSpec *spec, int l, Kept *ke
         if (!loc || loc->region != HETC_BUF_SLOT)
             continue;
         if (px->send) {
-            if (kept[l].names)
-                kept[l].names[kept[l].n++] = strdup(px->value);
-        } else if (px->peer >= 0 && px->peer < l &&
+            if (kept[s].names)
+                kept[s].names[kept[s].n++] = strdup(px->value);
+        } else if (px->peer >= 0 && px->peer < s &&
                    (!bwd_reads(t, v) || kept_has(&kept[px->peer], px->value))) {
             out->inner += (double)((loc->bytes + MP_ALIGN - 1) / MP_ALIGN * MP_ALIGN);
         }
@@ -138,138 +197,20 @@ static int measure_layer(const IrGraph *g, const PartSpec *spec, int l, Kept *ke
     return 0;
 }
 
-/* Every layer's arena at `local` rows into out[0..L-1]. */
-static int measure_rows(const PlanCtx *pc, const LayerIndex *lix, int64_t local, LayerArena *out,
-                        IrGraph **gout, IrError *err)
+/* Every stage of the split first[s]..last[s] (s < n, contiguous from layer
+ * 1 to L) at tps[s] on g, stage s's figures into out[first[s] - 1]. */
+static int measure_split(const IrGraph *g, int64_t local, const int *first, const int *last,
+                         const int *tps, int n, LayerArena *out, IrError *err)
 {
-    int L = pc->ls.L, rc = -1;
-    IrGraph *g = arena_graph(&pc->a->co, local, lix, err);
-    int *first = malloc((size_t)L * sizeof *first), *dps = malloc((size_t)L * sizeof *dps);
-    Kept *kept = calloc((size_t)L, sizeof *kept);
-    if (!g || !first || !dps || !kept) {
-        if (g)
-            ir_errorf(err, "out of memory");
-        goto done;
-    }
-    for (int l = 0; l < L; l++) {
-        first[l] = l + 1;
-        dps[l] = 1;
-    }
-    PartSpec spec;
-    memset(&spec, 0, sizeof spec);
-    spec.nstages = L;
-    spec.first_layer = first;
-    spec.last_layer = first;
-    spec.dp = dps;
-    spec.rows = local;
-    optim_opts_default(&spec.optim);
-    for (int l = 0; l < L; l++)
-        if (measure_layer(g, &spec, l, kept, &out[l], err)) {
-            ir_error_prefix(err, "layer %d at %lld rows", l + 1, (long long)local);
-            goto done;
-        }
-    rc = 0;
-    *gout = g; /* kept for tp > 1 candidates (arena_stage) */
-    g = NULL;
-done:
-    for (int l = 0; kept && l < L; l++) {
-        for (int i = 0; i < kept[l].n; i++)
-            free(kept[l].names[i]);
-        free(kept[l].names);
-    }
-    free(kept);
-    free(first);
-    free(dps);
-    ir_graph_free(g);
-    return rc;
-}
-
-int plan_arena_build(PlanCtx *pc, int maxdp, IrError *err)
-{
-    plan_arena_free(pc);
-    int64_t rows = pc->a->co.batch;
-    int L = pc->ls.L;
-    if (rows < 1 || L < 1)
-        return 0;
-    if (pc->fixed_batch > 0 || maxdp < 1)
-        maxdp = 1; /* a fixed-batch model runs dp 1 only */
-    if (maxdp > rows)
-        maxdp = (int)rows;
-    LayerIndex lix = {0};
-    if (layer_index_build(&lix, pc->g, err))
-        return -1;
-    pc->arena = calloc((size_t)maxdp + 1, sizeof *pc->arena);
-    pc->arena_g = calloc((size_t)maxdp + 1, sizeof *pc->arena_g);
-    if (!pc->arena || !pc->arena_g) {
-        free(pc->arena);
-        free(pc->arena_g);
-        pc->arena = NULL;
-        pc->arena_g = NULL;
-        layer_index_free(&lix);
+    int *dps = malloc((size_t)n * sizeof *dps), rc = 0;
+    Kept *kept = calloc((size_t)n, sizeof *kept);
+    if (!dps || !kept) {
+        free(dps);
+        free(kept);
         return ir_errorf(err, "out of memory");
     }
-    pc->arena_maxdp = maxdp;
-    int rc = 0;
-    for (int dp = 1; dp <= maxdp && !rc; dp++) {
-        /* DP rank 0 runs the larger share (part_local_rows): its binary is
-         * stage_S, the one --print-memory reports */
-        int64_t local = pc->fixed_batch > 0 ? rows : part_local_rows(rows, dp, 0);
-        for (int q = 1; q < dp && !pc->arena[dp]; q++)
-            if (part_local_rows(rows, q, 0) == local) {
-                pc->arena[dp] = pc->arena[q];
-                pc->arena_g[dp] = pc->arena_g[q];
-            }
-        if (pc->arena[dp])
-            continue;
-        LayerArena *la = calloc((size_t)L, sizeof *la);
-        if (!la || measure_rows(pc, &lix, local, la, &pc->arena_g[dp], err)) {
-            if (!la)
-                ir_errorf(err, "out of memory");
-            free(la);
-            rc = -1;
-            break;
-        }
-        pc->arena[dp] = la;
-    }
-    layer_index_free(&lix);
-    if (rc)
-        plan_arena_free(pc);
-    return rc;
-}
-
-void plan_arena_free(PlanCtx *pc)
-{
-    for (int dp = 1; pc->arena && dp <= pc->arena_maxdp; dp++) {
-        int dup = 0;
-        for (int q = 1; q < dp && !dup; q++)
-            dup = pc->arena[q] == pc->arena[dp];
-        if (!dup) {
-            free(pc->arena[dp]);
-            ir_graph_free(pc->arena_g ? pc->arena_g[dp] : NULL);
-        }
-    }
-    free(pc->arena);
-    free(pc->arena_g);
-    pc->arena = NULL;
-    pc->arena_g = NULL;
-    pc->arena_maxdp = 0;
-}
-
-int plan_arena_stage(void *ctx, int k, int i, int dp, int tp, double *act, double *scratch)
-{
-    const PlanCtx *pc = ctx;
-    int L = pc->ls.L;
-    if (dp < 1 || dp > pc->arena_maxdp || !pc->arena_g || !pc->arena_g[dp] || k < 1 || i > L)
-        return -1;
-    /* the stage k..i at tp between whole-model neighbours (partition wants
-     * contiguous stages from layer 1 to L) */
-    int first[3], last[3], dps[3] = {1, 1, 1}, tps[3] = {1, 1, 1}, n = 0, mid;
-    if (k > 1)
-        first[n] = 1, last[n] = k - 1, n++;
-    mid = n;
-    first[n] = k, last[n] = i, tps[n] = tp, n++;
-    if (i < L)
-        first[n] = i + 1, last[n] = L, n++;
+    for (int s = 0; s < n; s++)
+        dps[s] = 1; /* g is at one DP rank's rows already */
     PartSpec spec;
     memset(&spec, 0, sizeof spec);
     spec.nstages = n;
@@ -277,20 +218,165 @@ int plan_arena_stage(void *ctx, int k, int i, int dp, int tp, double *act, doubl
     spec.last_layer = last;
     spec.dp = dps;
     spec.tp = tps;
-    spec.rows = pc->fixed_batch > 0 ? pc->a->co.batch : part_local_rows(pc->a->co.batch, dp, 0);
+    spec.rows = local;
     optim_opts_default(&spec.optim);
-    IrError err;
-    PartStage ps;
-    memset(&ps, 0, sizeof ps);
-    if (partition_stage(pc->arena_g[dp], &spec, mid, &ps, &err))
-        return -1;
-    MemPlan mp;
-    int rc = lower_stage_memplan(&ps, 1, 1, &mp, &err);
-    if (!rc) {
-        *act = (double)mp.slot_bytes;
-        *scratch = (double)(mp.scratch_bytes + mp.scalar_bytes);
-        memplan_free(&mp);
+    for (int s = 0; s < n && !rc; s++)
+        if (measure_stage(g, &spec, s, kept, &out[first[s] - 1], err))
+            rc = ir_error_prefix(err, "layers %d..%d at %lld rows, tp %d", first[s], last[s],
+                                 (long long)local, tps[s]);
+    for (int s = 0; s < n; s++) {
+        for (int i = 0; i < kept[s].n; i++)
+            free(kept[s].names[i]);
+        free(kept[s].names);
     }
-    partition_stage_free(&ps);
-    return rc ? -1 : 0;
+    free(kept);
+    free(dps);
+    return rc;
+}
+
+/* The TP units at tp = 2^b: the fewest layers each pattern's layers stay
+ * together in (LayerIntra.tp_span_*), each at tp if it holds a pattern tp
+ * divides, else at 1 (replicated: partition shards nothing there).
+ * Returns the unit count. */
+static int tp_units(const LayerIntra *in, int L, int b, int *first, int *last, int *tps)
+{
+    int n = 0;
+    for (int l = 1; l <= L;) {
+        int e = l + in[l - 1].tp_span_after;
+        for (int j = l; j <= e && j <= L; j++)
+            if (j + in[j - 1].tp_span_after > e)
+                e = j + in[j - 1].tp_span_after;
+        if (e > L)
+            e = L;
+        int pat = 0, div = 1;
+        for (int j = l; j <= e; j++)
+            if (in[j - 1].tp_patterns > 0) {
+                pat = 1;
+                div &= (int)((in[j - 1].tp_divides >> b) & 1u);
+            }
+        first[n] = l, last[n] = e, tps[n] = pat && div ? 1 << b : 1;
+        n++;
+        l = e + 1;
+    }
+    return n;
+}
+
+/* partition's TP sharding copies every parameter of the graph per stage
+ * (passes/tp_shard.c clone_graph), so TP units are measured only on models
+ * up to this many parameter bytes; above, a tp > 1 candidate scales the
+ * tp = 1 arena by the per-op rules' TP shares (cost_model.c) */
+#define ARENA_TP_MAX_PARAM_BYTES (256.0 * 1048576.0)
+
+static double param_bytes(const IrGraph *g)
+{
+    double b = 0;
+    for (int i = 0; i < g->nvalues; i++)
+        if (g->values[i]->kind == IR_VK_PARAM)
+            b += (double)ir_value_bytes(g->values[i]);
+    return b;
+}
+
+static int64_t local_rows_of(const PlanCtx *pc, int dp)
+{
+    /* DP rank 0 runs the larger share (part_local_rows): its binary is
+     * stage_S, the one --print-memory reports */
+    return pc->fixed_batch > 0 ? pc->a->co.batch : part_local_rows(pc->a->co.batch, dp, 0);
+}
+
+int plan_arena_build(PlanCtx *pc, int maxdev, IrError *err)
+{
+    plan_arena_free(pc);
+    int64_t rows = pc->a->co.batch;
+    int L = pc->ls.L;
+    if (rows < 1 || L < 1)
+        return 0;
+    int maxdp = maxdev < 1 ? 1 : maxdev;
+    if (pc->fixed_batch > 0)
+        maxdp = 1; /* a fixed-batch model runs dp 1 only */
+    if (maxdp > rows)
+        maxdp = (int)rows;
+    int *first = malloc((size_t)L * sizeof *first), *last = malloc((size_t)L * sizeof *last);
+    int *tps = malloc((size_t)L * sizeof *tps);
+    pc->arena_g = calloc((size_t)maxdp + 1, sizeof *pc->arena_g);
+    for (int b = 0; b < ARENA_TPB; b++)
+        pc->arena[b] = calloc((size_t)maxdp + 1, sizeof *pc->arena[b]);
+    pc->arena_maxdp = maxdp;
+    LayerIndex lix = {0};
+    Ties ties = {0};
+    int rc = layer_index_build(&lix, pc->g, err);
+    for (int b = 0; b < ARENA_TPB && !rc; b++)
+        if (!pc->arena[b])
+            rc = ir_errorf(err, "out of memory");
+    if (!rc && (!first || !last || !tps || !pc->arena_g))
+        rc = ir_errorf(err, "out of memory");
+    /* the graphs, one per distinct row count */
+    for (int dp = 1; dp <= maxdp && !rc; dp++) {
+        for (int q = 1; q < dp && !pc->arena_g[dp]; q++)
+            if (local_rows_of(pc, q) == local_rows_of(pc, dp))
+                pc->arena_g[dp] = pc->arena_g[q];
+        if (!pc->arena_g[dp] &&
+            !(pc->arena_g[dp] = arena_graph(&pc->a->co, local_rows_of(pc, dp), &lix, &ties, err)))
+            rc = -1;
+    }
+    for (int b = 0; b < ARENA_TPB && !rc; b++) {
+        int tp = 1 << b, n = L;
+        if (tp > 1 && (!pc->intra || tp > pc->a->max_tp ||
+                       param_bytes(pc->g) > ARENA_TP_MAX_PARAM_BYTES))
+            break;
+        if (tp == 1)
+            for (int l = 0; l < L; l++)
+                first[l] = last[l] = l + 1, tps[l] = 1;
+        else
+            n = tp_units(pc->intra, L, b, first, last, tps);
+        for (int dp = 1; dp <= maxdp && dp * tp <= maxdev && !rc; dp++) {
+            for (int q = 1; q < dp && !pc->arena[b][dp]; q++)
+                if (pc->arena_g[q] == pc->arena_g[dp])
+                    pc->arena[b][dp] = pc->arena[b][q];
+            if (pc->arena[b][dp])
+                continue;
+            LayerArena *la = calloc((size_t)L, sizeof *la);
+            if (!la)
+                rc = ir_errorf(err, "out of memory");
+            else if (measure_split(pc->arena_g[dp], local_rows_of(pc, dp), first, last, tps, n,
+                                   la, err))
+                rc = -1;
+            if (rc)
+                free(la);
+            else
+                pc->arena[b][dp] = la;
+        }
+    }
+    layer_index_free(&lix);
+    ties_free(&ties);
+    free(first);
+    free(last);
+    free(tps);
+    if (rc)
+        plan_arena_free(pc);
+    return rc;
+}
+
+void plan_arena_free(PlanCtx *pc)
+{
+    for (int b = 0; b < ARENA_TPB; b++) {
+        for (int dp = 1; pc->arena[b] && dp <= pc->arena_maxdp; dp++) {
+            int dup = 0;
+            for (int q = 1; q < dp && !dup; q++)
+                dup = pc->arena[b][q] == pc->arena[b][dp];
+            if (!dup)
+                free(pc->arena[b][dp]);
+        }
+        free(pc->arena[b]);
+        pc->arena[b] = NULL;
+    }
+    for (int dp = 1; pc->arena_g && dp <= pc->arena_maxdp; dp++) {
+        int dup = 0;
+        for (int q = 1; q < dp && !dup; q++)
+            dup = pc->arena_g[q] == pc->arena_g[dp];
+        if (!dup)
+            ir_graph_free(pc->arena_g[dp]);
+    }
+    free(pc->arena_g);
+    pc->arena_g = NULL;
+    pc->arena_maxdp = 0;
 }

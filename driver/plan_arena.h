@@ -7,15 +7,12 @@
 
 #include "plan_pipeline.h"
 
-/* pc->arena[dp] for dp = 1 .. min(maxdp, microbatch rows) (1 for a
- * fixed-batch model): layer figures at DP rank 0's rows of each dp, the
- * graphs made once per distinct row count.  Needs the planner's graph and
- * layers (pc->g, pc->ls).  0, or -1 with err (nothing kept). */
-int plan_arena_build(PlanCtx *pc, int maxdp, IrError *err);
+/* pc->arena[b][dp] (tp = 2^b up to --max-tp, dp x tp <= maxdev, dp <= the
+ * microbatch rows; dp 1 only for a fixed-batch model): the layers' (tp = 1)
+ * or TP units' (tp > 1) arenas at DP rank 0's rows of each dp, on one
+ * forward + loss graph per distinct row count.  Needs the planner's graph,
+ * layers and, for tp > 1, pc->intra.  0, or -1 with err (nothing kept). */
+int plan_arena_build(PlanCtx *pc, int maxdev, IrError *err);
 void plan_arena_free(PlanCtx *pc);
-/* CostOptions.arena_stage (ctx: the PlanCtx): layers k..i at dp x tp
- * measured whole, TP rank 0's stage at DP rank 0's rows, on the graph
- * plan_arena_build kept; -1 when partition or memplan refuses it. */
-int plan_arena_stage(void *ctx, int k, int i, int dp, int tp, double *act, double *scratch);
 
 #endif

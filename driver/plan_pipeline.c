@@ -213,7 +213,7 @@ static int profile_options(PlanCtx *pc)
         cop->db = &pc->pdb;
     /* (issue 17) the precision a stage binary runs: memory from the arena
      * its memory plan gives every layer (plan_arena.h), measured once */
-    if (a->precision != PRECISION_CLUSTER_DTYPE && !pc->arena) {
+    if (a->precision != PRECISION_CLUSTER_DTYPE && !pc->arena[0]) {
         double t = now_s();
         int maxdp = 1;
         for (int m = 0; m < pc->cl.nmeshes; m++)
@@ -223,10 +223,9 @@ static int profile_options(PlanCtx *pc)
             return fail(pc, pc->err.msg);
         pc->t_arena = now_s() - t;
     }
-    cop->arena = (const LayerArena *const *)pc->arena;
+    for (int b = 0; b < ARENA_TPB; b++)
+        cop->arena[b] = (const LayerArena *const *)pc->arena[b];
     cop->arena_maxdp = pc->arena_maxdp;
-    cop->arena_stage = pc->arena ? plan_arena_stage : NULL;
-    cop->arena_ctx = pc;
     if (pc->retried)
         cop->imbalance_threshold = 0;
     return 0;

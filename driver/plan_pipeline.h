@@ -37,7 +37,7 @@ typedef struct PlanCtx {
     const PlannerDef *pd;  /* the planner's row (planners.def) */
     /* profile .. outputs */
     LayerIntra *intra;
-    LayerArena **arena;    /* (issue 17) arena[dp]: per-layer arenas (plan_arena.h), or NULL */
+    LayerArena **arena[ARENA_TPB]; /* (issue 17) arena[b][dp]: measured arenas (plan_arena.h) */
     int arena_maxdp;
     IrGraph **arena_g;     /* arena_g[dp]: the forward + loss graph it was measured on */
     CostOptions cop;

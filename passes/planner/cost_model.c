@@ -42,10 +42,9 @@ void cost_options_default(CostOptions *o)
     o->dp_divides = 0;
     o->dp_max_rows = 0;
     o->db = NULL;
-    o->arena = NULL;
+    for (int b = 0; b < ARENA_TPB; b++)
+        o->arena[b] = NULL;
     o->arena_maxdp = 0;
-    o->arena_stage = NULL;
-    o->arena_ctx = NULL;
 }
 
 double device_peak_flops(const DeviceSpec *d, const char *dtype)
@@ -294,11 +293,14 @@ typedef struct IntraSums {
     double scratch;         /* the arena's scratch + scalars (0: not modelled) */
 } IntraSums;
 
-static const LayerArena *arena_at(const CostModel *cm, int dp)
+static const LayerArena *arena_at(const CostModel *cm, int dp, int tp)
 {
-    if (!cm->o.arena || dp < 1 || dp > cm->o.arena_maxdp)
+    int b = 0;
+    while (b < ARENA_TPB && (1 << b) < tp)
+        b++;
+    if (b >= ARENA_TPB || (1 << b) != tp || !cm->o.arena[b] || dp < 1 || dp > cm->o.arena_maxdp)
         return NULL;
-    return cm->o.arena[dp];
+    return cm->o.arena[b][dp];
 }
 
 /* (issue 17) Activation slot and scratch of layers k..i from the measured
@@ -309,20 +311,32 @@ static const LayerArena *arena_at(const CostModel *cm, int dp)
  * layer peaks and of the backward's, where each layer's peak has the
  * gradients of the layers after it beside it.  Returns 0 when no arena was
  * measured for this dp. */
-static int arena_sums(const CostModel *cm, int k, int i, int dp, double *act, double *scratch)
+static int arena_sums(const CostModel *cm, int k, int i, int dp, int tp, double *act,
+                      double *scratch)
 {
-    const LayerArena *la = arena_at(cm, dp);
+    const LayerArena *la = arena_at(cm, dp, tp);
     if (!la)
         return 0;
+    /* the entries (layers, or TP units) k..i is made of */
+    int last = k;
+    for (int l = k; l <= i; l += la[l - 1].span) {
+        if (la[l - 1].span < 1 || l + la[l - 1].span - 1 > i)
+            return 0; /* cuts a TP unit: not a stage tp > 1 is offered for */
+        last = l;
+    }
     double a = la[k - 1].slot, fu = 0, b = 0, later = 0;
-    for (int l = k + 1; l <= i; l++)
+    for (int l = k + la[k - 1].span; l <= i; l += la[l - 1].span)
         a += la[l - 1].slot - la[l - 1].inner;
-    for (int l = i; l >= k; l--) { /* the backward's order */
+    for (int l = last; l >= k;) { /* the backward's order */
         const LayerArena *x = &la[l - 1];
         fu = x->fwd > fu ? x->fwd : fu;
         fu = x->upd > fu ? x->upd : fu;
         b = x->bwd + later > b ? x->bwd + later : b;
         later += x->grad;
+        int p = l - 1; /* the entry before l */
+        while (p >= k && la[p - 1].span < 1)
+            p--;
+        l = p;
     }
     *act = a;
     *scratch = la[k - 1].scalars + (b > fu ? b : fu);
@@ -421,18 +435,15 @@ static void intra_sums(const CostModel *cm, int k, int i, int a, Submesh sub, in
         r->act = act_raw / shards;
     }
     double aa, asc;
-    if (!r->db_mem && tp > 1 && arena_at(cm, dp) && cm->o.arena_stage &&
-        cm->o.arena_stage(cm->o.arena_ctx, k, i, dp, tp, &aa, &asc) == 0) {
-        r->act = aa; /* TP rank 0's stage, measured whole */
+    if (!r->db_mem && arena_sums(cm, k, i, dp, tp, &aa, &asc)) {
+        r->act = aa; /* the measured arena replaces the per-op rules */
         r->scratch = asc;
-    } else if (!r->db_mem && arena_sums(cm, k, i, dp, &aa, &asc)) {
-        /* the measured arena replaces the per-op rules; under TP their
-         * replicated / sharded shares scale it (the one-layer arenas are
-         * measured at tp 1) */
+    } else if (!r->db_mem && tp > 1 && arena_sums(cm, k, i, dp, 1, &aa, &asc)) {
+        /* no TP arena: the tp = 1 one scaled by the per-op rules' TP shares */
         double dense = 0;
-        for (int l = k; l <= i && tp > 1; l++)
+        for (int l = k; l <= i; l++)
             dense += cm->layers[l - 1].act_bytes / dp;
-        double f = tp > 1 && dense > 0 ? r->act / dense : 1.0;
+        double f = dense > 0 ? r->act / dense : 1.0;
         r->act = aa * f;
         r->scratch = asc * f;
     }
@@ -750,7 +761,7 @@ static int lookup_locked(CostModel *cm, int k, int i, int a, int s, uint64_t h, 
         *out = cm->entries[cm->dense[di] - 1];
         return 0;
     }
-    const LayerArena *la = arena_at(cm, 1);
+    const LayerArena *la = arena_at(cm, 1, 1);
     Key key = {h, i - k + 1, cm->mesh_class[a], sub.n, sub.m, k_select(cm, i),
                k > 1 && cm->o.recompute != RECOMPUTE_NONE ? cm->layers[k - 2].out_bytes : 0,
                la ? la[k - 1].slot : 0, la ? la[k - 1].bwd + la[k - 1].fwd : 0};

@@ -87,7 +87,13 @@ typedef struct LayerArena {
     double grad;        /* its trained parameters' gradients (64-byte aligned): live in
                            backward scratch from their producer to the backward's end */
     double scalars;     /* the scalars region (lr, step, grad norm) */
+    int span;           /* layers this entry covers from its layer on: 1 at tp = 1; at tp > 1
+                           the TP unit starting here (the layers TP patterns tie together,
+                           LayerIntra.tp_span_*), 0 where no unit starts */
 } LayerArena;
+
+/* tp = 2^b, b < ARENA_TPB, has its own arenas (CostOptions.arena) */
+#define ARENA_TPB 4
 
 /* Fill out[0..L-1] from the graph whose nodes carry layer_id 1..L (the
  * layers pass).  Returns 0 or -1 with err set. */
@@ -135,21 +141,14 @@ typedef struct CostOptions {
                                    needs at least one, the stage binaries refuse a dp above
                                    them; issue 18); a candidate with no such dp x tp is
                                    infeasible.  hetc plan sets it to --microbatch; 0: any dp */
-    /* (issue 17) per-layer arenas by DP degree: arena[dp] (dp = 1 ..
-     * arena_maxdp) is L entries measured at DP rank 0's rows of a dp split
-     * (NULL: not measured); when present, tp = 1 candidates take their
-     * activation slot and scratch from it instead of the per-op rules
-     * (PlanLayer.act_bytes); tp > 1 scales it by the per-op rules' TP share.
-     * Must outlive the model. */
-    const LayerArena *const *arena;
+    /* (issue 17) measured arenas by TP and DP degree: arena[b][dp] (tp = 2^b,
+     * dp = 1 .. arena_maxdp) is L entries at DP rank 0's rows of a dp split
+     * (NULL: not measured); at tp = 1 one per layer, at tp > 1 one per TP
+     * unit (LayerArena.span), TP rank 0's.  When present, a candidate takes
+     * its activation slot and scratch from them instead of the per-op rules
+     * (PlanLayer.act_bytes).  Must outlive the model. */
+    const LayerArena *const *arena[ARENA_TPB];
     int arena_maxdp;
-    /* with arena: tp > 1 candidates (whose TP patterns one-layer stages would
-     * cut) are measured whole by this callback instead: the activation slot
-     * and scratch (+ scalars) of layers k..i at dp x tp, 0; -1: not measured
-     * (then the tp = 1 arena scaled by the per-op rules' TP share).  Called
-     * under the model's lock, once per unique candidate. */
-    int (*arena_stage)(void *ctx, int k, int i, int dp, int tp, double *act, double *scratch);
-    void *arena_ctx;
     const ProfileDb *db;        /* measured per-layer costs (docs/PROFILE_DB.md); NULL
                                    (default): analytic only.  Layers the database lacks
                                    for a candidate's (device, submesh, dp, tp) are costed

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """hetc compile computes once (issue 20): the ONNX model is read and decoded
 once per compile, the graphs built from it are the planner's, the
-fixed-batch probe's and one per distinct local row count of the plan (not
-one more to recover layer ids), and --microbatch is parsed once.
+fixed-batch probe's, the planner's arena model's (issue 17: one per
+distinct row count a DP rank of a stage may run, ceil(rows / dp) for dp up
+to the largest mesh, driver/plan_arena.c) and one per distinct local row
+count of the plan (not one more to recover layer ids), and --microbatch is
+parsed once.
 
 The expected graph count is derived from the plan.json the compile wrote,
 with rt_row_split's rule (rows // dp, one more on the first rows % dp
@@ -59,10 +62,15 @@ with tempfile.TemporaryDirectory() as tmp:
     dps = [s["dp"] for s in plan["stages"]]
     check(len(set(dps)) > 1, "the plan's DP degrees differ (%s)" % dps)
     distinct = {local_rows(rows, dp, r) for dp in dps for r in (0, dp - 1)}
-    # the planner's graph, the fixed-batch probe, one graph per distinct row count
-    want = 2 + len(distinct)
-    check(builds == want, "graphs built: %d, expected %d (planner + probe + rows %s)"
-          % (builds, want, sorted(distinct)))
+    # the planner's graph, the fixed-batch probe, the arena model's graphs (DP rank 0's
+    # rows of every dp up to the largest mesh), one graph per distinct row count
+    text = open(CLUSTER).read()
+    largest = max(int(n) * int(m) for n, m in
+                  re.findall(r"nodes: (\d+)\s+devices_per_node: (\d+)", text))
+    arena = {local_rows(rows, dp, 0) for dp in range(1, min(rows, largest) + 1)}
+    want = 2 + len(arena) + len(distinct)
+    check(builds == want, "graphs built: %d, expected %d (planner + probe + arena rows %s + "
+          "rows %s)" % (builds, want, sorted(arena), sorted(distinct)))
     check(se.count("params:") == 1, "the parameter set is reported once, not per import")
 
     # --plan FILE: layer ids from one import at the plan's rows, then the stages
