@@ -36,6 +36,25 @@
 #include "partition.h"
 #include "stage_abi.h"
 
+/* Two steps read every weight: partition's TP sharding copies every
+ * parameter of the graph per stage (passes/tp_shard.c clone_graph), and
+ * tie-weights compares each [m,n] parameter with each [n,m] one (all of it
+ * when they are equal, as a generated all-zero model's are).  On models
+ * above this many parameter bytes neither runs here: TP units are not
+ * measured (a tp > 1 candidate scales the tp = 1 arena by the per-op rules'
+ * TP share, cost_model.c) and weights are not tied (a tied head then counts
+ * as its own parameter: no Transpose gradient in its layer's scratch). */
+#define ARENA_BIG_MODEL_BYTES (256.0 * 1048576.0)
+
+static double param_bytes(const IrGraph *g)
+{
+    double b = 0;
+    for (int i = 0; i < g->nvalues; i++)
+        if (g->values[i]->kind == IR_VK_PARAM)
+            b += (double)ir_value_bytes(g->values[i]);
+    return b;
+}
+
 /* Weights tie-weights tied on the first graph (the Transpose's input and
  * the parameter it replaced): the other row counts replay them by name
  * instead of comparing every weight again (on a model whose weights are all
@@ -261,21 +280,6 @@ static int tp_units(const LayerIntra *in, int L, int b, int *first, int *last, i
     return n;
 }
 
-/* partition's TP sharding copies every parameter of the graph per stage
- * (passes/tp_shard.c clone_graph), so TP units are measured only on models
- * up to this many parameter bytes; above, a tp > 1 candidate scales the
- * tp = 1 arena by the per-op rules' TP shares (cost_model.c) */
-#define ARENA_TP_MAX_PARAM_BYTES (256.0 * 1048576.0)
-
-static double param_bytes(const IrGraph *g)
-{
-    double b = 0;
-    for (int i = 0; i < g->nvalues; i++)
-        if (g->values[i]->kind == IR_VK_PARAM)
-            b += (double)ir_value_bytes(g->values[i]);
-    return b;
-}
-
 static int64_t local_rows_of(const PlanCtx *pc, int dp)
 {
     /* DP rank 0 runs the larger share (part_local_rows): its binary is
@@ -303,6 +307,7 @@ int plan_arena_build(PlanCtx *pc, int maxdev, IrError *err)
     pc->arena_maxdp = maxdp;
     LayerIndex lix = {0};
     Ties ties = {0};
+    ties.known = param_bytes(pc->g) > ARENA_BIG_MODEL_BYTES; /* none replayed: untied */
     int rc = layer_index_build(&lix, pc->g, err);
     for (int b = 0; b < ARENA_TPB && !rc; b++)
         if (!pc->arena[b])
@@ -321,7 +326,7 @@ int plan_arena_build(PlanCtx *pc, int maxdev, IrError *err)
     for (int b = 0; b < ARENA_TPB && !rc; b++) {
         int tp = 1 << b, n = L;
         if (tp > 1 && (!pc->intra || tp > pc->a->max_tp ||
-                       param_bytes(pc->g) > ARENA_TP_MAX_PARAM_BYTES))
+                       param_bytes(pc->g) > ARENA_BIG_MODEL_BYTES))
             break;
         if (tp == 1)
             for (int l = 0; l < L; l++)
