@@ -114,7 +114,7 @@ static int ties_apply(IrGraph *g, const Ties *t, IrError *err)
 /* The forward + loss graph at `local` rows with the planner graph's layer
  * ids (by node name, as hetc compile's stage graphs get them). */
 static IrGraph *arena_graph(const CompileOpts *co, int64_t local, const LayerIndex *lix,
-                            Ties *ties, IrError *err)
+                            Ties *ties, int bf16_mixed, IrError *err)
 {
     CompileOpts o = *co;
     o.batch = local;
@@ -136,6 +136,12 @@ static IrGraph *arena_graph(const CompileOpts *co, int64_t local, const LayerInd
     }
     for (int i = 0; i < g->nnodes; i++)
         g->nodes[i]->layer_id = layer_index_of(lix, g->nodes[i]->name);
+    /* bf16-mixed: the casts hetc compile adds after the layer ids
+     * (compile_stage.c stage_graph), so bf16 values count their 2 B */
+    if (bf16_mixed && pass_run_pipeline(g, "mixed-precision,shape-infer", &ctx, err)) {
+        ir_graph_free(g);
+        return NULL;
+    }
     return g;
 }
 
@@ -320,7 +326,8 @@ int plan_arena_build(PlanCtx *pc, int maxdev, IrError *err)
             if (local_rows_of(pc, q) == local_rows_of(pc, dp))
                 pc->arena_g[dp] = pc->arena_g[q];
         if (!pc->arena_g[dp] &&
-            !(pc->arena_g[dp] = arena_graph(&pc->a->co, local_rows_of(pc, dp), &lix, &ties, err)))
+            !(pc->arena_g[dp] = arena_graph(&pc->a->co, local_rows_of(pc, dp), &lix, &ties,
+                                            pc->a->precision == PRECISION_BF16_MIXED, err)))
             rc = -1;
     }
     for (int b = 0; b < ARENA_TPB && !rc; b++) {

@@ -34,10 +34,14 @@ TOL = 0.05  # the issue's "±5 %"
 t = StageTest("tiny_hetero.yaml", seq=64, mb=4, gb=16)
 LLAMA = os.path.join(stagetest.SRC, "tests", "models", "llama_op17.onnx")
 CASES = [
-    # (label, model, cluster, seq, microbatch, global batch)
-    ("gpt_tiny on tiny_hetero", stagetest.MODEL, "tiny_hetero.yaml", 64, 4, 16),
-    ("gpt_tiny on three_mesh", stagetest.MODEL, "three_mesh.yaml", 32, 2, 8),
-    ("llama_op17 on three_mesh", LLAMA, "three_mesh.yaml", 16, 2, 4),
+    # (label, model, cluster, seq, microbatch, global batch, precision)
+    ("gpt_tiny on tiny_hetero", stagetest.MODEL, "tiny_hetero.yaml", 64, 4, 16, "fp32"),
+    ("gpt_tiny on three_mesh", stagetest.MODEL, "three_mesh.yaml", 32, 2, 8, "fp32"),
+    ("llama_op17 on three_mesh", LLAMA, "three_mesh.yaml", 16, 2, 4, "fp32"),
+    # bf16-mixed: the arena graphs get compile's casts (bf16 copies count 2 B);
+    # its TP stages are not within 5 % yet (docs/PLANNER.md), so no TP case
+    ("gpt_tiny on tiny_hetero bf16-mixed", stagetest.MODEL, "tiny_hetero.yaml", 64, 4, 16,
+     "bf16-mixed"),
 ]
 
 
@@ -51,18 +55,18 @@ def arena_of(binary):
 
 
 gaps = []
-for label, model, cluster, seq, mb, gb in CASES:
+for label, model, cluster, seq, mb, gb, prec in CASES:
     tag = label.replace(" ", "_")
     out = t.path(tag)
     t.model, t.seq = model, seq
-    p = t.compile(out, "--precision", "fp32", cluster=cluster, mb=mb, gb=gb)
+    p = t.compile(out, "--precision", prec, cluster=cluster, mb=mb, gb=gb)
     if not t.check(p.returncode == 0, f"{label}: hetc compile failed"):
         continue
     plan = json.load(open(os.path.join(out, "plan.json")))
-    t.check(plan.get("precision") == "fp32" and plan["cluster"]["dtype"] == "fp32",
+    t.check(plan.get("precision") == prec and plan["cluster"]["dtype"] == "fp32",
             f"{label}: plan.json precision {plan.get('precision')} dtype {plan['cluster']['dtype']}")
     txt = open(os.path.join(out, "plan.txt")).read()
-    t.check(re.search(r"^precision fp32 ", txt, re.M), f"{label}: plan.txt states no precision")
+    t.check(re.search(rf"^precision {prec} ", txt, re.M), f"{label}: plan.txt states no precision")
     rows = stages_txt(out)
     for st in plan["stages"]:
         s = st["index"]
@@ -114,15 +118,20 @@ if t.check(pa.returncode == 0 and pb.returncode == 0, "hetc plan failed"):
             "hetc plan's default differs from --precision fp32")
     t.check("dtype fp16 is not used" in pa.stderr, "hetc plan does not say the file's fp16 is unused")
 
-# bf16-mixed (issue 17): planned as fp32 memory (the cluster dtype fp32, the
-# same stages as fp32), and plan.json / plan.txt say bf16-mixed
+# bf16-mixed (issue 17): planned at the fp32 peak (the cluster dtype fp32) with
+# its own arena (the bf16 copies), the same layout as fp32 where memory does
+# not bind, and plan.json / plan.txt say bf16-mixed
 p = t.run([t.hetc, "plan", *common, "--precision", "bf16-mixed", "-o", t.path("bf16_plan")])
 if t.check(p.returncode == 0, f"hetc plan --precision bf16-mixed: exit {p.returncode}"):
     q = json.load(open(t.path("bf16_plan", "plan.json")))
     r = json.load(open(t.path("plan_fp32", "plan.json")))
     t.check(q.get("precision") == "bf16-mixed" and q["cluster"]["dtype"] == "fp32",
             f"bf16-mixed plan: precision {q.get('precision')}, dtype {q['cluster']['dtype']}")
-    t.check(q["stages"] == r["stages"], "bf16-mixed plan's stages differ from fp32's")
+    lay = lambda js: [(x["layers"], x["mesh"], x["submesh"], x["dp"], x["tp"], x["zero"],
+                       x["recompute"], x["warmup"]) for x in js["stages"]]
+    t.check(lay(q) == lay(r), "bf16-mixed plan's stages differ from fp32's")
+    t.check(q["stages"][1]["mem_arena_pred_bytes"] != r["stages"][1]["mem_arena_pred_bytes"],
+            "bf16-mixed plan's arena is fp32's (the casts' bf16 copies not counted)")
     t.check("bf16-mixed" in open(t.path("bf16_plan", "plan.txt")).read(),
             "bf16-mixed plan.txt does not say bf16-mixed")
 p = t.run([t.hetc, "plan", *common, "--precision", "fp64", "-o", t.path("bad")], quiet=True)
