@@ -39,7 +39,10 @@ references are the exact values hetc's fp32 must approach to 1e-4.
 trajectory (--steps, default 20 there) in float32 master weights with the
 forward under torch.autocast("cpu", dtype=torch.bfloat16) -- the reference
 of hetc train --precision bf16-mixed (tests/train test_train_bf16.py):
-inputs, targets, traj_loss, traj_grad_norm, traj_lr, hparams only.
+inputs, targets, traj_loss, traj_grad_norm, traj_lr, hparams, and
+loss_linear_bf16: batch 0's loss with hetc's own cast placement emulated in
+fp32 (only the Linears' operands and outputs rounded to bf16; see
+linear_bf16_loss).
 
 Needs torch; run by developers, not CI:
     python3 tools/torch_reference.py            # every model in tests/models
@@ -216,6 +219,36 @@ def logits_of(model, x):
     return out
 
 
+def linear_bf16_loss(loss_on, torch):
+    """Batch 0's loss of the initial weights with hetc's bf16-mixed cast
+    placement emulated in fp32 (passes/mixed_precision.c): every F.linear's
+    operands rounded to bf16, an fp32 GEMM (fp32 accumulation), its output
+    rounded to bf16 and widened; everything else fp32.  torch.autocast
+    rounds more (attention's matmuls, and elementwise ops on the bf16
+    Linear outputs run in bf16), so on a model whose bf16 effect is small
+    the two can even move the loss from fp32's in opposite directions; this
+    value is the step-1 oracle of hetc's own roundings."""
+    F = torch.nn.functional
+    orig, calls = F.linear, [0]
+
+    def rnd(t):
+        return None if t is None else t.to(torch.bfloat16).float()
+
+    def lin(x, w, b=None):
+        calls[0] += 1
+        return orig(rnd(x), rnd(w), rnd(b)).to(torch.bfloat16).float()
+
+    F.linear = lin  # torch.nn.Linear calls F.linear through this module
+    try:
+        with torch.no_grad():
+            loss = loss_on(0, autocast=False).item()
+    finally:
+        F.linear = orig
+    if not calls[0]:
+        sys.exit("torch_reference: the model calls no F.linear; no linear_bf16 loss")
+    return loss
+
+
 def reference(name, args, mod, torch):
     cfg_path = os.path.join(args.models_dir, name + ".json")
     with open(cfg_path) as f:
@@ -234,10 +267,10 @@ def reference(name, args, mod, torch):
     xs, ys = llmc_batches(toks, args.steps, B, T)
     ce = torch.nn.functional.cross_entropy
 
-    def loss_on(k, m=None):
+    def loss_on(k, m=None, autocast=True):
         x = torch.from_numpy(xs[k])
         y = torch.from_numpy(ys[k])
-        if args.autocast_bf16:  # fp32 master weights, bf16 autocast of the forward
+        if args.autocast_bf16 and autocast:  # fp32 master weights, bf16 autocast of the forward
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 lg = logits_of(m if m is not None else model, x)
             lg = lg.float()
@@ -247,6 +280,8 @@ def reference(name, args, mod, torch):
 
     params = list(model.named_parameters())
     out = {"inputs": xs.astype(np.int32), "targets": ys.astype(np.int32)}
+    if args.autocast_bf16:
+        out["loss_linear_bf16"] = np.array(linear_bf16_loss(loss_on, torch), np.float64)
     if not args.autocast_bf16:
         out.update(per_use_grads(model, loss_on, torch))
         model.zero_grad(set_to_none=True)
