@@ -36,6 +36,13 @@ def losses(text, as_text=False):
             re.finditer(r"^step\s+(\d+)/\d+ \| loss (\S+)", text, re.M)}
 
 
+def step_lines(text):
+    """step -> "loss X | grad norm Y", the printed digits (a resumed run
+    must print a later step's text exactly as the uninterrupted one)."""
+    return {int(m.group(1)): m.group(2) for m in
+            re.finditer(r"^step\s+(\d+)/\d+ \| (loss \S+ \| grad norm \S+)", text, re.M)}
+
+
 def worst_rel(got, ref):
     """The largest relative difference of got's losses from ref's.  A step
     ref lacks counts as 1.0, and so does an empty got: no losses never

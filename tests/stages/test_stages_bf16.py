@@ -19,6 +19,10 @@ microbatching):
   - plan.json and plan.txt state bf16-mixed; the stages with Linears call
     hk_linear_bf16 / hk_linear_backward_bf16 directly; stages.txt reports
     no node interpreted through hetrt_node;
+  - the 3-stage run checkpoints at step 4; a copy of that checkpoint
+    resumed to step 8 prints steps 5-8 with the same loss and grad-norm
+    text as the uninterrupted run (the one-stage 20-step resume, and the
+    bf16 checkpoint resumed as fp32, are in test_stages_bf16_resume.py);
   - --backend cuda with bf16-mixed is refused.
 
 usage: test_stages_bf16.py HETC WORKDIR
@@ -26,6 +30,7 @@ usage: test_stages_bf16.py HETC WORKDIR
 import json
 import os
 import re
+import shutil
 
 import stagetest
 from stagetest import StageTest
@@ -59,9 +64,23 @@ if check(p.returncode == 0, f"hetc compile --precision bf16-mixed exit {p.return
     out3 = t.path("three")
     p = t.compile(out3, "--plan", qpath)
     if check(p.returncode == 0, f"hetc compile --plan three.json exit {p.returncode}"):
-        p = t.launch(out3, STEPS, timeout=600)
+        ck3 = t.path("ckpt3")
+        p = t.launch(out3, STEPS, "--checkpoint-dir", ck3, "--checkpoint-every", str(STEPS // 2),
+                     timeout=600)
         got3, w3 = t.expect_losses(p, "bf16-mixed, 3 DP-1 stages", reft, n=STEPS, tol=1e-3,
                                    as_text=True)
+        # resumed from the middle checkpoint: the later steps' text, exactly
+        ckr = t.path("ckpt3_resume")
+        shutil.copytree(ck3, ckr)
+        shutil.rmtree(os.path.join(ckr, "step_%08d" % STEPS), ignore_errors=True)
+        r = t.launch(out3, STEPS, "--checkpoint-dir", ckr, "--resume", timeout=600)
+        want = {k: v for k, v in stagetest.step_lines(p.stdout).items() if k > STEPS // 2}
+        res = stagetest.step_lines(r.stdout)
+        check(r.returncode == 0 and len(want) == STEPS // 2 and res == want,
+              f"3 stages resumed from step {STEPS // 2}: exit {r.returncode}, {res} != {want}")
+        if res == want:
+            print(f"bf16-mixed, 3 stages resumed from step {STEPS // 2}: steps {STEPS // 2 + 1}-"
+                  f"{STEPS} loss and grad norm text == the uninterrupted run's", flush=True)
         check([got3.get(k) for k in (1, 2)] == [reft.get(k) for k in (1, 2)],
               f"3 DP-1 stages: steps 1-2 print other losses than hetc train: {got3} {reft}")
         gn = [re.search(r"^step\s+1/\d+ \| loss \S+ \| grad norm (\S+)", x, re.M)
