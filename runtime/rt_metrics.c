@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 int rt_mkdirs_for(const char *path, char *err, size_t errlen) {
     char d[4096];
@@ -33,16 +35,16 @@ fail:
  * or bench forks itself first) reported the parent's peak; VmHWM starts anew
  * with the exec.  getrusage stays as the fallback without /proc. */
 double rt_peak_rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (f) {
-        char line[256];
-        double kb = -1;
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "VmHWM:", 6)) {
-                kb = strtod(line + 6, NULL);
-                break;
-            }
-        fclose(f);
+    /* open + read into the stack: called every step, and the step loop
+     * allocates nothing after step 1 (train_noalloc); fopen would. */
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        char buf[4096];
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        buf[n > 0 ? n : 0] = 0;
+        const char *p = strstr(buf, "\nVmHWM:");
+        double kb = p ? strtod(p + 7, NULL) : -1;
         if (kb > 0) return kb * 1024.0;
     }
     struct rusage ru;
@@ -161,7 +163,7 @@ int rt_metrics_step(RtMetrics *m, const RtStepMetrics *s) {
 }
 
 /* A "nice" axis step (1, 2 or 5 x 10^k) giving about `want` ticks. */
-static double nice(double span, int want) {
+static double nice_step(double span, int want) {
     double raw = span / want, p = pow(10, floor(log10(raw))), r = raw / p;
     return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * p;
 }
@@ -180,7 +182,7 @@ int rt_loss_svg_write(FILE *f, const double *pt, int64_t n, const char *title) {
     }
     if (!(y1 >= y0)) y0 = 0, y1 = 1;
     if (y1 - y0 < 1e-9) y0 -= 0.5, y1 += 0.5;
-    double ys = nice(y1 - y0, 6);
+    double ys = nice_step(y1 - y0, 6);
     y0 = floor(y0 / ys) * ys, y1 = ceil(y1 / ys) * ys;
     double sx = W / (x1 - x0), sy = H / (y1 - y0);
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -195,7 +197,7 @@ int rt_loss_svg_write(FILE *f, const double *pt, int64_t n, const char *title) {
                    "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
                 L, py, L + W, py, L - 6, py + 4, y);
     }
-    double xs = nice(x1 - x0, 10);
+    double xs = nice_step(x1 - x0, 10);
     for (double x = x0; x <= x1 + xs * 1e-6; x += xs) {
         double px = L + (x - x0) * sx;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#000\"/>"
