@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "cost_model.h"
+#include "cost_model_int.h"
 #include "zero_memory.h"
 #include "hapt_dp.h"   /* submesh_enumerate: the §5.2 shapes, shared with the DP;
                           stage_fits_memory: Eq. 24 */
@@ -63,48 +64,7 @@ double dtype_size_bytes(const char *dtype)
 
 /* ---------------------------------------------------------------- model */
 
-typedef struct Key {
-    uint64_t h;     /* hash of sig[k..i] */
-    int len, cls, n, m;
-    /* what the intra-op choice reads beyond sig[k..i]: the K it sizes memory
-     * for (depends on i) and the stage's boundary input (full recompute
-     * keeps it; it is layer k-1's output) */
-    int ksel;
-    double in_bytes;
-    /* the measured arena of layer k (issue 17): its slot and scratch depend
-     * on what it receives from layer k-1, not only on sig[k..i] */
-    double arena_slot, arena_scratch;
-} Key;
-
-typedef struct Slot {
-    Key key;
-    int entry;      /* index into entries, -1 empty */
-} Slot;
-
-struct CostModel {
-    const ClusterSpec *c;
-    const PlanLayer *layers;
-    int L;
-    CostOptions o;
-    double dtype_bytes;
-    double total_work;      /* sum of fwd+bwd FLOPs over all layers */
-    double total_capacity;  /* sum over devices of peak FLOP/s */
-    int *mesh_class;        /* meshes with equal device + links share a class */
-    Submesh **subs;
-    int *nsubs, *sub_off, totsubs;
-    /* cache */
-    Slot *slots;
-    long nslots;
-    StageCost *entries;
-    long nentries, capentries;
-    /* dense index of candidates: entry + 1, 0 = not yet seen */
-    int32_t *dense;
-    int frozen;             /* after profile_all: dense is complete, reads take no lock */
-    int in_profile;         /* profile_all is running (counts without a dense index) */
-    int profiled;           /* profile_all completed */
-    CostCounters cnt;
-    pthread_mutex_t mu;
-};
+/* Key, Slot and struct CostModel: cost_model_int.h (shared with cost_report.c). */
 
 static uint64_t mix64(uint64_t x)
 {
@@ -231,8 +191,8 @@ oom:
 /* ---------------------------------------------------------------- costing */
 
 /* Analytic per-layer roofline (summed per stage by cost_intra). */
-static void layer_roofline(const CostModel *cm, const PlanLayer *p, const DeviceSpec *d, double peak,
-                           double shards, int tp, double *tf, double *tb)
+void cm_layer_roofline(const CostModel *cm, const PlanLayer *p, const DeviceSpec *d, double peak,
+                       double shards, int tp, double *tf, double *tb)
 {
     /* Roofline per layer: a layer is compute- or memory-bound as a whole.
      * Forward reads the weights and streams activations in and out;
@@ -254,7 +214,7 @@ static double bytes_per_param_z(const CostModel *cm, int dp, int zero)
     return zero_state_bytes_per_param(cm->dtype_bytes, zero, dp);
 }
 
-static double bytes_per_param(const CostModel *cm, int dp)
+double cm_bytes_per_param(const CostModel *cm, int dp)
 {
     return bytes_per_param_z(cm, dp, cm->o.zero_stage > 0 ? cm->o.zero_stage : 0);
 }
@@ -407,7 +367,7 @@ static void intra_sums(const CostModel *cm, int k, int i, int a, Submesh sub, in
         } else {
             double lf, lb;
             if (tp == 1) {
-                layer_roofline(cm, p, d, peak, shards, tp, &lf, &lb);
+                cm_layer_roofline(cm, p, d, peak, shards, tp, &lf, &lb);
             } else {
                 double ff = p->fwd_flops * fsh / peak;
                 double fb = (lparams + p->act_bytes * ash + p->out_bytes / dp) / d->hbm_bw;
@@ -946,85 +906,6 @@ double cost_model_comm(CostModel *cm, int i, int a, int b)
     if (l->cpu_mediated)
         t += 2.0 * bytes / cm->o.pcie_bw;   /* device->host on one side, host->device on the other */
     return t;
-}
-
-void cost_counters_summary(const CostCounters *k, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "profile: %ld candidates, %ld structural duplicates, %ld unique; "
-             "%ld pruned (imbalance), %ld costed, %ld infeasible (memory)",
-             k->total, k->duplicates, k->unique, k->pruned_imbalance, k->costed, k->pruned_memory);
-    if (k->pruned_rows > 0) {
-        size_t n = strlen(buf);
-        if (n < cap)
-            snprintf(buf + n, cap - n, ", %ld infeasible (every dp above the microbatch rows)",
-                     k->pruned_rows);
-    }
-}
-
-void cost_counters_db_summary(const CostCounters *k, const ProfileDb *db, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "profile db %s: %d entries (%d of another microbatch/seq/dtype skipped), "
-             "%d links; costed candidates: %ld from the database, %ld mixed, %ld analytic; layer "
-             "lookups: %ld from the database, %ld analytic", db ? db->path : "-", db ? db->ne : 0,
-             db ? db->skipped : 0, db ? db->nlinks : 0, k->db_full, k->db_mixed, k->db_none,
-             k->db_layer_hits, k->db_layer_misses);
-}
-
-int cost_model_write_profile_db(const CostModel *cm, const char *path, int microbatch, int seq,
-                                IrError *err)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return ir_errorf(err, "%s: cannot write", path);
-    fprintf(f, "{\n  \"format\": \"hetc-profile-db\",\n  \"version\": 1,\n"
-            "  \"comment\": \"analytic model figures written by hetc plan --write-profile-db\",\n"
-            "  \"layers\": [");
-    for (int l = 0; l < cm->L; l++)
-        fprintf(f, "%s\"0x%016llx\"", l ? ", " : "", (unsigned long long)cm->layers[l].sig);
-    fprintf(f, "],\n  \"entries\": [");
-    int first = 1;
-    const ClusterSpec *c = cm->c;
-    for (int a = 0; a < c->nmeshes; a++) {
-        const DeviceSpec *d = &c->meshes[a].dev;
-        double peak = device_peak_flops(d, c->dtype) * cm->o.efficiency;
-        for (int s = 0; s < cm->nsubs[a]; s++) {
-            Submesh sub = cm->subs[a][s];
-            /* one entry per (device, submesh): skip what an earlier mesh wrote */
-            int seen = 0;
-            for (int b = 0; b < a && !seen; b++)
-                if (strcasecmp(c->meshes[b].dev.name, d->name) == 0)
-                    for (int t = 0; t < cm->nsubs[b] && !seen; t++)
-                        seen = cm->subs[b][t].n == sub.n && cm->subs[b][t].m == sub.m;
-            if (seen)
-                continue;
-            int dp = sub.n * sub.m, tp = 1;
-            for (int l = 0; l < cm->L; l++) {
-                const PlanLayer *p = &cm->layers[l];
-                int dup = 0;
-                for (int q = 0; q < l && !dup; q++)
-                    dup = cm->layers[q].sig == p->sig;
-                if (dup)
-                    continue;
-                double tf, tb;
-                layer_roofline(cm, p, d, peak, (double)dp * tp, tp, &tf, &tb);
-                double stat = p->param_bytes / cm->dtype_bytes / tp * bytes_per_param(cm, dp);
-                char seqs[32] = ""; /* no --seq: the model's own, any on reading */
-                if (seq > 0)
-                    snprintf(seqs, sizeof seqs, "\"seq\": %d, ", seq);
-                fprintf(f, "%s\n    {\"device\": \"%s\", \"layer_sig\": \"0x%016llx\", "
-                        "\"submesh\": [%d, %d], \"dp\": %d, \"tp\": %d, \"microbatch\": %d, "
-                        "%s\"dtype\": \"%s\", \"t_f\": %.17g, \"t_b\": %.17g, "
-                        "\"mem_static\": %.17g, \"mem_act\": %.17g}",
-                        first ? "" : ",", d->name, (unsigned long long)p->sig, sub.n, sub.m, dp, tp,
-                        microbatch, seqs, c->dtype, tf, tb, stat, p->act_bytes / ((double)dp * tp));
-                first = 0;
-            }
-        }
-    }
-    fprintf(f, "\n  ]\n}\n");
-    if (fclose(f) != 0)
-        return ir_errorf(err, "%s: write error", path);
-    return 0;
 }
 
 static int oracle_stage(void *ctx, int k, int i, int mesh, Submesh sub, StageCost *out)
