@@ -313,6 +313,7 @@ int plan_arena_build(PlanCtx *pc, int maxdev, IrError *err)
     pc->arena_maxdp = maxdp;
     LayerIndex lix = {0};
     Ties ties = {0};
+    int warned = 0;
     ties.known = param_bytes(pc->g) > ARENA_BIG_MODEL_BYTES; /* none replayed: untied */
     int rc = layer_index_build(&lix, pc->g, err);
     for (int b = 0; b < ARENA_TPB && !rc; b++)
@@ -347,11 +348,22 @@ int plan_arena_build(PlanCtx *pc, int maxdev, IrError *err)
             if (pc->arena[b][dp])
                 continue;
             LayerArena *la = calloc((size_t)L, sizeof *la);
-            if (!la)
+            IrError why = {{0}};
+            if (!la) {
                 rc = ir_errorf(err, "out of memory");
-            else if (measure_split(pc->arena_g[dp], local_rows_of(pc, dp), first, last, tps, n,
-                                   la, err))
-                rc = -1;
+            } else if (measure_split(pc->arena_g[dp], local_rows_of(pc, dp), first, last, tps, n,
+                                     la, &why)) {
+                /* A one-layer cut the stage binaries could not run either
+                 * (e.g. a boundary value whose first dim is not the rows,
+                 * as some dynamo exports flatten [B*T, H]): the planner
+                 * keeps its per-op estimate for this tp and row count. */
+                free(la);
+                la = NULL;
+                if (!warned++ && pc->quiet < 2)
+                    fprintf(stderr, "%s: arena model: %s; memory of the candidates at tp %d, %lld "
+                            "rows (and any other cut that fails) from the per-op estimate\n",
+                            pc->who, why.msg, tp, (long long)local_rows_of(pc, dp));
+            }
             if (rc)
                 free(la);
             else

@@ -518,8 +518,9 @@ static void txt_header(FILE *f, const Plan *p, const ClusterSpec *c, const PlanO
                 other ? " is not used" : "");
     }
     if (info && info->has_reserve)
-        fprintf(f, "memory per device = arena (model states + K_i activation slots; its scratch "
-                "is not modelled yet) + %.2f GiB runtime reserve\n", info->reserve_bytes / GIB);
+        fprintf(f, "memory per device = arena (model states + K_i activation slots + scratch, "
+                "from each layer's memory plan; docs/PLANNER.md) + %.2f GiB runtime reserve\n",
+                info->reserve_bytes / GIB);
     fprintf(f, "schedule %s, B = %d microbatches, eps = %g; mesh order:", schedule_name(p->schedule),
             p->microbatches, p->eps);
     for (int i = 0; i < p->nmesh_order; i++)

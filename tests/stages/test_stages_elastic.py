@@ -147,8 +147,8 @@ check(len(rec) == N and w <= 1e-5, f"the record vs hetc train: {w:.3g}")
 print(f"elastic record steps 1..{N} == hetc train to {w:.2g}", flush=True)
 
 # bad cases: the only mesh lost; survivors that cannot hold the model.  "two": two devices of
-# 1.012 GiB; the planner's need for the whole model on one device is ~1.022 GiB (1 GiB runtime
-# reserve + 16 B per parameter + activations): two stages fit, one device alone does not.
+# 1.02 GiB; the planner's need for the whole model on one device is ~1.027 GiB (1 GiB runtime
+# reserve + the arena: 16 B per parameter, activations, scratch): two stages fit, one alone does not.
 def dev(base, gb):
     return {"base": base, "memory_gb": gb} if gb else base
 
@@ -161,7 +161,7 @@ def cluster(name, *meshes):
 
 
 bad = (("one", cluster("one", ("a100", "A100-80GB", None)), 1, r"no mesh survives"),
-       ("two", cluster("two", ("a100", "A100-80GB", 1.012), ("t4", "T4", 1.012)), 2,
+       ("two", cluster("two", ("a100", "A100-80GB", 1.02), ("t4", "T4", 1.02)), 2,
         r"cannot be planned or compiled on the survivors"))
 for name, c, nst, want in bad:
     path = t.path(name + ".yaml")
