@@ -302,7 +302,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
     shared = both;
     fprintf(rep, "\nstage memory plan (per rank, %s %s backend; planner GiB: the planner's "
                  "prediction with its runtime reserve, pred arena MiB: without it)\n",
-            a->bf16_mixed ? "bf16-mixed (bf16 Linear operands beside the fp32 values)" : "fp32",
+            a->bf16_mixed ? "bf16-mixed (the backward keeps bf16 Linear operands)" : "fp32",
             be->name);
     fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
                  "  arena MiB  planner GiB  pred arena MiB\n");

@@ -120,6 +120,56 @@ static void mark_needs(AdCtx *c) {
     }
 }
 
+/* A bf16-mixed backward re-casts instead of keeping a cast's output from
+ * forward to backward (passes/mixed_precision.c puts the Casts there):
+ * a Cast of a parameter (the bf16 weight copy: the fp32 master weight is
+ * resident anyway, so keeping the copy would cost 2 B/param for the whole
+ * forward-to-backward span) and an f32 Cast of a bf16 value (the f32 view
+ * of a bf16 Linear's output: keeping the bf16 source halves the bytes).
+ * Both casts give the same bits again -- the parameter does not change
+ * before the update, and bf16 -> f32 is exact -- so the numbers are those
+ * of reading the saved value.  Each re-cast is a bwd Cast placed before
+ * its first backward reader, made once per value. */
+static int recast_cheap(const IrValue *v) {
+    const IrNode *p = v ? v->producer : NULL;
+    if (!p || p->op != IR_OP_CAST || p->phase != IR_PHASE_FWD || p->nin < 1 || !p->in[0])
+        return 0;
+    const IrValue *s = p->in[0];
+    return s->kind == IR_VK_PARAM || (s->dtype == IR_BF16 && v->dtype == IR_F32);
+}
+static void recast_saved_casts(AdCtx *c, int first_bwd) {
+    IrGraph *g = c->g;
+    IrValue **re = ir_xcalloc((size_t)c->nfwd + 1, sizeof *re);
+    for (int i = first_bwd; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->phase != IR_PHASE_BWD) continue;
+        for (int j = 0; j < n->nin; j++) {
+            IrValue *v = n->in[j];
+            if (!v || v->id < 0 || v->id >= c->nfwd || g->values[v->id] != v ||
+                !recast_cheap(v))
+                continue;
+            if (!re[v->id]) {
+                const IrNode *p = v->producer;
+                char name[600];
+                snprintf(name, sizeof name, "re/%s", v->name);
+                IrValue *o = ir_value_new(g, name, v->dtype, &v->shape, IR_VK_ACT);
+                o->shape_known = v->shape_known;
+                snprintf(name, sizeof name, "re/%s", p->name);
+                IrNode *k = ir_node_insert(g, i, IR_OP_CAST, name, 1, &p->in[0], 1, &o);
+                ir_node_set_int(k, "to", v->dtype);
+                k->module_id = p->module_id;
+                k->layer_id = p->layer_id;
+                k->stage_id = p->stage_id;
+                k->phase = IR_PHASE_BWD;
+                re[v->id] = o;
+                i++; /* n moved one on */
+            }
+            n->in[j] = re[v->id];
+        }
+    }
+    free(re);
+}
+
 /* The shared core: seeds give the starting gradients (NULL grad: 1, for a
  * scalar loss); wrt values are marked as needing gradients like parameters
  * and get theirs back in wrt_grad. */
@@ -204,6 +254,7 @@ static int ad_run(IrGraph *g, const AdSeed *seeds, int nseeds, IrValue *const *w
         ad_emit(&c, IR_OP_IDENTITY, 1, &c.grad[p->id], 1, &o);
         ir_graph_add_output(g, o);
     }
+    if (!rc) recast_saved_casts(&c, nfwd_nodes);
     for (int i = 0; i < nwrt && !rc; i++)
         wrt_grad[i] = wrt[i]->id >= 0 && wrt[i]->id < c.nfwd && g->values[wrt[i]->id] == wrt[i]
                           ? c.grad[wrt[i]->id]

@@ -94,9 +94,16 @@ static int g_unary(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
     const char *f = fn[n->op];
     if (n->op == IR_OP_GELU && !strcmp(ir_attr_string(n, "approximate", "none"), "tanh"))
         f = "gelu_tanh";
+    /* the derivatives written with y (kernels/host/train_elementwise.c
+     * unary_rules .reads_y); the others get x only, so y is not kept alive
+     * for them from forward to backward (a bf16 Linear reading y keeps its
+     * bf16 copy, not y) */
+    static const unsigned char reads_y[IR_OP_COUNT] = {
+        [IR_OP_EXP] = 1, [IR_OP_SQRT] = 1, [IR_OP_TANH] = 1, [IR_OP_RECIPROCAL] = 1,
+    };
     IrValue *in[3] = {X(0), DY, Y};
     IrValue *o = ad_value(c, X(0), X(0)->dtype, &X(0)->shape);
-    IrNode *b = ad_emit(c, IR_OP_UNARY_GRAD, 3, in, 1, &o);
+    IrNode *b = ad_emit(c, IR_OP_UNARY_GRAD, reads_y[n->op] ? 3 : 2, in, 1, &o);
     ir_node_set_string(b, "fn", f);
     return contrib(c, n, 0, o, err);
 }
