@@ -207,7 +207,18 @@ static int g_linear(AdCtx *c, IrNode *n, IrValue *const *gout, IrError *err) {
                           &X(i)->shape);
     }
     ad_emit(c, IR_OP_LINEAR_GRAD, 3, in, hb ? 3 : 2, out);
-    if (contrib(c, n, 0, out[0], err)) return -1;
+    /* dx (bf16) widened to f32 here and summed into the f32 value x16 was
+     * cast from, as the Cast's own rule would: a bf16 copy shared by
+     * several Linears (passes/mixed_precision.c) then sums its gradients in
+     * f32, in the order a copy per Linear did, never in bf16 */
+    IrValue *x32 = b16 ? f32_source(X(0)) : NULL;
+    if (x32 && ad_needs(c, x32)) {
+        IrValue *o = ad_value(c, x32, IR_F32, &x32->shape);
+        IrNode *k = ad_emit(c, IR_OP_CAST, 1, &out[0], 1, &o);
+        ir_node_set_int(k, "to", IR_F32);
+        if (ad_contrib(c, x32, o, err)) return -1;
+    } else if (contrib(c, n, 0, out[0], err))
+        return -1;
     for (int i = 1; i < (hb ? 3 : 2); i++) {
         if (to[i]) {
             if (ad_contrib(c, to[i], out[i], err)) return -1;

@@ -1,5 +1,6 @@
 /* mixed-precision: Cast nodes around every f32 Linear (mixed_precision.h). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "mixed_precision.h"
 
@@ -23,9 +24,20 @@ static IrNode *cast_node(IrGraph *g, const IrNode *n, const char *what, IrValue 
     return c;
 }
 
+/* One bf16 copy per (f32 value, layer): the q, k, v projections reading
+ * one norm output, SwiGLU's gate and up, share it (the same bits as a copy
+ * each, a third of the bytes the backward keeps).  Kept per layer so a
+ * pipeline cut between two layers still carries the f32 value. */
+typedef struct Shared {
+    const IrValue *src;
+    int layer;
+    IrValue *bf16;
+} Shared;
+
 int pass_mixed_precision(IrGraph *g, PassContext *ctx, IrError *err) {
     (void)ctx;
-    int nn = g->nnodes, done = 0;
+    int nn = g->nnodes, done = 0, nsh = 0;
+    Shared *sh = ir_xcalloc((size_t)3 * (size_t)nn + 1, sizeof *sh);
     for (int i = 0; i < nn; i++) {
         IrNode *n = g->nodes[i];
         if (n->dead || n->op != IR_OP_LINEAR || !n->out[0] || n->out[0]->dtype != IR_F32)
@@ -37,10 +49,16 @@ int pass_mixed_precision(IrGraph *g, PassContext *ctx, IrError *err) {
         const char *base = n->name[0] ? n->name : "linear";
         for (int j = 0; j < n->nin; j++) {
             if (!n->in[j]) continue;
-            char what[32];
-            snprintf(what, sizeof what, "bf16_in%d", j);
-            IrValue *x = n->in[j], *xb = cast_value(g, base, what, IR_BF16, &x->shape);
-            cast_node(g, n, what, x, xb, IR_BF16);
+            IrValue *x = n->in[j], *xb = NULL;
+            for (int k = 0; k < nsh && !xb; k++)
+                if (sh[k].src == x && sh[k].layer == n->layer_id) xb = sh[k].bf16;
+            if (!xb) {
+                char what[32];
+                snprintf(what, sizeof what, "bf16_in%d", j);
+                xb = cast_value(g, base, what, IR_BF16, &x->shape);
+                cast_node(g, n, what, x, xb, IR_BF16);
+                sh[nsh++] = (Shared){x, n->layer_id, xb};
+            }
             n->in[j] = xb;
         }
         /* y (f32) keeps its name and readers; the Linear now writes y16 */
@@ -52,6 +70,7 @@ int pass_mixed_precision(IrGraph *g, PassContext *ctx, IrError *err) {
         cast_node(g, n, "to_f32", yb, y, IR_F32);
         done++;
     }
+    free(sh);
     if (!done) return ir_errorf(err, "mixed-precision: no f32 Linear to run in bf16 (the "
                                      "canonical Linear is what is cast; see docs/TRAINING.md)");
     return ir_graph_toposort(g, err);

@@ -2,7 +2,8 @@
  * an explicit IR rewrite (issue 17; docs/TRAINING.md "Mixed precision").
  *
  * Every Linear whose float operands are f32 gets Cast(to=bf16) nodes on
- * them (one per use, as torch.autocast casts per call), computes in bf16
+ * them (one per value and layer, shared by the Linears that read it;
+ * torch.autocast casts per call, to the same bits), computes in bf16
  * storage (bf16 in and out, fp32 accumulation inside the kernel) and a
  * Cast(to=f32) after its output, so everything else -- norms, softmax,
  * attention, the loss, the gradients of the parameters, the optimizer and

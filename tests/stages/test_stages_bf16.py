@@ -23,6 +23,9 @@ microbatching):
     resumed to step 8 prints steps 5-8 with the same loss and grad-norm
     text as the uninterrupted run (the one-stage 20-step resume, and the
     bf16 checkpoint resumed as fp32, are in test_stages_bf16_resume.py);
+  - each of the 3 DP-1 stages allocates no more arena bytes than the same
+    stage compiled fp32, the blocks and the head fewer (the saving of
+    bf16-mixed, so that it cannot silently regress);
   - --backend cuda with bf16-mixed is refused.
 
 usage: test_stages_bf16.py HETC WORKDIR
@@ -97,6 +100,31 @@ if check(p.returncode == 0, f"hetc compile --precision bf16-mixed exit {p.return
         st = open(os.path.join(out3, "stages.txt")).read()
         check(re.findall(r" (\d+) interpreted", st) == ["0"] * 3,
               "stages.txt: nodes interpreted: " + str(re.findall(r".*interpreted.*", st)))
+        # memory: the same three stages compiled fp32; each stage with Linears
+        # must allocate a smaller arena in bf16-mixed (its backward keeps the
+        # bf16 Linear operands, re-casts the weights), the embedding's
+        # (no Linear) the same -- as the binaries report it at start-up
+        stagetest.OPT = base_opt
+        q32 = dict(q, precision="fp32")
+        q32path = t.path("three_fp32.json")
+        json.dump(q32, open(q32path, "w"))
+        out32 = t.path("three_fp32")
+        p32 = t.compile(out32, "--plan", q32path)
+        stagetest.OPT = base_opt + ["--precision", "bf16-mixed"]
+        if check(p32.returncode == 0, f"hetc compile fp32 --plan three_fp32.json exit "
+                                       f"{p32.returncode}"):
+            ar = {}
+            for tag, d in (("bf16", out3), ("fp32", out32)):
+                for s in range(3):
+                    m = t.run([os.path.join(d, "stage_%d" % s), "--print-memory"])
+                    a = re.search(r"arena (\d+) bytes", m.stdout)
+                    ar[tag, s] = int(a.group(1)) if a else -1
+            for s in range(3):
+                ok = ar["bf16", s] <= ar["fp32", s] if s == 0 else ar["bf16", s] < ar["fp32", s]
+                check(ok and ar["bf16", s] > 0,
+                      f"stage {s}: bf16-mixed arena {ar['bf16', s]} B, fp32 {ar['fp32', s]} B")
+            print("arena bytes per stage, bf16-mixed / fp32: " + ", ".join(
+                f"{ar['bf16', s]} / {ar['fp32', s]}" for s in range(3)), flush=True)
         print(f"bf16-mixed: 3 DP-1 stages == hetc train to {w3:.2g} (steps 1-2 and the step-1 "
               f"grad norm as text); the planner's plan within {worst:.2g}; bf16 vs fp32 hetc "
               f"train {d32:.2g}", flush=True)

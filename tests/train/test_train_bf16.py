@@ -49,7 +49,7 @@ def train(name, model, hp, precision):
            "--weight-decay", repr(hp["weight_decay"]), "--clip", repr(hp["clip"]),
            "--lr-schedule", hp["lr_schedule"], "--precision", precision,
            "--checkpoint-dir", os.path.join(out, "ckpt"), "-o", out,
-           "--dump-ir-after=mixed-precision,autodiff"]
+           "--dump-ir-after=mixed-precision,autodiff", "--exec-stats"]
     r = subprocess.run(cmd, capture_output=True, text=True,
                        env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     if r.returncode:
@@ -58,7 +58,10 @@ def train(name, model, hp, precision):
     if len(got) != hp["steps"]:
         sys.exit("%s %s: %d step lines, expected %d" % (name, precision, len(got), hp["steps"]))
     irs = {f: open(os.path.join(out, "ir", f)).read() for f in os.listdir(os.path.join(out, "ir"))}
-    return np.array(got, np.float64), irs
+    arena = re.search(r"^exec: train arena (\d+) B", r.stdout, re.M)
+    if not arena:
+        sys.exit("%s %s: no 'exec: train arena' line (--exec-stats)" % (name, precision))
+    return np.array(got, np.float64), irs, int(arena.group(1))
 
 
 def check_model(name, onnx, autocast_direction):
@@ -66,8 +69,8 @@ def check_model(name, onnx, autocast_direction):
     hp = json.loads(str(ref["hparams"]))
     model = os.path.join(SRC, "tests/models", onnx)
     want = ref["traj_loss"]
-    bf16, bf_ir = train(name, model, hp, "bf16-mixed")
-    fp32, fp_ir = train(name, model, hp, "fp32")
+    bf16, bf_ir, bf_arena = train(name, model, hp, "bf16-mixed")
+    fp32, fp_ir, fp_arena = train(name, model, hp, "fp32")
     relerr = np.abs(bf16 - want) / np.abs(want)
     mean_e, max_e = float(relerr.mean()), float(relerr.max())
     if mean_e >= 0.015:
@@ -126,6 +129,16 @@ def check_model(name, onnx, autocast_direction):
         ad = [t for f, t in bf_ir.items() if "autodiff" in f]
         if not ad or not re.search(r"= LinearGrad\([^)]*\) : grad bf16\[", ad[0]):
             fails.append("%s: autodiff IR has no bf16 LinearGrad" % name)
+    # memory: the backward keeps the bf16 Linear operands instead of their
+    # f32 sources, re-casts the weights (the fp32 master copy is resident)
+    # and the f32 views of bf16 outputs rather than keeping them, so the
+    # executor's train arena (forward + backward, liveness-packed) must be
+    # smaller than fp32's -- bf16 that costs memory fails here
+    if not bf_arena < fp_arena:
+        fails.append("%s: bf16-mixed train arena %d B is not smaller than fp32's %d B"
+                     % (name, bf_arena, fp_arena))
+    if len(mp) == 1 and not re.search(r"= LinearGrad\(%[^,]*, %re/", ad[0]):
+        fails.append("%s: no LinearGrad reads a weight re-cast in the backward (re/...)" % name)
     if any("mixed-precision" in f for f in fp_ir) or \
             any(re.search(r": (grad )?bf16\[", t) for t in fp_ir.values()):
         fails.append("%s: the fp32 run ran mixed-precision or holds bf16 values" % name)
@@ -133,9 +146,10 @@ def check_model(name, onnx, autocast_direction):
     print("%s: bf16-mixed vs torch autocast (%s): mean rel err %.3e, max step %.3e; "
           "fp32 vs the same reference %.3e; bf16 vs fp32 max rel diff %.3e; step 1: autocast "
           "- fp32 %.3e, hetc bf16 - fp32 %.3e, hetc bf16 - torch emulation of its casts %.2e; "
-          "%d bf16 Linears"
+          "%d bf16 Linears; train arena %d B bf16-mixed, %d B fp32 (%+.1f%%)"
           % (name, hp["torch"], mean_e, max_e, fp_e, diff, d_t, d_b, bf16[0] - emu,
-             len(re.findall(r"= Linear\([^)]*\) : bf16\[", mp[0])) if len(mp) == 1 else -1))
+             len(re.findall(r"= Linear\([^)]*\) : bf16\[", mp[0])) if len(mp) == 1 else -1,
+             bf_arena, fp_arena, 100.0 * (bf_arena / fp_arena - 1)))
     print("  losses  torch:", np.round(want, 5).tolist())
     print("          bf16 :", np.round(bf16, 5).tolist())
 
