@@ -100,12 +100,7 @@ static int ties_apply(IrGraph *g, const Ties *t, IrError *err)
         if (!a || !b || a->kind != IR_VK_PARAM || b->kind != IR_VK_PARAM)
             return ir_errorf(err, "tie-weights: '%s' / '%s' not parameters at these rows",
                              t->from[i], t->to[i]);
-        IrValue *v = ir_value_new(g, b->name, IR_F32, &b->shape, IR_VK_ACT);
-        ir_replace_uses(g, b, v);
-        IrNode *tn = ir_node_insert(g, 0, IR_OP_TRANSPOSE, "tie/transpose", 1, &a, 1, &v);
-        int64_t perm[2] = {1, 0};
-        ir_node_set_ints(tn, "perm", 2, perm);
-        ir_node_set_string(tn, "tied_from", b->name);
+        tie_weights_tie(g, a, b);
     }
     ir_graph_compact(g);
     return 0;

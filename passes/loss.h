@@ -27,5 +27,9 @@ int pass_loss(IrGraph *g, PassContext *ctx, IrError *err);
  * (GPT-2's wte and lm_head): replace it by Transpose(original) so the
  * gradient of both uses reaches one parameter, as in torch. */
 int pass_tie_weights(IrGraph *g, PassContext *ctx, IrError *err);
+/* The tie itself: b's readers read Transpose(a) instead (b [n,m], a [m,n],
+ * both parameters); the Transpose node says tied_from b.  plan_arena.c
+ * replays tie-weights' choices by name with it. */
+void tie_weights_tie(IrGraph *g, IrValue *a, IrValue *b);
 
 #endif

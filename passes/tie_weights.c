@@ -17,6 +17,15 @@ static int is_transpose_of(const float *a, const float *b, int64_t m, int64_t n)
     return 1;
 }
 
+void tie_weights_tie(IrGraph *g, IrValue *a, IrValue *b) {
+    IrValue *t = ir_value_new(g, b->name, IR_F32, &b->shape, IR_VK_ACT);
+    ir_replace_uses(g, b, t);
+    IrNode *tn = ir_node_insert(g, 0, IR_OP_TRANSPOSE, "tie/transpose", 1, &a, 1, &t);
+    int64_t perm[2] = {1, 0};
+    ir_node_set_ints(tn, "perm", 2, perm);
+    ir_node_set_string(tn, "tied_from", b->name);
+}
+
 int pass_tie_weights(IrGraph *g, PassContext *ctx, IrError *err) {
     (void)ctx;
     int nv = g->nvalues;
@@ -34,12 +43,7 @@ int pass_tie_weights(IrGraph *g, PassContext *ctx, IrError *err) {
             if (!(db = ir_value_data(b, err)))
                 return ir_error_prefix(err, "tie-weights: parameter '%s'", b->name);
             if (!is_transpose_of(da, db, m, n)) continue;
-            IrValue *t = ir_value_new(g, b->name, IR_F32, &b->shape, IR_VK_ACT);
-            ir_replace_uses(g, b, t);
-            IrNode *tn = ir_node_insert(g, 0, IR_OP_TRANSPOSE, "tie/transpose", 1, &a, 1, &t);
-            int64_t perm[2] = {1, 0};
-            ir_node_set_ints(tn, "perm", 2, perm);
-            ir_node_set_string(tn, "tied_from", b->name);
+            tie_weights_tie(g, a, b);
         }
     }
     ir_graph_compact(g);
