@@ -143,6 +143,11 @@ pl32, pl16 = plan_on(t.path("tm32")), plan_on(t.path("tm16"), "--precision", "bf
 if check(pl32 is not None and pl16 is not None, "hetc plan on three_mesh (fp32, bf16-mixed)"):
     tps = [s.get("tp", 1) for s in pl16["stages"]]
     check(all(x == 1 for x in tps), f"bf16-mixed plan on three_mesh has tp {tps}")
+    # the seed planners too (AutoHet's fp32 plan there is tp 2 on every stage)
+    pa = plan_on(t.path("tm16_autohet"), "--precision", "bf16-mixed", "--planner=autohet")
+    tpa = [s.get("tp", 1) for s in pa["stages"]] if pa else None
+    check(tpa is not None and all(x == 1 for x in tpa),
+          f"bf16-mixed autohet plan on three_mesh has tp {tpa}")
     tp2 = [k for k, s in enumerate(pl32["stages"]) if s.get("tp", 1) > 1]
     if check(tp2, "three_mesh's fp32 plan has no tp > 1 stage to refuse"):
         p = t.compile(t.path("tm_tp"), "--plan", os.path.join(t.path("tm32"), "plan.json"),
