@@ -96,26 +96,22 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     if (!rc && sim_ok)
         fprintf(stderr, "wrote %s/plan.json, plan.txt, timeline.json, timeline.svg, plan_%s.txt\n",
                 a->out_dir, a->planner);
-    else if (!rc && p.runnable) {
-        char tl[4200]; /* an earlier plan's timeline must not pass for this one's */
-        snprintf(tl, sizeof tl, "%s/timeline.json", a->out_dir);
-        remove(tl);
-        snprintf(tl, sizeof tl, "%s/timeline.svg", a->out_dir);
-        remove(tl);
-        fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt (its pipelines "
-                "cut the model at the same layers: hetc compile --plan runs them as one "
-                "pipeline; the iteration time is the planner's own simulation, no timeline "
-                "files)\n", a->planner, a->out_dir, a->planner);
-    } else if (!rc) {
+    else if (!rc) {
         /* no simulate.h timeline for it: an earlier plan's must not pass for this one's */
         char tl[4200];
         snprintf(tl, sizeof tl, "%s/timeline.json", a->out_dir);
         remove(tl);
         snprintf(tl, sizeof tl, "%s/timeline.svg", a->out_dir);
         remove(tl);
-        fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt; the stage "
-                "binaries cannot run it yet (%s): hetc compile --plan refuses it naming the "
-                "stage and the form\n", a->planner, a->out_dir, a->planner, p.needs);
+        if (p.runnable)
+            fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt (its "
+                    "pipelines cut the model at the same layers: hetc compile --plan runs them as "
+                    "one pipeline; the iteration time is the planner's own simulation, no "
+                    "timeline files)\n", a->planner, a->out_dir, a->planner);
+        else
+            fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt; the stage "
+                    "binaries cannot run it yet (%s): hetc compile --plan refuses it naming the "
+                    "stage and the form\n", a->planner, a->out_dir, a->planner, p.needs);
     }
     alt_plan_free(&p);
     return rc;
