@@ -160,11 +160,14 @@ static char *rowtable_lines(const CompPlan *p) {
 static char *stage_config(const CompileStages *cs, const PartStage *ps, const PartStage *mps,
                           int s, const char *shared, const char *config) {
     char *links = link_lines(cs->plan, ps, s);
-    char idline[64];
+    char idline[96];
     /* `offload 1`: the runtime keeps the stage's parameters and optimizer
-     * state in its host offload store (docs/STAGE_ABI.md) */
-    snprintf(idline, sizeof idline, "%sbuild %016llx\n",
-             cs->plan->stages[s].offload ? "offload 1\n" : "", (unsigned long long)cs->build_id);
+     * state in its host offload store; `grad_reduce bf16`: gradients cross
+     * the wire in bf16 (--grad-reduce-dtype; docs/STAGE_ABI.md) */
+    snprintf(idline, sizeof idline, "%s%sbuild %016llx\n",
+             cs->plan->stages[s].offload ? "offload 1\n" : "",
+             cs->args->grad_reduce_bf16 ? "grad_reduce bf16\n" : "",
+             (unsigned long long)cs->build_id);
     char *mlines = compile_metrics_lines(cs, mps, s); /* flops at this binary's rows */
     size_t mlen = mlines ? strlen(mlines) : 0;
     char *extra = malloc(strlen(shared) + strlen(links) + strlen(idline) + mlen + 1);

@@ -20,6 +20,10 @@ typedef struct CompileArgs {
      * hetrt_stage_cuda, docs/CUDA.md) */
     const struct HetcBackend *backend;
     int bf16_mixed;      /* --precision bf16-mixed: the mixed-precision pass (host only) */
+    /* --grad-reduce-dtype bf16 (bf16-mixed only): the gradient all-reduce /
+     * reduce-scatter sends bf16 and sums pairwise in bf16, as NCCL's bf16
+     * all-reduce does; 0: fp32 (Megatron's default) */
+    int grad_reduce_bf16;
 } CompileArgs;
 void compile_args_default(CompileArgs *a);
 

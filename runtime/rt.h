@@ -206,6 +206,9 @@ int rt_allreduce(const RtContext *ctx, MPI_Comm comm, void *buf, size_t count, M
  * rank r's slice[0 .. count_r) for every r.  Both under the timeout; on a
  * one-rank group reduce-scatter is a no-op and all-gather a copy. */
 int rt_dp_reduce_scatter_f32(const RtContext *ctx, float *buf, size_t n, const char *what);
+/* The same split of n elements of any type with any (commutative) op. */
+int rt_dp_reduce_scatter(const RtContext *ctx, void *buf, size_t n, MPI_Datatype type,
+                         MPI_Op op, const char *what);
 int rt_dp_allgather_f32(const RtContext *ctx, const float *slice, float *full, size_t n,
                         const char *what);
 

@@ -178,22 +178,29 @@ static int *dp_counts(const RtContext *ctx, size_t n, int **displs, const char *
     return c;
 }
 
-int rt_dp_reduce_scatter_f32(const RtContext *ctx, float *buf, size_t n, const char *what) {
+int rt_dp_reduce_scatter(const RtContext *ctx, void *buf, size_t n, MPI_Datatype type,
+                         MPI_Op op, const char *what) {
     if (check_count(n, what)) return 1;
     if (ctx->dp_size <= 1 || n == 0) return 0;
     int *displs, *counts = dp_counts(ctx, n, &displs, what);
     if (!counts) return 1;
+    int tsize = 0;
+    MPI_Type_size(type, &tsize);
     RtPending p = {MPI_REQUEST_NULL, "reduce-scatter in the DP group of stage", -1, 0,
-                   n * sizeof(float)};
+                   n * (size_t)tsize};
     int rc = 0;
-    if (MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, ctx->dp_comm,
-                            &p.req) != MPI_SUCCESS) {
+    if (MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, type, op, ctx->dp_comm, &p.req) !=
+        MPI_SUCCESS) {
         rt_log_error("%s: MPI_Ireduce_scatter failed", what);
         rc = 1;
     }
     if (!rc) rc = rt_wait(ctx, &p, 1, what);
     free(counts);
     return rc;
+}
+
+int rt_dp_reduce_scatter_f32(const RtContext *ctx, float *buf, size_t n, const char *what) {
+    return rt_dp_reduce_scatter(ctx, buf, n, MPI_FLOAT, MPI_SUM, what);
 }
 
 int rt_dp_allgather_f32(const RtContext *ctx, const float *slice, float *full, size_t n,

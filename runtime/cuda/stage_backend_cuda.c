@@ -48,6 +48,11 @@ int stage_be_probe(char *err, size_t errlen) {
 }
 
 int stage_be_setup(StageRt *rt) {
+    if (rt->cfg.grad_reduce_bf16) { /* hetc compile refuses bf16-mixed on cuda: a hand edit */
+        rt_log_error("stage %d: 'grad_reduce bf16' runs on the host backend only",
+                     rt->cfg.stage);
+        return 1;
+    }
     CudaBe *b = calloc(1, sizeof *b);
     if (!b) return 1;
     rt->be = b;

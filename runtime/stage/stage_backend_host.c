@@ -9,8 +9,28 @@
 
 const char *stage_be_name(void) { return "host"; }
 int stage_be_probe(char *err, size_t errlen) { return 0; }
-int stage_be_setup(StageRt *rt) { return 0; }
-void stage_be_teardown(StageRt *rt) {}
+/* The host backend's state: the bf16 gradient wire (empty without
+ * `grad_reduce bf16`). */
+typedef struct HostBe {
+    StageBf16Wire wire;
+} HostBe;
+static StageBf16Wire *wire_of(StageRt *rt) {
+    HostBe *b = rt->be;
+    return b && b->wire.op != MPI_OP_NULL ? &b->wire : NULL;
+}
+int stage_be_setup(StageRt *rt) {
+    HostBe *b = calloc(1, sizeof *b);
+    if (!b) return 1;
+    rt->be = b;
+    return stage_bf16_wire_setup(rt, &b->wire);
+}
+void stage_be_teardown(StageRt *rt) {
+    HostBe *b = rt->be;
+    if (!b) return;
+    stage_bf16_wire_teardown(&b->wire);
+    free(b);
+    rt->be = NULL;
+}
 int stage_be_is_host(void) { return 1; }
 /* no links of its own: every transfer is MPI (stage_exec.c) */
 int stage_be_transfer(StageRt *rt, int32_t xfer, void *dst, const void *src, int send,
@@ -50,6 +70,10 @@ int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {
     return 0;
 }
 int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const char *what) {
+    StageBf16Wire *w = wire_of(rt); /* every caller reduces a gradient */
+    if (w)
+        return stage_bf16_allreduce(rt, w, shared < 0 ? rt->ctx.dp_comm : rt->shared_comm[shared],
+                                    buf, n, what);
     if (shared < 0) return rt_dp_allreduce_f32(&rt->ctx, buf, (size_t)n, 1.0f, what);
     return rt_allreduce(&rt->ctx, rt->shared_comm[shared], buf, (size_t)n, MPI_FLOAT, MPI_SUM,
                         what);
@@ -59,6 +83,8 @@ int stage_be_tp_allreduce(StageRt *rt, float *buf, int64_t n, StageRedOp op, con
                         what);
 }
 int stage_be_reduce_scatter(StageRt *rt, float *buf, int64_t n, const char *what) {
+    StageBf16Wire *w = wire_of(rt);
+    if (w) return stage_bf16_reduce_scatter(rt, w, buf, n, what);
     return rt_dp_reduce_scatter_f32(&rt->ctx, buf, (size_t)n, what);
 }
 int stage_be_allgather(StageRt *rt, const float *slice, float *full, int64_t n,

@@ -398,6 +398,12 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
         c->zero = (int)v;
         return 0;
     }
+    if (!strcmp(k, "grad_reduce")) { /* stage_backend_host.c: the wire dtype of gradients */
+        if (nf != 2 || (strcmp(f[1], "fp32") && strcmp(f[1], "bf16")))
+            return fail(err, errlen, ln, "expected 'grad_reduce fp32|bf16'");
+        c->grad_reduce_bf16 = !strcmp(f[1], "bf16");
+        return 0;
+    }
     if (!strcmp(k, "offload")) { /* stage_offload.c */
         if (nf != 2 || get_i64(f[1], &v) || v < 0 || v > 1)
             return fail(err, errlen, ln, "expected 'offload 0|1'");

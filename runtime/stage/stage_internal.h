@@ -88,6 +88,8 @@ typedef struct StageConfig {
     int zero;                /* ZeRO level of this stage (`zero` record), 0 without */
     int offload;             /* `offload 1`: parameters and optimizer state live in the
                               * host offload store (stage_offload.c), 0 without */
+    int grad_reduce_bf16;    /* `grad_reduce bf16`: gradient all-reduces and
+                              * reduce-scatters send bf16, summed in bf16 */
     uint64_t build_id;       /* hetc compile's build id (`build` record), 0 without */
     /* Metrics (records written by hetc compile; absent in older binaries):
      * `vocab V` the model's vocabulary (token ids must be below it),
@@ -200,6 +202,24 @@ typedef struct StageRt {
     int in_val;               /* 1: hetrt_tokens reads vdl batch val_batch */
     int64_t val_batch;
 } StageRt;
+
+/* ------------------------------------------------------------ bf16 wire
+ * `grad_reduce bf16` (stage_bf16_wire.c): gradient reductions sent as bf16
+ * through one buffer of the largest parameter, allocated at setup, and an
+ * MPI op that sums bf16 pairwise.  Used by the host backend. */
+typedef struct StageBf16Wire {
+    MPI_Op op;     /* MPI_OP_NULL without grad_reduce bf16 */
+    uint16_t *buf;
+    int64_t cap;   /* elements */
+} StageBf16Wire;
+int stage_bf16_wire_setup(StageRt *rt, StageBf16Wire *w);
+void stage_bf16_wire_teardown(StageBf16Wire *w);
+/* In place over comm (DP group or a shared group); a no-op on one rank. */
+int stage_bf16_allreduce(StageRt *rt, StageBf16Wire *w, MPI_Comm comm, float *buf, int64_t n,
+                         const char *what);
+/* rt_dp_reduce_scatter_f32's contract (this rank's slice at buf's front). */
+int stage_bf16_reduce_scatter(StageRt *rt, StageBf16Wire *w, float *buf, int64_t n,
+                              const char *what);
 
 /* The one runtime state of this process (the hetrt_* entries take no
  * context argument: the generated code calls them with constants only). */

@@ -78,6 +78,7 @@ int main(void) {
                  "ptl 0 F 1 0 0.5\nptl 0 A -1 1 2.25\nend\n", HEAD);
         CHECK(stage_config_parse(text, &c, err, sizeof err) == 0);
         CHECK(c.vocab == 512 && c.flops_mb == 1.5e9 && c.peak_flops == 3.12e14);
+        CHECK(!c.grad_reduce_bf16);
         CHECK(c.nptl == 2 && c.ptl[0].kind == 'F' && c.ptl[0].mb == 1 && c.ptl[0].end == 0.5);
         CHECK(c.ptl[1].kind == 'A' && c.ptl[1].mb == -1 && c.ptl[1].start == 1 &&
               c.ptl[1].end == 2.25);
@@ -90,11 +91,21 @@ int main(void) {
             {"ptl 0 F 1 2 1", "expected 'ptl STAGE KIND MB START END'"},
             {"ptl 0 FB 1 0 1", "ptl STAGE"},
             {"ptl 0 F 1 0", "ptl STAGE"},
+            {"grad_reduce fp16", "line 10: expected 'grad_reduce fp32|bf16'"},
+            {"grad_reduce", "expected 'grad_reduce fp32|bf16'"},
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             snprintf(text, sizeof text, "%s%s\nend\n", HEAD, bad[i].line);
             CHECK(parse_err(text, bad[i].needle));
         }
+    }
+
+    /* issue 17: the gradient wire's dtype */
+    {
+        static const char *T = "hetc-stage 1\nstage 0\nstages 1\ndp 1\nrows 2\nlocal_rows 2\n"
+                               "seq 4\naccum 1\nlayers 1\ngrad_reduce bf16\nend\n";
+        CHECK(stage_config_parse(T, &c, err, sizeof err) == 0 && c.grad_reduce_bf16 == 1);
+        stage_config_free(&c);
     }
 
     /* tensor parallelism: `tp` and `tpshard` (ranges for rank 0) */
