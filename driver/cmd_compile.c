@@ -62,7 +62,7 @@ static void usage(FILE *f) {
             "                         kernels (to compare; docs/CODEGEN.md)\n"
             "  --precision fp32|bf16-mixed  training precision (default fp32).  bf16-mixed: every\n"
             "                         Linear on bf16 operands with f32 accumulation, the rest\n"
-            "                         fp32 (host backend only; planned as fp32 memory;\n"
+            "                         fp32 (host backend only; planned with bf16 GEMM time;\n"
             "                         docs/TRAINING.md \"Mixed precision (bf16)\")\n"
             "  --grad-reduce-dtype fp32|bf16  dtype of the gradient all-reduce between DP ranks\n"
             "                         and stages (default fp32, as Megatron; bf16 halves the\n"

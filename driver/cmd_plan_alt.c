@@ -17,6 +17,8 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     alt_context_default(&x, cl, layers, L, a->microbatches);
     x.rows = a->microbatches > 0 ? (int)(a->global_batch / a->microbatches) : 0;
     x.co.efficiency = a->efficiency;
+    /* bf16-mixed: the bf16 GEMMs at the bf16 peak, as hapt times them */
+    x.co.bf16_gemm = a->precision && !strcmp(a->precision, "bf16-mixed");
     x.threads = a->threads > 0 ? a->threads : 1;
     if (a->coarse_layers > 0)
         x.coarse_layers = a->coarse_layers;

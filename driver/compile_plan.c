@@ -390,7 +390,7 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         goto done;
     }
     /* "precision" (issue 17): the stage binaries run fp32 or bf16-mixed,
-     * both planned as fp32 memory (cluster dtype fp32); a plan made in the
+     * both planned with fp32 model states (cluster dtype fp32); a plan made in the
      * cluster file's 16-bit dtype (--precision cluster-dtype) sized memory
      * and time for what they do not run.  Absent (plans before it,
      * hand-written ones): not checked. */
@@ -403,7 +403,8 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
                   (!cJSON_IsString(pdt) || !strcmp(pdt->valuestring, "fp32"))));
     if (pr && !pr_ok) {
         ir_errorf(err, "%s: \"precision\" %s%s%s: a plan in the cluster file's 16-bit dtype, "
-                  "which no stage binary runs (they run fp32 or bf16-mixed, planned as fp32); "
+                  "which no stage binary runs (they run fp32 or bf16-mixed, planned with fp32 "
+                  "model states); "
                   "plan again with hetc plan --precision fp32 (the default) or bf16-mixed", path, cJSON_IsString(pr) ? "\"" : "",
                   cJSON_IsString(pr) ? pr->valuestring : "(not a string)",
                   cJSON_IsString(pr) ? "\"" : "");

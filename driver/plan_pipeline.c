@@ -70,9 +70,11 @@ static int step_setup(PlanCtx *pc)
     if (a->precision == PRECISION_FP32 || a->precision == PRECISION_BF16_MIXED)
         snprintf(pc->cl.dtype, sizeof pc->cl.dtype, "fp32");
     if (!pc->layers_only && pc->quiet < 2 && strcmp(pc->cluster_dtype, pc->cl.dtype))
-        fprintf(stderr, "%s: precision %s: planning fp32 (the cluster file's dtype %s is not "
+        fprintf(stderr, "%s: precision %s: planning %s (the cluster file's dtype %s is not "
                 "used; --precision cluster-dtype plans it, as a what-if no stage binary runs)\n",
-                pc->who, precision_name(a->precision), pc->cluster_dtype);
+                pc->who, precision_name(a->precision),
+                a->precision == PRECISION_BF16_MIXED ? "fp32 with bf16 Linears" : "fp32",
+                pc->cluster_dtype);
     if (!pc->layers_only && a->profile_db &&
         profile_db_load(a->profile_db, (int)a->co.batch, a->co.seq > 0 ? (int)a->co.seq : 0,
                         pc->cl.dtype, &pc->pdb, &pc->err)) {
@@ -188,6 +190,9 @@ static int profile_options(PlanCtx *pc)
     CostOptions *cop = &pc->cop;
     cost_options_default(cop);
     cop->efficiency = a->efficiency;
+    /* bf16-mixed (issue 17): the Linears the mixed-precision pass casts run
+     * at each device's bf16 peak, the rest at fp32's (cm_flops_time) */
+    cop->bf16_gemm = a->precision == PRECISION_BF16_MIXED;
     if (!a->no_intra) {
         if (!pc->intra) {
             pc->intra = calloc((size_t)pc->ls.L, sizeof *pc->intra);

@@ -37,7 +37,7 @@ int precision_parse(const char *cmd, const char *v, int allow_cluster, Precision
 
 const char *precision_planned(Precision p, const char *dtype)
 {
-    if (p == PRECISION_BF16_MIXED) /* planned as fp32 memory (docs/PLANNER.md) */
+    if (p == PRECISION_BF16_MIXED) /* fp32 states, bf16 GEMM time (docs/PLANNER.md) */
         return "bf16-mixed";
     if (p != PRECISION_CLUSTER_DTYPE || !dtype || !strcmp(dtype, "fp32"))
         return "fp32";

@@ -32,8 +32,8 @@ int precision_parse(const char *cmd, const char *v, int allow_cluster, Precision
 /* The precision plan.txt and plan.json state for a plan made in cluster
  * dtype `dtype` under `p`: "fp32", or for cluster-dtype "fp16-mixed" /
  * "bf16-mixed" (16-bit weights and gradients, fp32 master and moments) or
- * "fp32"; bf16-mixed (planned as fp32 memory) says "bf16-mixed" with the
- * cluster dtype fp32. */
+ * "fp32"; bf16-mixed (fp32 model states, bf16 GEMM time) says "bf16-mixed"
+ * with the cluster dtype fp32. */
 const char *precision_planned(Precision p, const char *dtype);
 
 #endif

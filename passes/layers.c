@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixed_precision.h"
 #include "op_cost.h"
 
 void layer_options_default(LayerOptions *o)
@@ -290,6 +291,10 @@ int layers_build(IrGraph *g, const LayerOptions *o, PlanLayer **out, LayerSummar
             nd->layer_id = l + 1;
             pl->fwd_flops += oc[j].fwd_flops;
             pl->bwd_flops += oc[j].bwd_flops;
+            if (mixed_precision_converts(nd)) {
+                pl->lp_fwd_flops += oc[j].fwd_flops;
+                pl->lp_bwd_flops += oc[j].bwd_flops;
+            }
             pl->heavy_ops += oc[j].heavy;
             pl->sig = mix(pl->sig, nsig[j]);
             for (int i = 0; i < nd->nin; i++) {

@@ -34,18 +34,20 @@ typedef struct Shared {
     IrValue *bf16;
 } Shared;
 
+int mixed_precision_converts(const IrNode *n) {
+    if (n->dead || n->op != IR_OP_LINEAR || !n->out[0] || n->out[0]->dtype != IR_F32) return 0;
+    for (int j = 0; j < n->nin; j++)
+        if (n->in[j] && n->in[j]->dtype != IR_F32) return 0; /* f64, or already cast */
+    return 1;
+}
+
 int pass_mixed_precision(IrGraph *g, PassContext *ctx, IrError *err) {
     (void)ctx;
     int nn = g->nnodes, done = 0, nsh = 0;
     Shared *sh = ir_xcalloc((size_t)3 * (size_t)nn + 1, sizeof *sh);
     for (int i = 0; i < nn; i++) {
         IrNode *n = g->nodes[i];
-        if (n->dead || n->op != IR_OP_LINEAR || !n->out[0] || n->out[0]->dtype != IR_F32)
-            continue;
-        int ok = 1;
-        for (int j = 0; j < n->nin; j++)
-            if (n->in[j] && n->in[j]->dtype != IR_F32) ok = 0;
-        if (!ok) continue; /* an f64 or already-cast Linear is left as it is */
+        if (!mixed_precision_converts(n)) continue; /* f64 or already-cast Linears stay */
         const char *base = n->name[0] ? n->name : "linear";
         for (int j = 0; j < n->nin; j++) {
             if (!n->in[j]) continue;

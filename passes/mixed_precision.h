@@ -19,4 +19,9 @@
 
 int pass_mixed_precision(IrGraph *g, PassContext *ctx, IrError *err);
 
+/* 1 if the pass runs node n in bf16 (a live Linear whose operands and
+ * output are f32): the planner times these FLOPs at the bf16 peak under
+ * --precision bf16-mixed (passes/layers.c PlanLayer.lp_fwd_flops). */
+int mixed_precision_converts(const IrNode *n);
+
 #endif

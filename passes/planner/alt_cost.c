@@ -91,9 +91,11 @@ int alt_stage_cost(const AltContext *x, int k, int i, int mesh, int dp, int tp, 
     double ar = 0;   /* one TP all-reduce of a layer boundary */
     for (int l = k; l <= i; l++) {
         const PlanLayer *p = &x->layers[l - 1];
-        double ff = p->fwd_flops * frac / tp / peak;
+        double ff = cm_flops_time(&x->co, d, p->fwd_flops * frac / tp, p->lp_fwd_flops * frac / tp,
+                                  peak);
         double fb = (p->param_bytes / tp + (p->act_bytes + p->out_bytes) * frac / tp) / d->hbm_bw;
-        double bf = p->bwd_flops * frac / tp / peak;
+        double bf = cm_flops_time(&x->co, d, p->bwd_flops * frac / tp, p->lp_bwd_flops * frac / tp,
+                                  peak);
         double bb = (2 * p->param_bytes / tp + 2 * p->act_bytes * frac / tp) / d->hbm_bw;
         double lf = ff > fb ? ff : fb, lb = bf > bb ? bf : bb;
         if (tp > 1) {
@@ -194,6 +196,8 @@ int alt_block_view(const AltContext *x, AltContext *bx, PlanLayer **merged, int 
         }
         m[q].fwd_flops += p->fwd_flops;
         m[q].bwd_flops += p->bwd_flops;
+        m[q].lp_fwd_flops += p->lp_fwd_flops;
+        m[q].lp_bwd_flops += p->lp_bwd_flops;
         m[q].param_bytes += p->param_bytes;
         m[q].act_bytes += p->act_bytes;
         m[q].heavy_ops += p->heavy_ops;

@@ -145,6 +145,8 @@ int alt_plan_coarse(const AltContext *x, AltPlan *out, IrError *err)
             const PlanLayer *f = &x->layers[l - 1];
             p->fwd_flops += f->fwd_flops;
             p->bwd_flops += f->bwd_flops;
+            p->lp_fwd_flops += f->lp_fwd_flops;
+            p->lp_bwd_flops += f->lp_bwd_flops;
             p->param_bytes += f->param_bytes;
             p->act_bytes += f->act_bytes;
             p->heavy_ops += f->heavy_ops;

@@ -30,6 +30,7 @@
 void cost_options_default(CostOptions *o)
 {
     o->efficiency = 0.5;
+    o->bf16_gemm = 0;
     o->imbalance_threshold = 4.0;
     o->imbalance_lower = 0;
     o->pcie_bw = 12e9;
@@ -55,6 +56,17 @@ double device_peak_flops(const DeviceSpec *d, const char *dtype)
     if (dtype && strcmp(dtype, "fp16") == 0)
         return d->flops_fp16;
     return d->flops_fp32;
+}
+
+double cm_flops_time(const CostOptions *o, const DeviceSpec *d, double flops, double lp,
+                     double peak)
+{
+    if (!o->bf16_gemm || !(lp > 0))
+        return flops / peak;
+    double p16 = (d->flops_bf16 > 0 ? d->flops_bf16 : d->flops_fp32) * o->efficiency;
+    if (p16 == peak) /* no bf16 tensor cores: bit for bit the fp32 plan */
+        return flops / peak;
+    return (flops - lp) / peak + lp / p16;
 }
 
 double dtype_size_bytes(const char *dtype)
@@ -198,11 +210,10 @@ void cm_layer_roofline(const CostModel *cm, const PlanLayer *p, const DeviceSpec
      * Forward reads the weights and streams activations in and out;
      * backward reads weights, writes gradients and re-reads the saved
      * activations while writing their gradients. */
-    double ff = p->fwd_flops / shards / peak;
+    double ff = cm_flops_time(&cm->o, d, p->fwd_flops / shards, p->lp_fwd_flops / shards, peak);
     double fb = (p->param_bytes / tp + (p->act_bytes + p->out_bytes) / shards) / d->hbm_bw;
-    double bf = p->bwd_flops / shards / peak;
+    double bf = cm_flops_time(&cm->o, d, p->bwd_flops / shards, p->lp_bwd_flops / shards, peak);
     double bb = (2 * p->param_bytes / tp + 2 * p->act_bytes / shards) / d->hbm_bw;
-    (void)cm;
     *tf = ff > fb ? ff : fb;
     *tb = bf > bb ? bf : bb;
 }
@@ -369,9 +380,11 @@ static void intra_sums(const CostModel *cm, int k, int i, int a, Submesh sub, in
             if (tp == 1) {
                 cm_layer_roofline(cm, p, d, peak, shards, tp, &lf, &lb);
             } else {
-                double ff = p->fwd_flops * fsh / peak;
+                double ff = cm_flops_time(&cm->o, d, p->fwd_flops * fsh, p->lp_fwd_flops * fsh,
+                                          peak);
                 double fb = (lparams + p->act_bytes * ash + p->out_bytes / dp) / d->hbm_bw;
-                double bf = p->bwd_flops * fsh / peak;
+                double bf = cm_flops_time(&cm->o, d, p->bwd_flops * fsh, p->lp_bwd_flops * fsh,
+                                          peak);
                 double bb = (2 * lparams + 2 * p->act_bytes * ash) / d->hbm_bw;
                 lf = (ff > fb ? ff : fb) + ctf;
                 lb = (bf > bb ? bf : bb) + ctb;

@@ -108,6 +108,10 @@ int layer_intra_from_ir_opts(const IrGraph *g, const PlanLayer *layers, int L, i
 
 typedef struct CostOptions {
     double efficiency;          /* fraction of peak FLOP/s dense GEMMs reach (default 0.5) */
+    int bf16_gemm;              /* --precision bf16-mixed (issue 17): the FLOPs of the GEMMs
+                                   the mixed-precision pass runs in bf16 (PlanLayer.lp_*)
+                                   are timed at the device's bf16 peak (cm_flops_time);
+                                   0 (default): every FLOP at the cluster dtype's peak */
     double imbalance_threshold; /* T: prune when a stage's work share / its submesh's
                                    capacity share is > T; 0 = off (default 4) */
     int imbalance_lower;        /* 1: also prune shares < 1/T (default 0: comm-bound
@@ -233,6 +237,13 @@ int cost_model_write_profile_db(const CostModel *cm, const char *path, int micro
 
 /* Peak FLOP/s of a device for the training dtype ("bf16", "fp16", "fp32"). */
 double device_peak_flops(const DeviceSpec *d, const char *dtype);
+/* Seconds for `flops` FLOPs on device d, `lp` of them bf16 GEMMs: with
+ * o->bf16_gemm, (flops - lp) / peak + lp / (d's bf16 peak x o->efficiency),
+ * the bf16 peak being the fp32 one on a device without bf16 tensor cores
+ * (V100, T4: bf16 then runs no faster); otherwise flops / peak.  peak: the
+ * caller's achievable peak (the cluster dtype's x efficiency). */
+double cm_flops_time(const CostOptions *o, const DeviceSpec *d, double flops, double lp,
+                     double peak);
 /* Bytes per element of the training dtype. */
 double dtype_size_bytes(const char *dtype);
 

@@ -510,8 +510,10 @@ static void txt_header(FILE *f, const Plan *p, const ClusterSpec *c, const PlanO
                     ? "weights, gradients, AdamW m and v, activations 4 B; fp32 peak: what "
                       "the stage binaries run"
                 : !strcmp(dtype_of(c), "fp32") /* --precision bf16-mixed */
-                    ? "the stage binaries run every Linear on bf16 operands; planned as fp32: "
-                      "weights, gradients, AdamW m and v, activations 4 B; fp32 peak"
+                    ? "the stage binaries run every Linear on bf16 operands: those FLOPs at "
+                      "each device's bf16 peak (fp32's where it has none), the rest at the "
+                      "fp32 peak; memory from the bf16-mixed arena, fp32 master weights, "
+                      "gradients and AdamW m and v"
                     : "16-bit weights and gradients, fp32 master and AdamW moments: a "
                       "planning what-if, the stage binaries run fp32",
                 other ? "; the cluster file's dtype " : "", other ? info->cluster_dtype : "",

@@ -71,6 +71,9 @@ int cluster_total_devices(const ClusterSpec *c);
 typedef struct PlanLayer {
     double fwd_flops;       /* per microbatch */
     double bwd_flops;
+    /* of fwd_flops / bwd_flops: the GEMMs --precision bf16-mixed runs in
+     * bf16 (mixed_precision_converts), timed at the bf16 peak then */
+    double lp_fwd_flops, lp_bwd_flops;
     double param_bytes;     /* parameters (training dtype) */
     double act_bytes;       /* activations saved for backward, per microbatch */
     double out_bytes;       /* boundary tensor after this layer, per microbatch */

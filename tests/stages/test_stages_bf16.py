@@ -12,7 +12,7 @@ microbatching):
     weight can flip its bf16 rounding, which moves it by up to 2^-9); and
     the losses differ from the fp32 hetc train's (a stage binary that
     silently ran fp32 fails);
-  - the planner's own plan (its blocks' stage at DP 2: each rank's GEMMs
+  - the planner's own plan (a stage at DP 2 on the V100 pair: each rank's GEMMs
     see half the rows, so OpenBLAS's f32 sums may differ in the last bit,
     and a bf16 rounding of an output that lands on the other side moves
     that element by 2^-8): within 5e-3 relative, the issue's 3 % with room;

@@ -118,20 +118,21 @@ if t.check(pa.returncode == 0 and pb.returncode == 0, "hetc plan failed"):
             "hetc plan's default differs from --precision fp32")
     t.check("dtype fp16 is not used" in pa.stderr, "hetc plan does not say the file's fp16 is unused")
 
-# bf16-mixed (issue 17): planned at the fp32 peak (the cluster dtype fp32) with
-# its own arena (the bf16 copies), the same layout as fp32 where memory does
-# not bind, and plan.json / plan.txt say bf16-mixed
+# bf16-mixed (issue 17): fp32 model states (the cluster dtype fp32) with its
+# own arena (the bf16 copies), its Linears timed at each device's bf16 peak:
+# of tiny_hetero's T4, V100s and A100 only the A100 has bf16 tensor cores,
+# so the blocks (the stage with the most layers) go to it, where fp32 puts
+# them on the V100 pair; plan.json / plan.txt say bf16-mixed
 p = t.run([t.hetc, "plan", *common, "--precision", "bf16-mixed", "-o", t.path("bf16_plan")])
 if t.check(p.returncode == 0, f"hetc plan --precision bf16-mixed: exit {p.returncode}"):
     q = json.load(open(t.path("bf16_plan", "plan.json")))
     r = json.load(open(t.path("plan_fp32", "plan.json")))
     t.check(q.get("precision") == "bf16-mixed" and q["cluster"]["dtype"] == "fp32",
             f"bf16-mixed plan: precision {q.get('precision')}, dtype {q['cluster']['dtype']}")
-    lay = lambda js: [(x["layers"], x["mesh"], x["submesh"], x["dp"], x["tp"], x["zero"],
-                       x["recompute"], x["warmup"]) for x in js["stages"]]
-    t.check(lay(q) == lay(r), "bf16-mixed plan's stages differ from fp32's")
-    t.check(q["stages"][1]["mem_arena_pred_bytes"] != r["stages"][1]["mem_arena_pred_bytes"],
-            "bf16-mixed plan's arena is fp32's (the casts' bf16 copies not counted)")
+    big = lambda js: max(js["stages"], key=lambda x: x["layers"][1] - x["layers"][0])["mesh"]
+    t.check(big(q) == "a100" and big(r) == "v100",
+            f"the blocks' stage is on {big(q)} in bf16-mixed, {big(r)} in fp32 (want a100, v100)")
+    # (its arena prediction against the binaries' is the bf16-mixed row of the loop above)
     t.check("bf16-mixed" in open(t.path("bf16_plan", "plan.txt")).read(),
             "bf16-mixed plan.txt does not say bf16-mixed")
 p = t.run([t.hetc, "plan", *common, "--precision", "fp64", "-o", t.path("bad")], quiet=True)
