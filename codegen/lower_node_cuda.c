@@ -127,6 +127,38 @@ static int linear_dims(LnCtx *c, int64_t *M, int64_t *K, int64_t *N) {
     return 1;
 }
 
+/* The operands' dtype: IR_F32 throughout, or IR_BF16 (bf16-mixed: x, w, b,
+ * y, and LinearGrad's dy and dx bf16; its dw, db f32, as hk_linear_backward_bf16
+ * writes them), else IR_UNDEF (the node stays interpreted). */
+static IrDType linear_dtype(const LnCtx *c, int grad) {
+    IrDType t = IN(0)->dtype;
+    if (t != IR_F32 && t != IR_BF16) return IR_UNDEF;
+    for (int i = 1; i < c->n->nin; i++)
+        if (ln_has_in(c, i) && IN(i)->dtype != t) return IR_UNDEF;
+    for (int i = 0; i < c->n->nout; i++)
+        if (ln_has_out(c, i) && OUT(i)->dtype != (grad && i > 0 ? IR_F32 : t)) return IR_UNDEF;
+    return t;
+}
+
+/* bf16-mixed's Casts, f32 <-> bf16 (other casts stay interpreted: the
+ * executor's run_cast covers them) */
+static int cu_cast(LnCtx *c, int unused) {
+    (void)unused;
+    const IrValue *x = IN(0), *y = OUT(0);
+    int ok = (x->dtype == IR_F32 && y->dtype == IR_BF16) ||
+             (x->dtype == IR_BF16 && y->dtype == IR_F32);
+    if (!ok) return ln_fail(c, "Cast %s -> %s (f32 <-> bf16 only)", ir_dtype_name(x->dtype),
+                            ir_dtype_name(y->dtype));
+    if (ln_numel(x) != ln_numel(y)) return ln_fail(c, "output size");
+    LeCall *k = ln_push(c, "hetrt_cu_cast");
+    ln_i32(k, x->dtype);
+    ln_ptr(c, k, x);
+    ln_i32(k, y->dtype);
+    ln_ptr(c, k, y);
+    ln_i64(k, ln_numel(x));
+    return 1;
+}
+
 static int cu_linear(LnCtx *c, int unused) {
     (void)unused;
     int64_t M, K, N;
@@ -134,7 +166,9 @@ static int cu_linear(LnCtx *c, int unused) {
     int hb = ln_has_in(c, 2);
     if ((hb && ln_numel(IN(2)) != N) || ln_numel(OUT(0)) != M * N) return ln_fail(c, "shapes");
     if (OUT(0) == IN(0) || OUT(0) == IN(1)) return ln_fail(c, "in place");
-    LeCall *k = ln_push(c, "hetrt_cu_linear");
+    IrDType t = linear_dtype(c, 0);
+    if (t == IR_UNDEF) return ln_fail(c, "dtypes (f32 or bf16 throughout)");
+    LeCall *k = ln_push(c, t == IR_BF16 ? "hetrt_cu_linear_bf16" : "hetrt_cu_linear");
     ln_ptr(c, k, IN(0));
     ln_ptr(c, k, IN(1));
     ln_ptr(c, k, hb ? IN(2) : NULL);
@@ -150,7 +184,9 @@ static int cu_linear_grad(LnCtx *c, int unused) {
     int64_t M, K, N;
     if (c->n->nin < 3 || !IN(2) || !linear_dims(c, &M, &K, &N)) return ln_fail(c, "operands");
     if (ln_numel(IN(2)) != M * N) return ln_fail(c, "dy shape");
-    LeCall *k = ln_push(c, "hetrt_cu_linear_grad");
+    IrDType t = linear_dtype(c, 1);
+    if (t == IR_UNDEF) return ln_fail(c, "dtypes (f32, or bf16 with f32 dw and db)");
+    LeCall *k = ln_push(c, t == IR_BF16 ? "hetrt_cu_linear_grad_bf16" : "hetrt_cu_linear_grad");
     ln_ptr(c, k, IN(0));
     ln_ptr(c, k, IN(1));
     ln_ptr(c, k, IN(2));
@@ -239,6 +275,7 @@ static const CuEntry table[IR_OP_COUNT] = {
     [IR_OP_GELU] = {cu_unary, HK_GELU}, [IR_OP_SILU] = {cu_unary, HK_SILU},
     [IR_OP_UNARY_GRAD] = {cu_unary_grad, 0},
     [IR_OP_LINEAR] = {cu_linear, 0}, [IR_OP_LINEAR_GRAD] = {cu_linear_grad, 0, 1},
+    [IR_OP_CAST] = {cu_cast, 0},
     [IR_OP_ADAMW] = {cu_adamw, 0, 1},
     [IR_OP_LAYER_NORM] = {cu_norm, 0}, [IR_OP_RMS_NORM] = {cu_norm, 1},
     [IR_OP_LAYER_NORM_GRAD] = {cu_norm_grad, 0, 1}, [IR_OP_RMS_NORM_GRAD] = {cu_norm_grad, 1, 1},
@@ -271,7 +308,10 @@ int lower_node_cuda(LnCtx *c) {
         c->out->n = start;
         return ln_fail(c, "no CUDA lowering for %s", ir_op_name(n->op));
     }
-    if (n->op != IR_OP_ADAMW && !all_f32(n)) /* AdamW's step is i64: it checks its own */
+    /* AdamW's step is i64, bf16-mixed's Linear / LinearGrad are bf16: they
+     * check their own dtypes */
+    if (n->op != IR_OP_ADAMW && n->op != IR_OP_LINEAR && n->op != IR_OP_LINEAR_GRAD &&
+        n->op != IR_OP_CAST && !all_f32(n))
         return ln_fail(c, "not all fp32");
     if (!e->multi_out) {
         if (!n->out[0]) return ln_fail(c, "no output 0");

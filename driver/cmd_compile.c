@@ -245,9 +245,9 @@ static int step_parse(CompileCtx *c, int argc, char **argv) {
                 "(an fp32 run reduces its fp32 gradients in fp32)\n");
         return 2;
     }
-    if (c->ca.bf16_mixed && c->ca.backend && strcmp(c->ca.backend->name, "host")) {
-        fprintf(stderr, "hetc compile: --precision bf16-mixed runs on the host backend only for "
-                "now (no bf16 %s kernels yet; issue 17); use --precision fp32 with --backend %s\n",
+    if (c->ca.grad_reduce_bf16 && c->ca.backend && strcmp(c->ca.backend->name, "host")) {
+        fprintf(stderr, "hetc compile: --grad-reduce-dtype bf16 runs on the host backend only "
+                "(the %s runtime all-reduces fp32 gradients); leave it out with --backend %s\n",
                 c->ca.backend->name, c->ca.backend->name);
         return 2;
     }

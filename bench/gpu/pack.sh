@@ -16,7 +16,8 @@
 #   bin/       test_cuda_kernels, test_cuda_direct (kernels and the direct-call
 #              entries vs host twins), test_cuda_table
 #   e2e/NAME/  `hetc --backend=cuda` builds of examples/gpt_tiny.onnx: `one`
-#              (one stage, direct kernel calls + hetrt_node), `one_interp`
+#              (one stage, direct kernel calls + hetrt_node), `one_bf16` (the
+#              same in --precision bf16-mixed), `one_interp`
 #              (the same, --interpret-nodes) and `hetero` (examples/clusters/
 #              tiny_hetero.yaml, 3 stages); e2e/NAME/ref_losses.json: `hetc
 #              train`'s losses (host)
@@ -86,7 +87,10 @@ pack() {
   # NAME:CLUSTER[:FLAG]: one stage with direct kernel calls (the default of
   # --backend=cuda: codegen/lower_node_cuda.c) and with every node
   # interpreted, and tiny_hetero's 3 stages
-  local cases=("one:$G/e2e/one_gpu.yaml" "one_interp:$G/e2e/one_gpu.yaml:--interpret-nodes")
+  # one_bf16: the one stage in --precision bf16-mixed (issue 17), against
+  # hetc train --precision bf16-mixed on the host
+  local cases=("one:$G/e2e/one_gpu.yaml" "one_interp:$G/e2e/one_gpu.yaml:--interpret-nodes"
+               "one_bf16:$G/e2e/one_gpu.yaml:--precision=bf16-mixed")
   ((quick)) || cases+=("hetero:examples/clusters/tiny_hetero.yaml")
   for c in "${cases[@]}"; do
     local name cl flag d
@@ -101,14 +105,17 @@ pack() {
       rm -rf "$d/init"; ln -s ../one/init "$d/init"
     fi
     ((quick)) && continue   # the checks need no reference losses
-    local K
+    local K prec=() ref
     K=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['microbatches'])" "$d/plan.json")
-    # the reference depends only on the accumulation count K (same model,
-    # data and optimizer): one hetc train per K
-    if [ -f "$G/e2e/ref_k$K.json" ]; then cp "$G/e2e/ref_k$K.json" "$d/ref_losses.json"; continue; fi
-    echo "== reference: hetc train (host), $STEPS steps, accum $K"
+    [[ $flag == --precision=* ]] && prec=("$flag")
+    # the reference depends only on the accumulation count K and the
+    # precision (same model, data and optimizer): one hetc train per pair
+    ref=$G/e2e/ref_k$K${prec:+_${flag#--precision=}}.json
+    if [ -f "$ref" ]; then cp "$ref" "$d/ref_losses.json"; continue; fi
+    echo "== reference: hetc train (host), $STEPS steps, accum $K ${prec[*]}"
     "$hetc" train examples/gpt_tiny.onnx --data examples/tiny_corpus.bin --steps $STEPS \
-      --microbatch $MB --accum "$K" --seq $SEQ "${OPT[@]}" --no-checkpoint > "$d/ref_train.log"
+      --microbatch $MB --accum "$K" --seq $SEQ "${OPT[@]}" "${prec[@]}" --no-checkpoint \
+      > "$d/ref_train.log"
     python3 - "$d/ref_train.log" "$d/ref_losses.json" <<'EOF'
 import json, re, sys
 t = open(sys.argv[1]).read()
@@ -116,7 +123,7 @@ l = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^step\s+(\d+)/\d+
 assert l, "no loss lines in " + sys.argv[1]
 json.dump(l, open(sys.argv[2], "w"), indent=0)
 EOF
-    cp "$d/ref_losses.json" "$G/e2e/ref_k$K.json"
+    cp "$d/ref_losses.json" "$ref"
     rm -f "$d"/stage_*.ll
   done
 

@@ -17,7 +17,8 @@
 #                 stages (ranks share the GPU: links and all-reduce run
 #                 CPU-mediated, NCCL refuses two ranks on one GPU), 12 steps,
 #                 losses vs `hetc train` on the host (computed when packing):
-#                 max relative difference <= 1e-4
+#                 max relative difference <= 1e-4; and the one stage in
+#                 --precision bf16-mixed vs hetc train in bf16 (<= 1e-2)
 #   (c) bench     bench/gpu/run.py: GPT-2 124M shape, B 8 x T 1024, hetc
 #                 (packed build) vs PyTorch eager and torch.compile, fp32
 #   (d) profile   (--profile) bench/gpu/kernel_profile.py: that build's kernels under
@@ -95,7 +96,7 @@ done
 # --- (b) end to end vs hetc train on the host --------------------------------
 work=$(mktemp -d /tmp/hetc_gpu_e2e_XXXXXX)
 : > "$out/e2e.log"
-for name in one one_interp hetero; do
+for name in one one_bf16 one_interp hetero; do
   d=$G/e2e/$name
   [ -x "$d/launch.sh" ] || { row e2e "gpt_tiny $name" FAIL "not packed"; continue; }
   [ -f "$d/ref_losses.json" ] || { row e2e "gpt_tiny $name" FAIL "no reference losses (a --quick pack?)"; continue; }
@@ -107,7 +108,10 @@ for name in one one_interp hetero; do
     echo "exit $?"
   } > "$work/$name.log" 2>&1
   cat "$work/$name.log" >> "$out/e2e.log"
-  res=$(python3 - "$work/$name.log" "$d/ref_losses.json" <<'EOF'
+  # bf16-mixed: a bf16 rounding another summation order flips moves a value
+  # by 2^-8, so 1e-2 per step (the issue's criterion is 1.5 % mean, 3 % each)
+  tol=1e-4; [ "$name" = one_bf16 ] && tol=1e-2
+  res=$(python3 - "$work/$name.log" "$d/ref_losses.json" "$tol" <<'EOF'
 import json, re, sys
 t = open(sys.argv[1]).read()
 got = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^step\s+(\d+)/\d+ \| loss (\S+)", t, re.M)}
@@ -118,8 +122,8 @@ if len(got) != len(ref):
     print(f"FAIL|{len(got)} of {len(ref)} steps ran, exit {rc[-1] if rc else '?'}{why} (e2e.log)")
     raise SystemExit
 rel = [abs(got[k] - ref[k]) / max(abs(ref[k]), 1e-30) for k in ref]
-worst = max(rel); k = max(ref)
-print(f"{'PASS' if worst <= 1e-4 else 'FAIL'}|{len(got)} steps, max rel {worst:.2e} (<= 1e-4), "
+worst = max(rel); k = max(ref); tol = float(sys.argv[3])
+print(f"{'PASS' if worst <= tol else 'FAIL'}|{len(got)} steps, max rel {worst:.2e} (<= {tol:g}), "
       f"loss {got[1]:.4f} -> {got[k]:.4f} (host {ref[1]:.4f} -> {ref[k]:.4f})")
 EOF
 )

@@ -136,8 +136,8 @@ static int run_copy(Cx *c, int k) {
 static int run_cast(Cx *c, int k) {
     const IrValue *x = IN_V(c->n, 0), *y = OUT_V(c->n, 0);
     if (x->dtype == y->dtype) return run_copy(c, 0);
-    int ok[] = {IR_F32, IR_U8, IR_I32, IR_I64, IR_BOOL, IR_F64}, a = 0, b = 0;
-    for (int i = 0; i < 6; i++) a |= (int)x->dtype == ok[i], b |= (int)y->dtype == ok[i];
+    int ok[] = {IR_F32, IR_U8, IR_I32, IR_I64, IR_BOOL, IR_F64, IR_BF16}, a = 0, b = 0;
+    for (int i = 0; i < 7; i++) a |= (int)x->dtype == ok[i], b |= (int)y->dtype == ok[i];
     if (!a || !b) return HOST;
     return kf(c, hkc_cast(&c->x->k, (int)x->dtype, c->in[0], (int)y->dtype, c->out[0],
                           numel(x), c->e));
@@ -298,15 +298,29 @@ static int run_matmul(Cx *c, int k) {
                               c->in[1], bb > 1 ? K * N : 0, 0.f, c->out[0], M * N, batch, c->e));
 }
 
+/* bf16-mixed's Linear / LinearGrad (issue 17): bf16 operands and outputs,
+ * except LinearGrad's parameter gradients (outputs 1, 2), which are f32 */
+static int all_bf16_linear(const IrNode *n, int grad) {
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] && n->in[i]->dtype != IR_BF16) return 0;
+    for (int i = 0; i < n->nout; i++)
+        if (n->out[i] && n->out[i]->dtype != (grad && i > 0 ? IR_F32 : IR_BF16)) return 0;
+    return 1;
+}
+
 static int run_linear(Cx *c, int k) {
     IrNode *n = c->n;
     const IrValue *x = IN_V(n, 0), *w = IN_V(n, 1);
-    if (!all_f32(n) || w->shape.rank != 2 || x->shape.rank < 1) return HOST;
+    int bf = all_bf16_linear(n, 0);
+    if ((!all_f32(n) && !bf) || w->shape.rank != 2 || x->shape.rank < 1) return HOST;
     int64_t K = w->shape.dims[0], N = w->shape.dims[1];
     if (x->shape.dims[x->shape.rank - 1] != K || K == 0) return HOST;
     int64_t M = numel(x) / K;
     int hb = n->nin > 2 && IN_V(n, 2) && c->in[2];
     if (hb && numel(IN_V(n, 2)) != N) return HOST;
+    if (bf)
+        return kf(c, hkc_linear_bf16(&c->x->k, M, N, K, c->in[0], c->in[1], hb ? c->in[2] : NULL,
+                                     c->out[0], c->e));
     if (hb)
         return kf(c, hkc_linear_bias_f32(&c->x->k, M, N, K, c->in[0], c->in[1], c->in[2],
                                          c->out[0], c->e));
@@ -318,11 +332,18 @@ static int run_linear(Cx *c, int k) {
 static int run_linear_grad(Cx *c, int k) {
     IrNode *n = c->n;
     const IrValue *x = IN_V(n, 0), *w = IN_V(n, 1);
-    if (!all_f32(n) || w->shape.rank != 2 || x->shape.rank < 1) return HOST;
+    int bf = all_bf16_linear(n, 1);
+    if ((!all_f32(n) && !bf) || w->shape.rank != 2 || x->shape.rank < 1) return HOST;
     int64_t K = w->shape.dims[0], N = w->shape.dims[1];
     if (x->shape.dims[x->shape.rank - 1] != K || K == 0) return HOST;
     int64_t M = numel(x) / K;
     if (numel(IN_V(n, 2)) != M * N) return HOST;
+    if (bf)
+        return kf(c, hkc_linear_backward_bf16(&c->x->k, c->in[0], c->in[1], c->in[2], M, K, N,
+                                              OUT_V(n, 0) ? c->out[0] : NULL,
+                                              n->nout > 1 && OUT_V(n, 1) ? c->out[1] : NULL,
+                                              n->nout > 2 && OUT_V(n, 2) ? c->out[2] : NULL,
+                                              c->e));
     if (OUT_V(n, 0) && hkc_gemm_f32(&c->x->k, 0, 1, M, K, N, 1.f, c->in[2], 0, c->in[1], 0, 0.f,
                                     c->out[0], 0, 1, c->e))
         return kf(c, -1);

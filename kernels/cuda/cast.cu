@@ -1,7 +1,7 @@
 /* Dtype conversion, device side.  Host twin: kernels/host/hk_cast.c. */
 #include "hkc_internal.cuh"
 
-/* dtype codes: HkDType (1 f32, 2 u8, 6 i32, 7 i64, 9 bool, 11 f64). */
+/* dtype codes: HkDType (1 f32, 2 u8, 6 i32, 7 i64, 9 bool, 11 f64, 16 bf16). */
 __device__ static inline double load_any(int t, const void *p, int64_t i) {
     switch (t) {
     case 1: return ((const float *)p)[i];
@@ -9,6 +9,7 @@ __device__ static inline double load_any(int t, const void *p, int64_t i) {
     case 6: return ((const int32_t *)p)[i];
     case 7: return (double)((const int64_t *)p)[i];
     case 11: return ((const double *)p)[i];
+    case 16: return hkc_bf16_to_f32(((const uint16_t *)p)[i]);
     default: return 0;
     }
 }
@@ -22,6 +23,10 @@ __global__ static void k_cast(int from, const void *x, int to, void *y, int64_t 
         }
         if (from == 6 && to == 7) { ((int64_t *)y)[i] = ((const int32_t *)x)[i]; continue; }
         if (from == 7 && to == 7) { ((int64_t *)y)[i] = ((const int64_t *)x)[i]; continue; }
+        if (to == 16 && from == 1) { /* one rounding, from the f32 itself (no double) */
+            ((uint16_t *)y)[i] = hkc_f32_to_bf16(((const float *)x)[i]);
+            continue;
+        }
         double v = load_any(from, x, i);
         switch (to) {
         case 1: ((float *)y)[i] = (float)v; break;
@@ -30,15 +35,16 @@ __global__ static void k_cast(int from, const void *x, int to, void *y, int64_t 
         case 6: ((int32_t *)y)[i] = (int32_t)v; break;
         case 7: ((int64_t *)y)[i] = (int64_t)v; break;
         case 11: ((double *)y)[i] = v; break;
+        case 16: ((uint16_t *)y)[i] = hkc_f32_to_bf16((float)v); break;
         }
     }
 }
 
 extern "C" int hkc_cast(HkcCtx *c, int from, const void *x, int to, void *y, int64_t n,
                         char *err) {
-    const int ok[] = {1, 2, 6, 7, 9, 11};
+    const int ok[] = {1, 2, 6, 7, 9, 11, 16};
     int fa = 0, ta = 0;
-    for (int i = 0; i < 6; i++) fa |= ok[i] == from, ta |= ok[i] == to;
+    for (int i = 0; i < 7; i++) fa |= ok[i] == from, ta |= ok[i] == to;
     if (!fa || !ta) return hkc_fail(err, "hkc_cast: dtype not supported on the device");
     if (n == 0) return 0;
     k_cast<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(from, x, to, y, n);

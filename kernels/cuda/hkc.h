@@ -6,8 +6,11 @@
  * bytes, may be NULL): launch errors and cuBLASLt statuses are reported,
  * asynchronous kernel faults surface at the next synchronisation.
  *
- * Storage is fp32 (the stage arena memplan lays out is fp32 everywhere);
- * bf16 storage is not implemented yet (docs/CUDA.md).
+ * Storage is fp32, except the bf16 values of --precision bf16-mixed
+ * (issue 17): the Casts around each Linear (hkc_cast, code 16) and the
+ * Linear / LinearGrad on bf16 operands (hkc_linear_bf16,
+ * hkc_linear_backward_bf16: cuBLASLt bf16 tensor-core GEMMs with fp32
+ * accumulation), the twins of kernels/host/hk_bf16.h (docs/CUDA.md).
  *
  * Definitions: one file per op family, named after its kernels/host twin
  * (norm.cu <-> train_norm.c, ...: the table in docs/CUDA.md). */
@@ -74,7 +77,8 @@ int hkc_unary_grad_f32(HkcCtx *c, int op, const float *x, const float *y, const 
 int hkc_strided_copy(HkcCtx *c, size_t esize, HkcShape shape, const void *src, int64_t src_off,
                      HkcStrides src_strides, void *dst, int64_t dst_off, HkcStrides dst_strides,
                      char *err);
-/* dtype codes are HkDType's: 1 f32, 6 i32, 7 i64, 9 bool, 11 f64, 2 u8. */
+/* dtype codes are HkDType's: 1 f32, 6 i32, 7 i64, 9 bool, 11 f64, 2 u8, 16 bf16
+ * (f32 -> bf16 rounds to nearest even as hk_f32_to_bf16, bit for bit). */
 int hkc_cast(HkcCtx *c, int from, const void *x, int to, void *y, int64_t n, char *err);
 /* y[o] = reduce over the walk of `red` (strides rs from x's element o_off):
  * out element o sits at x offset sum idx_d*os[d] over `out`.  op 0 sum,
@@ -116,6 +120,9 @@ int hkc_cross_entropy_grad_f32(HkcCtx *c, const float *logits, int tdt, const vo
                                char *err);
 /* out[j] = sum_i x[i*n + j] over rows (bias gradients). */
 int hkc_col_sum_f32(HkcCtx *c, const float *x, int64_t rows, int64_t n, float *out, char *err);
+/* The same over bf16 x (bits), summed in double, out f32. */
+int hkc_col_sum_bf16(HkcCtx *c, const uint16_t *x, int64_t rows, int64_t n, float *out,
+                     char *err);
 /* y[i*n + j] = b[j] (bias broadcast before a beta = 1 matmul). */
 int hkc_row_broadcast_f32(HkcCtx *c, const float *b, int64_t rows, int64_t n, float *y,
                           char *err);
@@ -147,6 +154,18 @@ int hkc_gemm_f32(HkcCtx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
  * then C += A B. */
 int hkc_linear_bias_f32(HkcCtx *c, int64_t M, int64_t N, int64_t K, const float *A,
                         const float *B, const float *bias, float *C, char *err);
+
+/* bf16 operands (bits), fp32 accumulation (cuBLASLt CUBLAS_COMPUTE_32F), the
+ * twins of hk_linear_bf16 / hk_linear_backward_bf16: y[M,N] = bf16(x[M,K]
+ * w[K,N] + bias[N]) rounded once (bias may be NULL); dx = bf16(dy w^T),
+ * dw = x^T dy and db = column sums of dy in f32 (overwritten; any of the
+ * three may be NULL).  The sums' order is cuBLAS's, so results match the
+ * host within the f32 summation error plus one bf16 rounding. */
+int hkc_linear_bf16(HkcCtx *c, int64_t M, int64_t N, int64_t K, const uint16_t *x,
+                    const uint16_t *w, const uint16_t *bias, uint16_t *y, char *err);
+int hkc_linear_backward_bf16(HkcCtx *c, const uint16_t *x, const uint16_t *w,
+                             const uint16_t *dy, int64_t M, int64_t K, int64_t N, uint16_t *dx,
+                             float *dw, float *db, char *err);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,20 @@ static inline int hkc_col_chunks(const HkcCtx *c, int64_t rows, int64_t n, int n
 }
 
 
+/* bf16 bits <-> f32, the device twins of kernels/host/hk_bf16.h's
+ * hk_bf16_to_f32 / hk_f32_to_bf16: the same integer operations (round to
+ * nearest even on the dropped 16 bits, NaN kept quiet), so a device Cast
+ * gives the host's bits; not __float2bfloat16, whose NaN payloads differ. */
+__device__ static inline float hkc_bf16_to_f32(uint16_t h) {
+    return __uint_as_float((uint32_t)h << 16);
+}
+__device__ static inline uint16_t hkc_f32_to_bf16(float f) {
+    uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
 /* After a launch: 0, or -1 with the launch error named. */
 static inline int hkc_launched(const char *what, char *err) {
     cudaError_t e = cudaGetLastError();

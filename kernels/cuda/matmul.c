@@ -2,8 +2,9 @@
  * train_matmul.c (the host computes through cblas_sgemm, this through
  * cuBLASLt).  C, not CUDA: no kernel of its own, only library calls.
  *
- * Matmuls through cuBLASLt (fp32 storage, fp32 compute), and the context
- * every hkc_* call runs on.  Row-major C = op(A) op(B) is column-major
+ * Matmuls through cuBLASLt (fp32 storage, fp32 compute; or bf16 operands
+ * with fp32 compute for --precision bf16-mixed: GemmKey.dt), and the
+ * context every hkc_* call runs on.  Row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so A and B swap places in the cuBLASLt call. */
 #include <stdint.h>
 #include <stdio.h>
@@ -29,8 +30,13 @@ static int fail(char *err, const char *what, int st) {
  * The first version created all of them and asked the heuristic on every
  * call, host work that the GPU waits on when kernels are short; a training
  * step repeats the same few dozen shapes hundreds of times. */
+/* GemmKey.dt: the operand types.  bf16 GEMMs accumulate in fp32 (compute
+ * and scale type 32F, as hk_linear_bf16 sums in f32) and round once when
+ * D is bf16. */
+enum { DT_F32, DT_BF16, DT_BF16_F32OUT }; /* all f32 | A, B, C, bias bf16 | A, B bf16, C f32 */
+
 typedef struct GemmKey {
-    int ta, tb, bias;
+    int ta, tb, bias, dt;
     int64_t M, N, K, sa, sb, sc, batch;
     uint32_t al[3];
 } GemmKey;
@@ -89,9 +95,9 @@ void hkc_ctx_free(HkcCtx *c) {
 }
 
 /* Column-major layout of a rows x cols matrix (ld = rows), batched. */
-static cublasStatus_t layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols,
-                             int64_t batch, int64_t stride) {
-    cublasStatus_t st = cublasLtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)rows,
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows,
+                             int64_t cols, int64_t batch, int64_t stride) {
+    cublasStatus_t st = cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows,
                                                    (uint64_t)cols, rows);
     if (st != CUBLAS_STATUS_SUCCESS || batch <= 1) return st;
     int32_t b = (int32_t)batch;
@@ -104,11 +110,11 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, int64_t rows, int64_t co
 /* Largest power of two <= 256 dividing the address and every batch offset:
  * cuBLASLt's heuristics otherwise assume 256-byte aligned operands, and
  * arena buffers are only 64-byte aligned (memplan), batch strides less. */
-static uint32_t align_of(const void *p, int64_t stride_elems, int64_t batch) {
+static uint32_t align_of(const void *p, int64_t stride_elems, int64_t batch, size_t esize) {
     uint64_t a = (uint64_t)(uintptr_t)p;
-    if (batch > 1) a |= (uint64_t)stride_elems * sizeof(float);
+    if (batch > 1) a |= (uint64_t)stride_elems * esize;
     uint32_t al = 256;
-    while (al > 4 && (a & (al - 1))) al >>= 1;
+    while (al > esize && (a & (al - 1))) al >>= 1;
     return al;
 }
 
@@ -147,22 +153,24 @@ static cublasStatus_t plan_build(HkcCtx *c, const GemmKey *k, GemmPlan *g, const
     if (st == CUBLAS_STATUS_SUCCESS && k->bias) {
         /* bias[N] added to every row of C: the rows of column-major C^T */
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_32F;
+        cudaDataType_t bt = k->dt == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
         st = cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulDescSetAttribute(g->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                                 sizeof bt);
     }
     /* first operand: B as stored (row-major [K,N] = col-major [N,K], or [N,K] -> [K,N]) */
+    cudaDataType_t tab = k->dt == DT_F32 ? CUDA_R_32F : CUDA_R_16BF,
+                   tc = k->dt == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     if (st == CUBLAS_STATUS_SUCCESS) {
         *what = "cublasLtMatrixLayoutCreate";
-        st = k->tb ? layout(&g->lb, k->K, k->N, k->batch, k->sb)
-                   : layout(&g->lb, k->N, k->K, k->batch, k->sb);
+        st = k->tb ? layout(&g->lb, tab, k->K, k->N, k->batch, k->sb)
+                   : layout(&g->lb, tab, k->N, k->K, k->batch, k->sb);
     }
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = k->ta ? layout(&g->la, k->M, k->K, k->batch, k->sa)
-                   : layout(&g->la, k->K, k->M, k->batch, k->sa);
-    if (st == CUBLAS_STATUS_SUCCESS) st = layout(&g->lc, k->N, k->M, k->batch, k->sc);
+        st = k->ta ? layout(&g->la, tab, k->M, k->K, k->batch, k->sa)
+                   : layout(&g->la, tab, k->K, k->M, k->batch, k->sa);
+    if (st == CUBLAS_STATUS_SUCCESS) st = layout(&g->lc, tc, k->N, k->M, k->batch, k->sc);
     cublasLtMatmulPreference_t pref = NULL;
     if (st == CUBLAS_STATUS_SUCCESS) {
         *what = "cublasLtMatmulPreference";
@@ -200,8 +208,8 @@ static cublasStatus_t plan_build(HkcCtx *c, const GemmKey *k, GemmPlan *g, const
 }
 
 /* C = alpha op(A) op(B) + beta C (+ bias[N] per row when bias) */
-static int gemm(HkcCtx *c, const GemmKey *k, float alpha, const float *A, const float *B,
-                const float *bias, float beta, float *C, char *err) {
+static int gemm(HkcCtx *c, const GemmKey *k, float alpha, const void *A, const void *B,
+                const void *bias, float beta, void *C, char *err) {
     GemmCache *gc = c->gemm_plans;
     if (!gc) return fail(err, "hkc_gemm_f32: the context has no plan cache (hkc_ctx_init)", 0);
     GemmPlan *g = NULL, one;
@@ -248,8 +256,8 @@ int hkc_gemm_f32(HkcCtx *c, int ta, int tb, int64_t M, int64_t N, int64_t K, flo
     memset(&k, 0, sizeof k); /* padding too: keys compare with memcmp */
     k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K, k.batch = batch;
     k.sa = strideA, k.sb = strideB, k.sc = strideC;
-    k.al[0] = align_of(B, strideB, batch), k.al[1] = align_of(A, strideA, batch);
-    k.al[2] = align_of(C, strideC, batch);
+    k.al[0] = align_of(B, strideB, batch, 4), k.al[1] = align_of(A, strideA, batch, 4);
+    k.al[2] = align_of(C, strideC, batch, 4);
     return gemm(c, &k, alpha, A, B, NULL, beta, C, err);
 }
 
@@ -264,9 +272,50 @@ int hkc_linear_bias_f32(HkcCtx *c, int64_t M, int64_t N, int64_t K, const float 
     GemmKey k;
     memset(&k, 0, sizeof k);
     k.bias = 1, k.M = M, k.N = N, k.K = K, k.batch = 1;
-    k.al[0] = align_of(B, 0, 1), k.al[1] = align_of(A, 0, 1), k.al[2] = align_of(C, 0, 1);
+    k.al[0] = align_of(B, 0, 1, 4), k.al[1] = align_of(A, 0, 1, 4), k.al[2] = align_of(C, 0, 1, 4);
     if (!gemm(c, &k, 1.f, A, B, bias, 0.f, C, err)) return 0;
     /* no epilogue algorithm (or its call failed): the two-step form */
     if (hkc_row_broadcast_f32(c, bias, M, N, C, err)) return -1;
     return hkc_gemm_f32(c, 0, 0, M, N, K, 1.f, A, 0, B, 0, 1.f, C, 0, 1, err);
+}
+
+/* ------------------------------------------------------------ bf16 (issue 17) */
+
+/* Row-major C[M,N] = op(A) op(B) (+ bias) on bf16 A, B; C bf16 (dt DT_BF16)
+ * or f32 (DT_BF16_F32OUT); beta 0 or 1. */
+static int gemm_bf16(HkcCtx *c, int dt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                     const uint16_t *A, const uint16_t *B, const uint16_t *bias, float beta,
+                     void *C, char *err) {
+    GemmKey k;
+    memset(&k, 0, sizeof k);
+    size_t ce = dt == DT_BF16 ? 2 : 4;
+    k.ta = ta, k.tb = tb, k.bias = bias != NULL, k.dt = dt, k.M = M, k.N = N, k.K = K;
+    k.batch = 1;
+    k.al[0] = align_of(B, 0, 1, 2), k.al[1] = align_of(A, 0, 1, 2), k.al[2] = align_of(C, 0, 1, ce);
+    return gemm(c, &k, 1.f, A, B, bias, beta, C, err);
+}
+
+int hkc_linear_bf16(HkcCtx *c, int64_t M, int64_t N, int64_t K, const uint16_t *x,
+                    const uint16_t *w, const uint16_t *bias, uint16_t *y, char *err) {
+    if (M == 0 || N == 0) return 0;
+    if (K == 0) return fail(err, "hkc_linear_bf16: K = 0", 0);
+    if (!bias) return gemm_bf16(c, DT_BF16, 0, 0, M, N, K, x, w, NULL, 0.f, y, err);
+    if (!((uintptr_t)bias & 15) && !gemm_bf16(c, DT_BF16, 0, 0, M, N, K, x, w, bias, 0.f, y, err))
+        return 0;
+    /* an unaligned bias or no bias-epilogue algorithm: y = bias in every row (bf16 bits, exact),
+     * then y = x w + 1 * y summed in f32 and rounded once, as the epilogue */
+    HkcShape sh = {2, {M, N}};
+    HkcStrides ss = {{0, 1}}, ds = {{N, 1}};
+    if (hkc_strided_copy(c, 2, sh, bias, 0, ss, y, 0, ds, err)) return -1;
+    return gemm_bf16(c, DT_BF16, 0, 0, M, N, K, x, w, NULL, 1.f, y, err);
+}
+
+int hkc_linear_backward_bf16(HkcCtx *c, const uint16_t *x, const uint16_t *w,
+                             const uint16_t *dy, int64_t M, int64_t K, int64_t N, uint16_t *dx,
+                             float *dw, float *db, char *err) {
+    if (M == 0 || N == 0 || K == 0) return fail(err, "hkc_linear_backward_bf16: empty dims", 0);
+    if (dx && gemm_bf16(c, DT_BF16, 0, 1, M, K, N, dy, w, NULL, 0.f, dx, err)) return -1;
+    if (dw && gemm_bf16(c, DT_BF16_F32OUT, 1, 0, K, N, M, x, dy, NULL, 0.f, dw, err)) return -1;
+    if (db && hkc_col_sum_bf16(c, dy, M, N, db, err)) return -1;
+    return 0;
 }

@@ -34,7 +34,13 @@ extern "C" int hkc_reduce_f32(HkcCtx *c, int op, const float *x, HkcShape out, H
 /* column tiles: hkc_internal.cuh's HKC_COLS x HKC_COL_LANES scheme; block
  * row y of the grid sums chunk y of the rows into part[y][j] (double), or
  * straight into out when there is one chunk */
-__global__ static void k_col_sum(const float *x, int64_t rows, int64_t n, int chunks,
+__device__ static inline double col_ld(const float *x, int64_t i) { return x[i]; }
+__device__ static inline double col_ld(const uint16_t *x, int64_t i) {
+    return hkc_bf16_to_f32(x[i]);
+}
+
+template <typename T>
+__global__ static void k_col_sum(const T *x, int64_t rows, int64_t n, int chunks,
                                  double *part, float *out) {
     __shared__ double sh[HKC_COL_LANES][HKC_COLS];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -43,7 +49,7 @@ __global__ static void k_col_sum(const float *x, int64_t rows, int64_t n, int ch
         int64_t j = j0 + tx;
         double s = 0;
         if (j < n)
-            for (int64_t r = r0 + ty; r < r1; r += HKC_COL_LANES) s += x[r * n + j];
+            for (int64_t r = r0 + ty; r < r1; r += HKC_COL_LANES) s += col_ld(x, r * n + j);
         sh[ty][tx] = s;
         __syncthreads();
         if (ty == 0 && j < n) {
@@ -56,14 +62,24 @@ __global__ static void k_col_sum(const float *x, int64_t rows, int64_t n, int ch
     }
 }
 
-extern "C" int hkc_col_sum_f32(HkcCtx *c, const float *x, int64_t rows, int64_t n, float *out,
-                               char *err) {
+template <typename T>
+static int col_sum(HkcCtx *c, const T *x, int64_t rows, int64_t n, float *out, char *err) {
     if (n == 0) return 0;
     int chunks = hkc_col_chunks(c, rows, n, 1);
     double *part = (double *)c->workspace;
-    k_col_sum<<<dim3(hkc_col_blocks(n), chunks), dim3(HKC_COLS, HKC_COL_LANES), 0, c->stream>>>(
-        x, rows, n, chunks, part, out);
+    k_col_sum<T><<<dim3(hkc_col_blocks(n), chunks), dim3(HKC_COLS, HKC_COL_LANES), 0,
+                   c->stream>>>(x, rows, n, chunks, part, out);
     if (hkc_launched("column sum", err) || chunks == 1) return chunks == 1 ? 0 : -1;
     k_col_finish<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(part, chunks, n, 1, out, NULL);
     return hkc_launched("column sum (chunks)", err);
+}
+
+extern "C" int hkc_col_sum_f32(HkcCtx *c, const float *x, int64_t rows, int64_t n, float *out,
+                               char *err) {
+    return col_sum(c, x, rows, n, out, err);
+}
+
+extern "C" int hkc_col_sum_bf16(HkcCtx *c, const uint16_t *x, int64_t rows, int64_t n,
+                                float *out, char *err) {
+    return col_sum(c, x, rows, n, out, err);
 }

@@ -99,6 +99,31 @@ int32_t hetrt_cu_linear_grad(const float *x, const float *w, const float *dy, in
                 cu_direct_linear_grad(k, x, w, dy, M, K, N, dx, dw, db, err), err);
 }
 
+int32_t hetrt_cu_cast(int32_t from, const void *x, int32_t to, void *y, int64_t n) {
+    HkcCtx *k = kctx("hetrt_cu_cast");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_cast", hkc_cast(k, from, x, to, y, n, err), err);
+}
+
+/* bf16-mixed (issue 17): bf16 operands, fp32 accumulation; dw, db f32. */
+int32_t hetrt_cu_linear_bf16(const void *x, const void *w, const void *b, int64_t M, int64_t K,
+                             int64_t N, void *y) {
+    HkcCtx *k = kctx("hetrt_cu_linear_bf16");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_linear_bf16", hkc_linear_bf16(k, M, N, K, x, w, b, y, err), err);
+}
+
+int32_t hetrt_cu_linear_grad_bf16(const void *x, const void *w, const void *dy, int64_t M,
+                                  int64_t K, int64_t N, void *dx, float *dw, float *db) {
+    HkcCtx *k = kctx("hetrt_cu_linear_grad_bf16");
+    if (!k) return 1;
+    char err[HKC_ERRLEN] = "";
+    return done("hetrt_cu_linear_grad_bf16",
+                hkc_linear_backward_bf16(k, x, w, dy, M, K, N, dx, dw, db, err), err);
+}
+
 int cu_direct_adamw(HkcCtx *k, const float *p, const float *m, const float *v, const float *g,
                     int64_t n, const float *lr, const int64_t *step, const float *clip_scale,
                     double beta1, double beta2, double eps, double weight_decay, float *p_out,

@@ -82,6 +82,32 @@ if check(p and p.returncode == 0, "hetc compile --backend=cuda --interpret-nodes
         check(not re.search(r" [TU] hetrt_cu_", symbols(os.path.join(ci, f"stage_{s}"))),
               f"--interpret-nodes stage_{s} calls a hetrt_cu_* entry")
 
+# issue 17: --precision bf16-mixed on cuda: the stages with Linears call the
+# bf16 entries (cuBLASLt bf16 GEMMs) directly, never the f32 Linear on bf16
+# data; the bf16 gradient wire stays host-only and is refused
+cb = os.path.join(WORK, "cuda_bf16")
+p = compile_to(cb, "--backend=cuda", "--precision", "bf16-mixed", "--emit-llvm")
+if check(p and p.returncode == 0, "hetc compile --backend=cuda --precision bf16-mixed failed"):
+    # the calls the programs make (stage_K.ll: the runtime is linked whole,
+    # so the binaries' symbols do not tell)
+    calls = {s: set(re.findall(r"call i32 @(hetrt_cu_(?:linear\w*|cast))\(",
+                               open(os.path.join(cb, f"stage_{s}.ll")).read()))
+             for s in kernel_counts(cb)}
+    bf = [s for s, c in calls.items() if {"hetrt_cu_linear_bf16", "hetrt_cu_linear_grad_bf16",
+                                           "hetrt_cu_cast"} <= c]
+    f32 = [s for s, c in calls.items() if c & {"hetrt_cu_linear", "hetrt_cu_linear_grad"}]
+    check(len(bf) >= 2 and not f32,
+          f"bf16-mixed cuda: stages calling the bf16 Linear and Cast entries {bf}, the f32 "
+          f"Linear ones {f32} (want the blocks and the head on bf16, none on f32): {calls}")
+    txt = open(os.path.join(cb, "stages.txt")).read()
+    check(not re.search(r"interpreted \(hetrt_node\):.*\b(Cast|Linear|LinearGrad) x", txt),
+          "bf16-mixed cuda: a Cast, Linear or LinearGrad is interpreted:\n" + txt[-800:])
+    print("bf16-mixed cuda: stages with bf16 Linear entries", bf, flush=True)
+p = compile_to(os.path.join(WORK, "cuda_bf16_wire"), "--backend=cuda", "--precision",
+               "bf16-mixed", "--grad-reduce-dtype", "bf16")
+check(p and p.returncode == 2 and "--grad-reduce-dtype bf16 runs on the host backend only"
+      in p.stderr, "--grad-reduce-dtype bf16 with --backend=cuda is not refused clearly")
+
 p = compile_to(host)
 check(p and p.returncode == 0, "hetc compile (default backend) failed")
 libs = needed(os.path.join(host, "stage_0"))

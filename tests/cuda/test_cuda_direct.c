@@ -10,7 +10,12 @@
  *   LayerNorm (with / without bias) / RMSNorm forward and backward vs
  *   hk_layernorm_f32 / hk_rmsnorm_f32 and their backward kernels;
  *   AdamW in place (device scalars) vs hk_entry_adamw_f32 (1e-6 relative:
- *   the kernels do the same fp32 operations, docs/CUDA.md).
+ *   the kernels do the same fp32 operations, docs/CUDA.md);
+ *   bf16-mixed (issue 17): the f32 <-> bf16 Cast bit for bit against
+ *   hk_f32_to_bf16 (random bits, ties, NaN, inf, subnormals), the bf16
+ *   Linear / LinearGrad (cuBLASLt tensor cores) vs hk_linear_bf16 /
+ *   hk_linear_backward_bf16: bf16 outputs within one bf16 rounding (2^-7
+ *   relative) of the host's, f32 dw and db within the fp32 GEMM tolerance.
  * |dev - host| <= atol + rtol |host| (elementwise 1e-5/1e-6, GEMMs 1e-4/2e-5,
  * as test_cuda_kernels).  Needs a GPU: without one it prints why and exits
  * 77 (ctest SKIP). */
@@ -22,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "hk.h"
+#include "hk_bf16.h"
 #include "hk_entry.h"
 #include "hk_train.h"
 #include "stage_kernels_cuda.h"
@@ -209,6 +215,111 @@ int main(void) {
         free(zeros), free(x), free(w), free(b), free(dy), free(gx), free(gw), free(gb);
         cudaFree(dX), cudaFree(dW), cudaFree(dB), cudaFree(dDy), cudaFree(dY);
         cudaFree(dGx), cudaFree(dGw), cudaFree(dGb);
+    }
+    /* bf16-mixed: Cast both ways, bit for bit */
+    {
+        const int64_t n = 1 << 16;
+        uint32_t *bits = malloc(sizeof *bits * (size_t)n);
+        for (int64_t i = 0; i < n; i++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            bits[i] = (uint32_t)(rng >> 17);
+        }
+        const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u,
+                                    0xff800000u, 0x7f7fffffu, 0x00000001u, 0x80008000u,
+                                    0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x00000000u};
+        for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) bits[i] = special[i];
+        uint16_t *want = malloc(2 * (size_t)n), *got = malloc(2 * (size_t)n);
+        float *back = malloc(4 * (size_t)n), *wback = malloc(4 * (size_t)n);
+        for (int64_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, &bits[i], 4);
+            want[i] = hk_f32_to_bf16(f);
+            wback[i] = hk_bf16_to_f32(want[i]);
+        }
+        void *dF = NULL, *dH = NULL, *dB2 = NULL;
+        cudaMalloc(&dF, 4 * (size_t)n), cudaMalloc(&dH, 2 * (size_t)n), cudaMalloc(&dB2, 4 * (size_t)n);
+        cudaMemcpy(dF, bits, 4 * (size_t)n, cudaMemcpyHostToDevice);
+        if (hkc_cast(&k, 1, dF, 16, dH, n, err) || hkc_cast(&k, 16, dH, 1, dB2, n, err)) {
+            printf("FAIL bf16 cast: %s\n", err);
+            failures++;
+        } else {
+            cudaDeviceSynchronize();
+            cudaMemcpy(got, dH, 2 * (size_t)n, cudaMemcpyDeviceToHost);
+            cudaMemcpy(back, dB2, 4 * (size_t)n, cudaMemcpyDeviceToHost);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n && bad < 0; i++)
+                if (got[i] != want[i] || memcmp(&back[i], &wback[i], 4)) bad = i;
+            if (bad >= 0) {
+                printf("FAIL bf16 cast: f32 bits %08x -> device %04x host %04x\n",
+                       bits[bad], got[bad], want[bad]);
+                failures++;
+            } else {
+                printf("ok   bf16 cast f32 -> bf16 -> f32 (%lld patterns, bit for bit)\n",
+                       (long long)n);
+            }
+        }
+        free(bits), free(want), free(got), free(back), free(wback);
+        cudaFree(dF), cudaFree(dH), cudaFree(dB2);
+    }
+    /* bf16 Linear / LinearGrad vs the host's converted-sgemm twins */
+    {
+        const int64_t M = 37, K = 64, N = 48;
+        float *xf = host_rand(M * K, 0), *wf = host_rand(K * N, 0), *bf = host_rand(N, 0);
+        float *dyf = host_rand(M * N, 0);
+        uint16_t *x = malloc(2 * (size_t)(M * K)), *w = malloc(2 * (size_t)(K * N)),
+                 *b = malloc(2 * (size_t)N), *dy = malloc(2 * (size_t)(M * N));
+        hk_bf16_round(xf, x, M * K), hk_bf16_round(wf, w, K * N), hk_bf16_round(bf, b, N);
+        hk_bf16_round(dyf, dy, M * N);
+        void *dX, *dW, *dB, *dDy, *dY, *dGx;
+        float *dGw = dev_of(NULL, K * N), *dGb = dev_of(NULL, N);
+        cudaMalloc(&dX, 2 * (size_t)(M * K)), cudaMalloc(&dW, 2 * (size_t)(K * N));
+        cudaMalloc(&dB, 2 * (size_t)N), cudaMalloc(&dDy, 2 * (size_t)(M * N));
+        cudaMalloc(&dY, 2 * (size_t)(M * N)), cudaMalloc(&dGx, 2 * (size_t)(M * K));
+        cudaMemcpy(dX, x, 2 * (size_t)(M * K), cudaMemcpyHostToDevice);
+        cudaMemcpy(dW, w, 2 * (size_t)(K * N), cudaMemcpyHostToDevice);
+        cudaMemcpy(dB, b, 2 * (size_t)N, cudaMemcpyHostToDevice);
+        cudaMemcpy(dDy, dy, 2 * (size_t)(M * N), cudaMemcpyHostToDevice);
+        /* a device bf16 result as f32 (exact), beside the host's */
+        float *gotf = malloc(4 * (size_t)(M * (K > N ? K : N)));
+        uint16_t *goth = malloc(2 * (size_t)(M * (K > N ? K : N)));
+        float *wantf = malloc(4 * (size_t)(M * (K > N ? K : N)));
+        uint16_t *wanth = malloc(2 * (size_t)(M * (K > N ? K : N)));
+        for (int hb = 0; hb < 2; hb++) {
+            hk_linear_bf16(x, w, hb ? b : NULL, M, K, N, wanth);
+            if (hkc_linear_bf16(&k, M, N, K, dX, dW, hb ? dB : NULL, dY, err)) {
+                printf("FAIL bf16 linear: %s\n", err);
+                failures++;
+                continue;
+            }
+            cudaDeviceSynchronize();
+            cudaMemcpy(goth, dY, 2 * (size_t)(M * N), cudaMemcpyDeviceToHost);
+            hk_bf16_expand(goth, gotf, M * N);
+            hk_bf16_expand(wanth, wantf, M * N);
+            float *dtmp = dev_of(gotf, M * N);
+            compare(hb ? "bf16 linear with bias [37,64]x[64,48]" : "bf16 linear [37,64]x[64,48]",
+                    dtmp, wantf, M * N, 0x1p-7, 1e-4);
+            cudaFree(dtmp);
+        }
+        float *gw = calloc((size_t)(K * N), 4), *gb = calloc((size_t)N, 4);
+        if (hk_linear_backward_bf16(x, w, dy, M, K, N, wanth, gw, gb, 0, err) ||
+            hkc_linear_backward_bf16(&k, dX, dW, dDy, M, K, N, dGx, dGw, dGb, err)) {
+            printf("FAIL bf16 linear grad: %s\n", err);
+            failures++;
+        } else {
+            cudaDeviceSynchronize();
+            cudaMemcpy(goth, dGx, 2 * (size_t)(M * K), cudaMemcpyDeviceToHost);
+            hk_bf16_expand(goth, gotf, M * K);
+            hk_bf16_expand(wanth, wantf, M * K);
+            float *dtmp = dev_of(gotf, M * K);
+            compare("bf16 linear grad dx (bf16)", dtmp, wantf, M * K, 0x1p-7, 1e-4);
+            cudaFree(dtmp);
+            compare("bf16 linear grad dw (f32)", dGw, gw, K * N, 1e-4, 2e-5);
+            compare("bf16 linear grad db (f32)", dGb, gb, N, 1e-5, 1e-6);
+        }
+        free(xf), free(wf), free(bf), free(dyf), free(x), free(w), free(b), free(dy);
+        free(gotf), free(goth), free(wantf), free(wanth), free(gw), free(gb);
+        cudaFree(dX), cudaFree(dW), cudaFree(dB), cudaFree(dDy), cudaFree(dY), cudaFree(dGx);
+        cudaFree(dGw), cudaFree(dGb);
     }
     /* LayerNorm (with / without bias) and RMSNorm over rows of n, forward
      * and backward, vs the host kernels (tolerances as test_cuda_kernels) */

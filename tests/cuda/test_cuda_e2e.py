@@ -10,6 +10,11 @@ train` on the host, same data order and microbatching.  The device keeps
 fp32 storage and accumulates in fp32 with other summation orders (cuBLASLt,
 atomics in EmbeddingGrad), so losses agree to 1e-3 relative per step, and
 the mean relative error is far inside H2's 1.5 % alignment criterion.
+The one-stage model again with --precision bf16-mixed (issue 17: bf16
+Casts and cuBLASLt bf16 tensor-core Linears) against `hetc train
+--precision bf16-mixed` on the host: a bf16 rounding flipped by another
+summation order moves a value by 2^-8, so per step within 1e-2, and the
+mean within the issue's 1.5 %.
 
 Needs a GPU: without one it prints why and exits 77 (ctest SKIP).
 
@@ -36,10 +41,12 @@ one = os.path.join(WORK, "one_gpu.yaml")
 open(one, "w").write(ONE_GPU)
 pair = os.path.join(SRC, "examples", "clusters", "tiny_pair.yaml")
 
-for name, cluster in (("one stage", one), ("two stages, direct link", pair)):
-    out = os.path.join(WORK, name.split()[0])
+for name, cluster, prec in (("one stage", one, []), ("two stages, direct link", pair, []),
+                            ("bf16 one stage", one, ["--precision", "bf16-mixed"])):
+    out = os.path.join(WORK, name.replace(" ", "_"))
     p = run([HETC, MODEL, cluster, "--backend=cuda", "--seq", str(SEQ), "--microbatch", str(MB),
-             "--global-batch", str(GB), "--threads", "2", "--steps", str(STEPS), *OPT, "-o", out])
+             "--global-batch", str(GB), "--threads", "2", "--steps", str(STEPS), *OPT, *prec,
+             "-o", out])
     if not check(p.returncode == 0, f"{name}: hetc compile --backend=cuda failed"):
         continue
     probe = run([os.path.join(out, "stage_0"), "--data", DATA, "--steps", "0"], timeout=120)
@@ -52,7 +59,7 @@ for name, cluster in (("one stage", one), ("two stages, direct link", pair)):
     check(len(plan["stages"]) == (1 if cluster == one else 2),
           f"{name}: the plan has {len(plan['stages'])} stages")
     ref = run([HETC, "train", MODEL, "--data", DATA, "--steps", str(STEPS), "--microbatch",
-               str(MB), "--accum", str(K), "--seq", str(SEQ), *OPT, "--no-checkpoint"])
+               str(MB), "--accum", str(K), "--seq", str(SEQ), *OPT, *prec, "--no-checkpoint"])
     check(ref.returncode == 0, "hetc train failed")
     ref_l = losses(ref.stdout)
     p = run([os.path.join(out, "launch.sh"), "--data", DATA, "--steps", str(STEPS),
@@ -72,7 +79,8 @@ for name, cluster in (("one stage", one), ("two stages, direct link", pair)):
     rels = [abs(got[k] - ref_l[k]) / max(abs(ref_l[k]), 1e-30) for k in got if k in ref_l]
     worst = max(rels, default=1.0)
     mean = sum(rels) / max(len(rels), 1)
-    check(worst <= 1e-3, f"{name}: loss vs host hetc train: max relative difference {worst:.3g}")
+    check(worst <= (1e-2 if prec else 1e-3),
+          f"{name}: loss vs host hetc train: max relative difference {worst:.3g}")
     check(mean < 0.015, f"{name}: mean relative error {mean:.3g} >= 1.5 % (H2's criterion)")
     check(got.get(STEPS, 99) < got.get(1, 0), f"{name}: loss is not falling")
     print(f"{name}: {len(got)} steps on the GPU, loss vs host: max rel {worst:.3g}, mean rel "
