@@ -61,6 +61,9 @@ static void usage(FILE *f) {
             "  --checkpoint-dir DIR   where checkpoints go (default: checkpoint)\n"
             "  --checkpoint-every N   also checkpoint every N steps (default: only at the end)\n"
             "  --no-checkpoint        write no checkpoint\n"
+            "  --resume               continue from the newest checkpoint in --checkpoint-dir\n"
+            "                         (weights, AdamW m and v, the step): the later steps equal\n"
+            "                         the uninterrupted run's, bit for bit\n"
             "  --export FILE.onnx     write the trained weights into a copy of MODEL.onnx\n"
             "  --dump-grads DIR       write loss.npy and grad_<param>.npy of the first step\n"
             "                         (before clipping) for checks against a reference\n"
@@ -84,7 +87,7 @@ typedef struct TrainOpts {
     const char *metrics, *val_data;
     int64_t steps, accum, warmup, ckpt_every, val_every, val_batches;
     double lr, beta1, beta2, eps, wd, momentum, clip;
-    int quiet, no_ckpt, exec_stats;
+    int quiet, no_ckpt, exec_stats, resume;
     Precision precision;
 } TrainOpts;
 
@@ -153,6 +156,10 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         }
         if (!strcmp(argv[i], "--no-checkpoint")) {
             t->no_ckpt = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--resume")) {
+            t->resume = 1;
             continue;
         }
         if (cli_take_model("train", argv[i], &co->model)) return -1;
@@ -303,7 +310,7 @@ static int open_data(TrainOpts *t, const CompileOpts *co, const IrGraph *g, RtDa
 }
 
 /* --metrics FILE (default: beside the checkpoints); 1 after saying why not. */
-static int open_metrics(const TrainOpts *t, RtMetrics *met) {
+static int open_metrics(const TrainOpts *t, RtMetrics *met, int64_t resume_step) {
     char mdef[4200], merr[512];
     /* default: beside the checkpoints; --no-checkpoint writes no files
      * unless --metrics names one */
@@ -312,7 +319,7 @@ static int open_metrics(const TrainOpts *t, RtMetrics *met) {
         snprintf(mdef, sizeof mdef, "%s/metrics.jsonl", t->ckpt_dir);
         mp = mdef;
     }
-    if (strcmp(mp, "none") && rt_metrics_open(met, mp, NULL, 0, merr, sizeof merr)) {
+    if (strcmp(mp, "none") && rt_metrics_open(met, mp, NULL, resume_step, merr, sizeof merr)) {
         fprintf(stderr, "hetc train: --metrics: %s\n", merr);
         return 1;
     }
@@ -442,8 +449,6 @@ int cmd_train(int argc, char **argv) {
     }
     if (open_data(&t, &co, g, &dl, &vdl))
         goto done;
-    if (open_metrics(&t, &met))
-        goto done;
     OptimOpts oo;
     optim_opts_default(&oo);
     oo.sgd = !strcmp(t.optimizer, "sgd");
@@ -455,6 +460,32 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
     }
+    if (t.resume) {
+        char sd[4200];
+        int64_t n;
+        int r = train_state_newest(t.ckpt_dir, &n, sd, sizeof sd, &err);
+        if (r) {
+            if (r > 0)
+                fprintf(stderr, "hetc train: --resume: no checkpoint in '%s' (a complete "
+                        "step-NNNNNN/ with its MANIFEST); see --checkpoint-dir\n", t.ckpt_dir);
+            else
+                fprintf(stderr, "hetc train: --resume: %s\n", err.msg);
+            goto done;
+        }
+        if (train_state_load(&st, sd, &err)) {
+            fprintf(stderr, "hetc train: --resume: %s\n", err.msg);
+            goto done;
+        }
+        if (st.step >= t.steps) {
+            printf("hetc train: the checkpoint %s is at step %lld, --steps is %lld: nothing to "
+                   "train\n", sd, (long long)st.step, (long long)t.steps);
+            rc = 0;
+            goto done;
+        }
+        if (!t.quiet) printf("hetc train: resumed from %s (step %lld)\n", sd, (long long)st.step);
+    }
+    if (open_metrics(&t, &met, st.step))
+        goto done;
     IrValue *ids = input_binds_token_input(g), *tg = ir_graph_find_value(g, "targets");
     if (!ids || !tg || ids == tg || ir_shape_numel(&ids->shape) != co.batch * co.seq ||
         ids->dtype != IR_I64) {
@@ -476,11 +507,12 @@ int cmd_train(int argc, char **argv) {
     double loss = 0;
     int64_t allocs1 = 0; /* the executor's allocations by the end of step 1 */
     rc = 0;
-    for (int64_t step = 0; step < t.steps && !rc; step++) {
+    const int64_t start = st.step; /* 0, or the resumed checkpoint's */
+    for (int64_t step = start; step < t.steps && !rc; step++) {
         double ts = now_s();
         rc = accumulate(&st, &t, &dl, in, step, &loss, &err);
         if (rc) break;
-        if (step == 0 && t.dump_grads && dump_first(t.dump_grads, &st, loss, &err)) {
+        if (step == start && t.dump_grads && dump_first(t.dump_grads, &st, loss, &err)) {
             fprintf(stderr, "hetc train: --dump-grads: %s\n", err.msg);
             rc = 1;
             break;
@@ -491,9 +523,9 @@ int cmd_train(int argc, char **argv) {
             rc = 1;
             break;
         }
-        if (step == 0) allocs1 = train_state_allocs(&st);
+        if (step == start) allocs1 = train_state_allocs(&st);
         double te = now_s(), el = te - t0, dt = te - ts;
-        double eta = el / (double)(step + 1) * (double)(t.steps - step - 1);
+        double eta = el / (double)(step + 1 - start) * (double)(t.steps - step - 1);
         if (!t.quiet || step + 1 == t.steps)
             printf("step %5lld/%lld | loss %.9g | grad norm %.6g | lr %.4e | %.0f tok/s | "
                    "ETA %.1fs\n",

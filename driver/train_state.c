@@ -2,7 +2,9 @@
 #include "train_state.h"
 #include "input_file.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,4 +303,113 @@ int train_state_save(const TrainState *s, const char *dir, int64_t step, IrError
     if (rename(tmp, fin))
         return ir_errorf(err, "cannot rename '%s' to '%s': %s", tmp, fin, strerror(errno));
     return 0;
+}
+
+int train_state_newest(const char *dir, int64_t *step, char *path, size_t pathlen, IrError *err) {
+    DIR *d = opendir(dir);
+    if (!d) return ir_errorf(err, "cannot read the checkpoint directory '%s': %s", dir,
+                             strerror(errno));
+    int64_t best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long n;
+        int used = 0;
+        if (sscanf(e->d_name, "step-%lld%n", &n, &used) != 1 || e->d_name[used] || n < 0)
+            continue; /* step-N.tmp and anything else */
+        char man[4096];
+        struct stat sb;
+        snprintf(man, sizeof man, "%s/%s/MANIFEST", dir, e->d_name);
+        if (stat(man, &sb) == 0 && S_ISREG(sb.st_mode) && n > best) best = n;
+    }
+    closedir(d);
+    if (best < 0) return 1;
+    *step = best;
+    snprintf(path, pathlen, "%s/step-%06lld", dir, (long long)best);
+    return 0;
+}
+
+static int read_exact(const char *path, void *dst, size_t nb, IrError *err) {
+    FILE *f = input_fopen(path, NULL, 0);
+    if (!f) return ir_errorf(err, "cannot open '%s': %s", path, strerror(errno));
+    size_t got = nb ? fread(dst, 1, nb, f) : 0;
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    if (got != nb || extra)
+        return ir_errorf(err, "'%s' does not hold %zu bytes (the MANIFEST's size)", path, nb);
+    return 0;
+}
+
+int train_state_load(TrainState *s, const char *stepdir, IrError *err) {
+    char path[4096], line[2400];
+    snprintf(path, sizeof path, "%s/MANIFEST", stepdir);
+    FILE *man = input_fopen(path, NULL, 0);
+    if (!man) return ir_errorf(err, "cannot open '%s': %s", path, strerror(errno));
+    const char *kinds[3] = {"param", "m", "v"};
+    /* loaded[i*3 + k]: parameter i's buffer k came from the checkpoint */
+    char *loaded = ir_xcalloc((size_t)s->nparams * 3 + 1, 1);
+    int64_t step = -1;
+    int rc = 0, ln = 0;
+    while (!rc && fgets(line, sizeof line, man)) {
+        ln++;
+        char fname[1100], name[1100], kind[16];
+        long long n, st;
+        unsigned long long sum;
+        if (sscanf(line, "step %lld", &st) == 1) {
+            step = st;
+            continue;
+        }
+        if (sscanf(line, "%1099s %1099s %15s %lld %llx", fname, name, kind, &n, &sum) != 5) {
+            rc = ir_errorf(err, "%s line %d: expected 'FILE PARAM KIND ELEMENTS CHECKSUM'", path,
+                           ln);
+            break;
+        }
+        int i = 0, k = 0;
+        while (i < s->nparams && strcmp(s->params[i].value->name, name)) i++;
+        while (k < 3 && strcmp(kinds[k], kind)) k++;
+        if (i == s->nparams) {
+            rc = ir_errorf(err, "%s line %d: parameter '%s' is not a trained parameter of this "
+                           "model (a checkpoint of another model?)", path, ln, name);
+            break;
+        }
+        TrainParam *p = &s->params[i];
+        float *dst[3] = {p->data, p->m, p->v};
+        if (k == 3 || !dst[k]) {
+            rc = ir_errorf(err, "%s line %d: '%s' has state '%s', which this optimizer does not "
+                           "keep (a checkpoint of another --optimizer?)", path, ln, name, kind);
+            break;
+        }
+        if (n != p->n) {
+            rc = ir_errorf(err, "%s line %d: '%s' has %lld elements, the model %lld", path, ln,
+                           name, n, (long long)p->n);
+            break;
+        }
+        char fpath[4096];
+        size_t nb = (size_t)p->n * sizeof(float);
+        snprintf(fpath, sizeof fpath, "%s/%s", stepdir, fname);
+        if (strchr(fname, '/') || read_exact(fpath, dst[k], nb, err)) {
+            if (strchr(fname, '/')) ir_errorf(err, "%s line %d: bad file name '%s'", path, ln, fname);
+            rc = -1;
+            break;
+        }
+        if (ir_fnv1a(dst[k], nb) != (uint64_t)sum) {
+            rc = ir_errorf(err, "'%s': checksum %016" PRIx64 ", the MANIFEST says %016llx (a "
+                           "damaged checkpoint)", fpath, ir_fnv1a(dst[k], nb), sum);
+            break;
+        }
+        loaded[i * 3 + k] = 1;
+    }
+    fclose(man);
+    for (int i = 0; i < s->nparams && !rc; i++) {
+        TrainParam *p = &s->params[i];
+        const float *dst[3] = {p->data, p->m, p->v};
+        for (int k = 0; k < 3 && !rc; k++)
+            if (dst[k] && !loaded[i * 3 + k])
+                rc = ir_errorf(err, "%s: no '%s' state of parameter '%s' (a checkpoint of "
+                               "another model or optimizer?)", path, kinds[k],
+                               p->value->name);
+    }
+    free(loaded);
+    if (!rc && step < 0) rc = ir_errorf(err, "%s: no 'step N' line", path);
+    if (!rc) s->step = step;
+    return rc;
 }

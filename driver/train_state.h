@@ -66,6 +66,18 @@ int train_state_step(TrainState *s, double lr, double *norm, IrError *err);
  * checksum in DIR/step-N/MANIFEST; written to a temporary directory and
  * renamed into place, so a crash never leaves a half checkpoint. */
 int train_state_save(const TrainState *s, const char *dir, int64_t step, IrError *err);
+/* The newest complete checkpoint under dir: the largest N of a
+ * DIR/step-N/MANIFEST (temporary step-N.tmp directories are not complete).
+ * 0 with *step and path set, 1 when there is none, -1 with err when dir
+ * cannot be read. */
+int train_state_newest(const char *dir, int64_t *step, char *path, size_t pathlen, IrError *err);
+/* Load a train_state_save directory into s: every parameter's weights and
+ * optimizer state (each file's size and FNV-1a checksum checked against
+ * the MANIFEST), and the step count.  Every trained parameter must be
+ * there, with this optimizer's state kinds, and nothing else: a checkpoint
+ * of another model or optimizer is refused naming the parameter.  On
+ * error s may be partly loaded. */
+int train_state_load(TrainState *s, const char *stepdir, IrError *err);
 /* copy model_path to out_path with every initializer replaced by the
  * trained weights (re-tied copies get the transposed trained weight) */
 int train_state_export_onnx(const TrainState *s, const char *model_path, const char *out_path,
