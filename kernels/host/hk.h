@@ -173,6 +173,10 @@ void hk_linear_f32(const float *x, const float *w, const float *bias, int64_t M,
 /* For each of `batch` heads: y[T,Dv] = softmax(q k^T * scale + mask) v,
  * q [T,D], k [S,D], v [S,Dv]; causal masks key j when j > i + (S - T).
  * Fully masked rows give zeros. */
+/* Row i of attention's P in place: softmax over row[0 .. lim) (the keys
+ * query i sees), zeros in row[lim .. S).  The forward and the backward's
+ * recomputation share it, so both hold the same bits. */
+void hk_attn_softmax_row(float *row, int64_t lim, int64_t S);
 int hk_attention_f32(const float *q, const float *k, const float *v, int64_t batch, int64_t T,
                      int64_t S, int64_t D, int64_t Dv, int causal, float scale, float *y,
                      char *err);

@@ -44,14 +44,7 @@ static void bwd_heads(void *vctx, int64_t h0, int64_t h1)
             int64_t last = J->causal ? i + (S - T) : S - 1; /* last visible key */
             if (last > S - 1)
                 last = S - 1;
-            double mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j <= last; j++)
-                if (row[j] > mx)
-                    mx = row[j];
-            for (int64_t j = 0; j <= last; j++)
-                sum += exp((double)row[j] - mx);
-            for (int64_t j = 0; j < S; j++) /* fully masked rows stay 0, as forward */
-                row[j] = j <= last ? (float)(exp((double)row[j] - mx) / sum) : 0.0f;
+            hk_attn_softmax_row(row, last + 1, S); /* the forward's P, bit for bit */
         }
         /* dv = P^T dout */
         if (J->dv) {

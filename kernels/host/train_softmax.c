@@ -84,6 +84,7 @@ static int target_at(HkDType tdt, const void *t, int64_t i, int64_t *out)
     return 0;
 }
 
+HK_VECTOR_CLONES
 static double row_lse(const float *row, int64_t V)
 {
     double mx = -INFINITY;
