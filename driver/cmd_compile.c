@@ -66,7 +66,8 @@ static void usage(FILE *f) {
             "                         docs/TRAINING.md \"Mixed precision (bf16)\")\n"
             "  --grad-reduce-dtype fp32|bf16  dtype of the gradient all-reduce between DP ranks\n"
             "                         and stages (default fp32, as Megatron; bf16 halves the\n"
-            "                         bytes and rounds each partial sum; bf16-mixed only)\n"
+            "                         bytes and rounds each partial sum; bf16-mixed only;\n"
+            "                         the planner costs it so)\n"
             "  --recompute none|full|selective  activation recompute of every stage, overriding\n"
             "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n");
     fprintf(f,
@@ -140,15 +141,6 @@ static int parse_compile_opt(CompileCtx *c, int argc, char **argv, int *ip) {
     if (!strcmp(argv[i], "--emit-llvm")) return ca->emit_llvm = 1;
     if (!strcmp(argv[i], "--interpret-nodes")) return ca->interpret_nodes = 1;
     if (!strcmp(argv[i], "--no-fuse")) return ca->no_fuse = 1;
-    if ((r = cli_opt(argc, argv, ip, "--grad-reduce-dtype", &v)) != 0) {
-        if (r < 0) return OPT_BAD;
-        if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
-            fprintf(stderr, "hetc compile: --grad-reduce-dtype %s: expected fp32 or bf16\n", v);
-            return OPT_BAD;
-        }
-        ca->grad_reduce_bf16 = !strcmp(v, "bf16");
-        return 1;
-    }
     if ((r = cli_opt(argc, argv, ip, "--recompute", &v)) != 0) {
         PartRecompute rm;
         if (r < 0) return OPT_BAD;
@@ -240,6 +232,7 @@ static int step_parse(CompileCtx *c, int argc, char **argv) {
         return 2;
     }
     c->ca.bf16_mixed = c->pa.precision == PRECISION_BF16_MIXED;
+    c->ca.grad_reduce_bf16 = c->pa.grad_reduce_bf16; /* parsed with the plan options */
     if (c->ca.grad_reduce_bf16 && !c->ca.bf16_mixed) {
         fprintf(stderr, "hetc compile: --grad-reduce-dtype bf16 needs --precision bf16-mixed "
                 "(an fp32 run reduces its fp32 gradients in fp32)\n");

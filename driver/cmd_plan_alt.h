@@ -17,6 +17,7 @@ typedef struct PlanAltArgs {
     int autohet_profile;       /* autohet: 0 exact, 1 Eq. 5 binary decomposition */
     const char *precision;     /* what plan.txt / plan.json state (precision.h) */
     const char *cluster_dtype; /* the cluster file's dtype */
+    int grad_reduce_bf16;      /* --grad-reduce-dtype bf16: DP sync at half the bytes */
 } PlanAltArgs;
 
 /* Plan with a.planner, print the plan, write DIR/plan_NAME.txt, plan.json and

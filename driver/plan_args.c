@@ -86,6 +86,12 @@ static int parse_word(PlanArgs *a, const char *v, int r, const char *name)
         if (precision_parse("hetc plan", v, 1, &pr))
             return -1;
         a->precision = pr;
+    } else if (!strcmp(name, "--grad-reduce-dtype")) {
+        if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
+            fprintf(stderr, "hetc plan: --grad-reduce-dtype %s: expected fp32 or bf16\n", v);
+            return -1;
+        }
+        a->grad_reduce_bf16 = !strcmp(v, "bf16");
     } else if (!strcmp(name, "--profile-db")) {
         a->profile_db = v;
     } else {
@@ -156,7 +162,8 @@ int plan_args_parse_one(PlanArgs *a, int argc, char **argv, int *i)
 #undef DBLOPT
     static const char *const words[] = {"--schedule", "--zero", "--recompute", "--planner",
                                         "--autohet-profile", "--profile-db",
-                                        "--write-profile-db", "--precision", NULL};
+                                        "--write-profile-db", "--precision",
+                                        "--grad-reduce-dtype", NULL};
     for (int k = 0; words[k]; k++)
         if ((r = cli_opt(argc, argv, i, words[k], &v)) != 0)
             return parse_word(a, v, r, words[k]);

@@ -32,6 +32,8 @@ typedef struct PlanArgs {
                                    (--microbatch auto, or --global-batch without
                                    --microbatch): plan_pipeline.c's mb_search */
     Precision precision;        /* --precision (precision.h; default fp32: what runs) */
+    int grad_reduce_bf16;       /* --grad-reduce-dtype bf16 (bf16-mixed only): the DP
+                                   gradient reductions cost half the bytes */
 } PlanArgs;
 
 /* Defaults; ibinds_log: where the import says what it bound (NULL: silent). */

@@ -130,7 +130,9 @@ int alt_stage_cost(const AltContext *x, int k, int i, int mesh, int dp, int tp, 
     out->dp = dp;
     out->tp = tp;
     int one_node = dp * tp <= m->per_node;
-    out->t_sync = ring_allreduce(params / tp, dp, one_node ? m->intra_bw : m->inter_bw,
+    /* the bf16 gradient wire (hetc compile --grad-reduce-dtype bf16): half the bytes */
+    out->t_sync = ring_allreduce(params / tp * (x->co.grad_reduce_bf16 ? 0.5 : 1.0), dp,
+                                 one_node ? m->intra_bw : m->inter_bw,
                                  one_node ? m->intra_lat : m->inter_lat);
     out->feasible = out->mem_static + out->mem_act <= d->mem_bytes;
     return 0;

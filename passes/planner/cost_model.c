@@ -31,6 +31,7 @@ void cost_options_default(CostOptions *o)
 {
     o->efficiency = 0.5;
     o->bf16_gemm = 0;
+    o->grad_reduce_bf16 = 0;
     o->imbalance_threshold = 4.0;
     o->imbalance_lower = 0;
     o->pcie_bw = 12e9;
@@ -472,11 +473,19 @@ static void intra_plan(const CostModel *cm, int k, int a, Submesh sub, int dp, i
         double lat = sub.n == 1 ? m->intra_lat : m->inter_lat;
         double g = tp > 1 ? r->params : r->params / tp;
         double one = bw > 0 ? (double)(dp - 1) / dp * g / bw + (dp - 1) * lat : INFINITY;
+        /* the gradients' reduce-scatter (ZeRO-0's all-reduce is two of them)
+         * over a bf16 wire moves half the bytes; ZeRO's all-gather of the
+         * updated fp32 parameters does not */
+        double rs = cm->o.grad_reduce_bf16 && bw > 0
+                        ? (double)(dp - 1) / dp * g * 0.5 / bw + (dp - 1) * lat
+                        : one;
         if (zero >= 2) {
-            out->t_b += one;
+            out->t_b += rs;
             out->t_sync = one;
+        } else if (zero == 1) {
+            out->t_sync = rs + one;
         } else {
-            out->t_sync = 2.0 * one; /* ZeRO 0's ring all-reduce: the same sum */
+            out->t_sync = 2.0 * rs; /* ZeRO 0's ring all-reduce: the same sum */
         }
     }
     out->feasible = out->mem_static + out->mem_act <= m->dev.mem_bytes;

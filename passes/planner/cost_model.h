@@ -112,6 +112,9 @@ typedef struct CostOptions {
                                    the mixed-precision pass runs in bf16 (PlanLayer.lp_*)
                                    are timed at the device's bf16 peak (cm_flops_time);
                                    0 (default): every FLOP at the cluster dtype's peak */
+    int grad_reduce_bf16;       /* hetc compile --grad-reduce-dtype bf16: the DP gradient
+                                   reductions (not ZeRO's parameter all-gather) move bf16,
+                                   half the bytes of the fp32 gradients (0: fp32) */
     double imbalance_threshold; /* T: prune when a stage's work share / its submesh's
                                    capacity share is > T; 0 = off (default 4) */
     int imbalance_lower;        /* 1: also prune shares < 1/T (default 0: comm-bound

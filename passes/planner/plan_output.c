@@ -422,6 +422,8 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
         KSTR(&w, "precision", info->precision);
     if (info && info->cluster_dtype && strcmp(info->cluster_dtype, dtype_of(c)))
         KSTR(&w, "cluster_file_dtype", info->cluster_dtype);
+    if (info && info->grad_reduce_bf16)
+        KSTR(&w, "grad_reduce_dtype", "bf16");
     if (info && info->has_reserve)
         KNUM(&w, "runtime_reserve_bytes", info->reserve_bytes);
     if (info && info->planner)
@@ -518,6 +520,9 @@ static void txt_header(FILE *f, const Plan *p, const ClusterSpec *c, const PlanO
                       "planning what-if, the stage binaries run fp32",
                 other ? "; the cluster file's dtype " : "", other ? info->cluster_dtype : "",
                 other ? " is not used" : "");
+        if (info->grad_reduce_bf16)
+            fprintf(f, "gradients reduced in bf16 (--grad-reduce-dtype bf16): the DP sync moves "
+                    "half the bytes\n");
     }
     if (info && info->has_reserve)
         fprintf(f, "memory per device = arena (model states + K_i activation slots + scratch, "

@@ -33,6 +33,8 @@ typedef struct PlanOutputInfo {
      * "bf16-mixed"; NULL: omitted) and the cluster file's dtype, when the
      * plan's (cluster.dtype) is another (NULL: omitted) */
     const char *precision, *cluster_dtype;
+    int grad_reduce_bf16;       /* --grad-reduce-dtype bf16: "grad_reduce_dtype" in plan.json,
+                                   said in plan.txt (0: fp32, omitted) */
     /* has_reserve: each stage's mem_pred holds reserve_bytes of runtime
      * reserve (cost_model.h); plan.json then also gives the rest,
      * mem_arena_pred_bytes: what the stage binary's arena holds */

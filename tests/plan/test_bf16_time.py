@@ -18,6 +18,13 @@ with P = tflops x --efficiency (0.5).  A device without bf16 tensor cores
 (tflops_bf16 0, a V100's) plans both precisions alike; the seed planners'
 costs (--planner=uniform) follow the same rule; plan.txt says so.
 
+The gradient wire (--grad-reduce-dtype bf16): one stage at DP 2 on a mesh
+with zero link latency, ZeRO 0: the simulated `sync` event is the ring
+all-reduce 2 (dp-1)/dp x 4 N / bw with N the float initializers' elements
+of the ONNX file, and exactly half of it over the bf16 wire; plan.json
+says "grad_reduce_dtype": "bf16", plan.txt says it; without bf16-mixed the
+option is refused.
+
 usage: test_bf16_time.py HETC SOURCE_DIR
 """
 import json
@@ -127,4 +134,45 @@ with tempfile.TemporaryDirectory() as work:
     t16, _ = plan(work, 0, "bf16-mixed")
     if t32 and t16:
         check(t32 == t16, f"tflops_bf16 0: fp32 {t32} != bf16-mixed {t16}")
+
+    # the bf16 gradient wire: the DP all-reduce's bytes halve
+    import numpy as np
+    m = onnx.load(model)
+    N = sum(int(np.prod(i.dims)) for i in m.graph.initializer if i.data_type == 1)
+    BW = 10e9 / 8  # 10 Gbit/s
+    dpy = os.path.join(work, "dp.yaml")
+    open(dpy, "w").write("name: dp-wire\ndtype: bf16\nmeshes:\n  - name: g\n    device: A100-80GB\n"
+                         "    nodes: 1\n    devices_per_node: 2\n"
+                         "    intra_node: {bandwidth_gbps: 10, latency_us: 0}\n")
+    sync = {}
+    for wire in ("fp32", "bf16"):
+        out = os.path.join(work, "dp_" + wire)
+        p = subprocess.run([hetc, "plan", model, dpy, "-o", out, "--seq", str(SEQ), "--microbatch",
+                            str(ROWS), "--global-batch", str(2 * ROWS), "--precision", "bf16-mixed",
+                            "--grad-reduce-dtype", wire, "--max-tp", "1", "--zero", "0"],
+                           capture_output=True, text=True, timeout=600)
+        if not check(p.returncode == 0, f"dp plan, {wire} wire: exit {p.returncode}: {p.stderr[-300:]}"):
+            continue
+        j = json.load(open(os.path.join(out, "plan.json")))
+        check([s["dp"] for s in j["stages"]] == [2], f"{wire} wire: stages' dp {[s['dp'] for s in j['stages']]}")
+        check(j.get("grad_reduce_dtype") == ("bf16" if wire == "bf16" else None),
+              f"{wire} wire: plan.json grad_reduce_dtype {j.get('grad_reduce_dtype')}")
+        check(("gradients reduced in bf16" in open(os.path.join(out, "plan.txt")).read()) == (wire == "bf16"),
+              f"{wire} wire: plan.txt's bf16 gradient line")
+        ev = [e for e in json.load(open(os.path.join(out, "timeline.json")))["traceEvents"]
+              if e.get("name") == "sync"]
+        sync[wire] = ev[0]["dur"] * 1e-6 if ev else None
+    want32 = 2 * (2 - 1) / 2 * 4 * N / BW
+    if check(None not in sync.values() and len(sync) == 2, f"sync events {sync}"):
+        check(abs(sync["fp32"] - want32) <= 1e-9 * want32,
+              f"fp32 wire sync {sync['fp32']:.9g} s, oracle {want32:.9g} s")
+        check(abs(sync["bf16"] - want32 / 2) <= 1e-9 * want32,
+              f"bf16 wire sync {sync['bf16']:.9g} s, oracle {want32 / 2:.9g} s")
+        print(f"DP 2 sync: fp32 wire {sync['fp32'] * 1e3:.4f} ms, bf16 wire {sync['bf16'] * 1e3:.4f} ms "
+              f"(oracle from {N} ONNX parameters: {want32 * 1e3:.4f} / {want32 / 2e-3:.4f})", flush=True)
+    p = subprocess.run([hetc, "plan", model, dpy, "-o", os.path.join(work, "dp_refused"), "--seq",
+                        str(SEQ), "--microbatch", str(ROWS), "--grad-reduce-dtype", "bf16"],
+                       capture_output=True, text=True, timeout=600)
+    check(p.returncode != 0 and "--grad-reduce-dtype bf16 needs --precision bf16-mixed" in p.stderr,
+          f"--grad-reduce-dtype bf16 without bf16-mixed: exit {p.returncode}: {p.stderr[-300:]}")
 sys.exit(1 if failures else 0)
