@@ -19,8 +19,9 @@ runtime's cross-stage sum over them is the layer-wise all-reduce), and its
 Oracle: `hetc train`, one process, microbatches of 4 rows, 4 a step: the
 launch.sh run's 10 losses to 1e-5 relative and its printed gradient norms
 to 5e-5 (6 digits).  Its step-5 checkpoint (each layer written by one
-holder) resumed under the same build prints steps 6-10 equal to hetc
-train's to 1e-5.
+holder) resumed under the same build, and under the planner's own
+one-pipeline plan of the cluster, prints steps 6-10 equal to hetc train's
+to 1e-5.
 
 Refused by key: the same pipelines with ZeRO-1 on the DP 2 stage (ZeRO,
 TP and offload cut a gradient a stage's own way, not the holder set's);
@@ -122,6 +123,17 @@ if p.returncode == 0:
     pr = t.launch(out, STEPS, "--checkpoint-dir", copy, "--resume")
     more, w = t.expect_losses(pr, "resumed from step 5", ref, steps=range(6, STEPS + 1))
     print(f"resumed from step 5: steps 6-{STEPS} == hetc train to {w:.2g}", flush=True)
+    # the layer files are any plan's: the planner's one-pipeline build resumes them
+    one = t.path("build_one")
+    if check(t.compile(one).returncode == 0, "hetc compile of the planner's plan failed"):
+        copy = t.path("ckpt_resume_one")
+        shutil.copytree(ck, copy)
+        shutil.rmtree(os.path.join(copy, "step_%08d" % STEPS))
+        pr = t.launch(one, STEPS, "--checkpoint-dir", copy, "--resume")
+        more, w = t.expect_losses(pr, "resumed under one pipeline", ref,
+                                  steps=range(6, STEPS + 1))
+        print(f"resumed under the planner's one-pipeline plan: steps 6-{STEPS} == hetc train "
+              f"to {w:.2g}", flush=True)
 
 # refused by key: ZeRO on such pipelines (the holder set sums whole gradients)
 qz = json.loads(json.dumps(q))
