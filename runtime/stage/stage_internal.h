@@ -197,6 +197,10 @@ typedef struct StageRt {
     double step_loss;         /* sum of recorded losses this step */
     RtSendQueue sendq;        /* hetrt_send's deferred sends, completed each step */
     MPI_Comm *shared_comm;    /* [cfg.nshared]; MPI_COMM_NULL where this stage holds none */
+    /* [cfg.nshared]: the first `shared` line with the same holder stages,
+     * whose communicator line s uses (stage_sync_setup): a backend keeps
+     * one group per holder set under that index */
+    int *shared_first;
     /* [cfg.nshared]: the sorted, distinct element offsets (0 and numel
      * included) at which the cross-stage sum of shared parameter s is cut:
      * every ZeRO-2 holder's DP range boundaries, the same on every holder

@@ -53,11 +53,17 @@ static int same_holders(const StageShared *a, const StageShared *b) {
 int stage_sync_setup(StageRt *rt) {
     int n = rt->cfg.nshared;
     rt->shared_comm = calloc((size_t)n + 1, sizeof *rt->shared_comm);
+    rt->shared_first = calloc((size_t)n + 1, sizeof *rt->shared_first);
+    if (!rt->shared_comm || !rt->shared_first) {
+        rt_log_error("stage %d: out of memory", rt->cfg.stage);
+        return 1;
+    }
     for (int i = 0; i < n; i++) {
         const StageShared *s = &rt->cfg.shared[i];
         int holds = 0, same = -1;
         for (int j = 0; j < i && same < 0; j++)
             if (same_holders(&rt->cfg.shared[j], s)) same = j;
+        rt->shared_first[i] = same >= 0 ? same : i;
         if (same >= 0) {
             rt->shared_comm[i] = rt->shared_comm[same];
             continue;
@@ -130,15 +136,14 @@ int stage_sync_setup(StageRt *rt) {
 }
 
 void stage_sync_teardown(StageRt *rt) {
-    /* backwards: a holder set's communicator is freed once, at its first
-     * line (MPI_Comm_free nulls the handle it frees) */
-    for (int i = rt->shared_comm ? rt->cfg.nshared - 1 : -1; i >= 0; i--) {
-        int dup = 0;
-        for (int j = 0; j < i && !dup; j++) dup = rt->shared_comm[j] == rt->shared_comm[i];
-        if (rt->shared_comm[i] != MPI_COMM_NULL && !dup) MPI_Comm_free(&rt->shared_comm[i]);
-    }
+    /* a holder set's communicator is freed once, at its first line */
+    for (int i = 0; rt->shared_comm && rt->shared_first && i < rt->cfg.nshared; i++)
+        if (rt->shared_first[i] == i && rt->shared_comm[i] != MPI_COMM_NULL)
+            MPI_Comm_free(&rt->shared_comm[i]);
     free(rt->shared_comm);
+    free(rt->shared_first);
     rt->shared_comm = NULL;
+    rt->shared_first = NULL;
     for (int i = 0; rt->shared_cut && i < rt->cfg.nshared; i++) free(rt->shared_cut[i]);
     free(rt->shared_cut);
     free(rt->shared_ncut);
