@@ -6,12 +6,14 @@ own stage boundaries, 4 microbatches of 4 rows a step (global batch 16),
 each pipeline running 2 rows of every microbatch:
 
 - pipeline 1: stage 0 layers 1-7 (v100), stage 1 layers 8-18 (a100);
-- pipeline 2: stage 2 layers 1-11 (v100, DP 2, a row each), stage 3
-  layers 12-18 (t4).
+- pipeline 2: stage 2 layers 1-4 (v100), stage 3 layers 5-11 (v100,
+  DP 2, a row each), stage 4 layers 12-18 (t4): another stage count, so
+  another schedule (warm-ups 3, 2, 1 beside 2, 1).
 
 Holder sets (each run of layers held by the same stage of every pipeline),
-brute force from plan.json: layers 1-7 on stages 0, 2; 8-11 on 1, 2;
-12-18 on 1, 3; gpt_tiny's tied wte (embedding and head) on all four.  Every
+brute force from plan.json: layers 1-4 on stages 0, 2; 5-7 on 0, 3; 8-11
+on 1, 3; 12-18 on 1, 4; gpt_tiny's tied wte (embedding and head) on
+stages 0, 1, 2, 4.  Every
 stage binary's `shared` records must name exactly these stage sets (the
 runtime's cross-stage sum over them is the layer-wise all-reduce), and its
 `pipes` record the pipelines' first stages.
@@ -80,9 +82,9 @@ def grad_norms(text):
 
 
 q = plan([(1, (1, 7), "v100", 1, 2), (1, (8, 18), "a100", 1, 1),
-          (2, (1, 11), "v100", 2, 2), (2, (12, 18), "t4", 1, 1)])
+          (2, (1, 4), "v100", 1, 3), (2, (5, 11), "v100", 2, 2), (2, (12, 18), "t4", 1, 1)])
 hs = holder_sets(q)
-check([h[2] for h in hs] == [[0, 2], [1, 2], [1, 3]], f"holder sets {hs}")
+check([h[2] for h in hs] == [[0, 2], [0, 3], [1, 3], [1, 4]], f"holder sets {hs}")
 out = t.path("build")
 p = t.compile(out, "--plan", write("plan_pipes", q))
 check(p.returncode == 0, f"hetc compile of two unaligned pipelines: exit {p.returncode}")
@@ -91,8 +93,8 @@ check("cut the model at the same layers" not in p.stderr, "unaligned pipelines s
 if p.returncode == 0:
     # the config records: every binary the pipelines' first stages, and the
     # shared stage sets = the holder sets (plus the tied wte's four holders)
-    want = {tuple(h[2]) for h in hs} | {(0, 1, 2, 3)}
-    for k in range(4):
+    want = {tuple(h[2]) for h in hs} | {(0, 1, 2, 4)}
+    for k in range(5):
         b = os.path.join(out, f"stage_{k}")
         check(config_lines(b, "pipes") == ["pipes 0 2"],
               f"stage {k}: pipes records {config_lines(b, 'pipes')}")
@@ -102,6 +104,16 @@ if p.returncode == 0:
               f"{sorted(want)}")
         rows = config_lines(b, "rows")
         check(rows == ["rows 2"], f"stage {k}: {rows} (a pipeline's 2 rows of a microbatch)")
+        # each pipeline's own 1F1B schedule: the stage's warm-up forwards,
+        # then a backward and a forward in turn, the last backwards after
+        wu, nmb = q["stages"][k]["warmup"], q["microbatches"]
+        want_s = [f"F{i}" for i in range(wu)]
+        for i in range(nmb):
+            want_s += [f"B{i}"] + ([f"F{wu + i}"] if wu + i < nmb else [])
+        sp = t.run([b, "--print-schedule"])
+        check(sp.stdout.split() == [f"stage", f"{k}", "schedule:"] + want_s,
+              f"stage {k}: schedule {sp.stdout.strip()!r}, its pipeline's 1F1B with warm-up "
+              f"{wu}: {' '.join(want_s)}")
     r = t.train(STEPS, mb=4, accum=4)
     check(r.returncode == 0, "hetc train failed")
     ref, rnorm = losses(r.stdout), grad_norms(r.stdout)
@@ -137,11 +149,12 @@ if p.returncode == 0:
 
 # refused by key: ZeRO on such pipelines (the holder set sums whole gradients)
 qz = json.loads(json.dumps(q))
-qz["stages"][2]["zero"] = 1
+qz["stages"][3]["zero"] = 1
 p = t.compile(t.path("build_zero"), "--plan", write("plan_zero", qz), quiet=True)
 if check(p.returncode in (1, 2), f"ZeRO on unaligned pipelines: exit {p.returncode}"):
-    for wd in ('stage 2 (pipeline 2) "zero" 1', "2 pipelines", "own stage boundaries",
-               "layers 1-7 on stages 0, 2; layers 8-11 on stages 1, 2; layers 12-18 on stages 1, 3"):
+    for wd in ('stage 3 (pipeline 2) "zero" 1', "2 pipelines", "own stage boundaries",
+               "layers 1-4 on stages 0, 2; layers 5-7 on stages 0, 3; layers 8-11 on stages 1, "
+               "3; layers 12-18 on stages 1, 4"):
         check(wd in p.stderr, f"ZeRO refusal does not name {wd!r}: {p.stderr.strip()[-500:]}")
 # rows per microbatch that two pipelines cannot share evenly
 qo = json.loads(json.dumps(q))
