@@ -109,9 +109,10 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
         remove(tl);
         if (p.runnable)
             fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt (its "
-                    "pipelines cut the model at the same layers: hetc compile --plan runs them as "
-                    "one pipeline; the iteration time is the planner's own simulation, no "
-                    "timeline files)\n", a->planner, a->out_dir, a->planner);
+                    "pipelines run under hetc compile --plan: as one pipeline where their stages "
+                    "line up, else each pipeline on its own with every layer's gradients summed "
+                    "over the stages holding it; the iteration time is the planner's own "
+                    "simulation, no timeline files)\n", a->planner, a->out_dir, a->planner);
         else
             fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt; the stage "
                     "binaries cannot run it yet (%s): hetc compile --plan refuses it naming the "

@@ -112,7 +112,7 @@ static void lower_opts(const CompileStages *cs, int *dp, int nslots, LeSched *ls
     memset(lo, 0, sizeof *lo);
     lo->nstages = p->nstages;
     lo->dp = dp;
-    lo->rows = cs->rows;
+    lo->rows = p->prows; /* a pipeline's rows of a microbatch (cs->rows with one) */
     lo->seq = cs->co->seq;
     lo->accum = B;
     lo->nslots = nslots;
@@ -154,6 +154,23 @@ static char *rowtable_lines(const CompPlan *p) {
             n += (size_t)snprintf(out + n, cap - n, " %lld", (long long)p->stages[s].row_table[r]);
         n += (size_t)snprintf(out + n, cap - n, "\n");
     }
+    return out;
+}
+
+/* `pipes F0 .. F(J-1)` (several pipelines: each one's first stage): the
+ * runtime reads pipeline j's rows [j rows, (j + 1) rows) of every data
+ * microbatch and sums the step loss over the pipelines' last stages
+ * (docs/STAGE_ABI.md).  Empty with one pipeline. */
+static char *pipes_line(const CompPlan *p) {
+    size_t cap = 16 + (size_t)(p->npipes > 1 ? p->npipes : 0) * 12, n = 0;
+    char *out = malloc(cap);
+    out[0] = 0;
+    if (p->npipes < 2)
+        return out;
+    n += (size_t)snprintf(out + n, cap - n, "pipes");
+    for (int j = 0; j < p->npipes; j++)
+        n += (size_t)snprintf(out + n, cap - n, " %d", p->pipe_first[j]);
+    snprintf(out + n, cap - n, "\n");
     return out;
 }
 
@@ -275,8 +292,9 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
         warm[s] = p->stages[s].warmup;
         dp[s] = p->stages[s].dp;
     }
-    Schedule sch;
-    memset(&sch, 0, sizeof sch);
+    /* each pipeline's own schedule (one with one pipeline) */
+    int J = p->npipes > 1 ? p->npipes : 1;
+    Schedule *sch = calloc((size_t)J, sizeof *sch);
     char *shared = NULL, *report = NULL;
     size_t report_len = 0;
     FILE *rep = open_memstream(&report, &report_len);
@@ -291,17 +309,24 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
                       "not --backend=%s", s, be->name);
             goto done;
         }
-    if (schedule_build(S, B, warm, &sch, err)) {
-        ir_error_prefix(err, "schedule");
-        goto done;
+    for (int j = 0; j < J; j++) {
+        int f = p->pipe_first ? p->pipe_first[j] : 0;
+        int e = p->pipe_first ? p->pipe_first[j + 1] : S;
+        if (schedule_build(e - f, B, warm + f, &sch[j], err)) {
+            if (J > 1) ir_error_prefix(err, "pipeline %d schedule", j + 1);
+            else ir_error_prefix(err, "schedule");
+            goto done;
+        }
     }
     shared = shared_lines(p, ps);
-    char *rtab = rowtable_lines(p);
-    char *both = malloc(strlen(shared) + strlen(rtab) + 1);
+    char *rtab = rowtable_lines(p), *pl = pipes_line(p);
+    char *both = malloc(strlen(shared) + strlen(rtab) + strlen(pl) + 1);
     strcpy(both, shared);
     strcat(both, rtab);
+    strcat(both, pl);
     free(shared);
     free(rtab);
+    free(pl);
     shared = both;
     fprintf(rep, "\nstage memory plan (per rank, %s %s backend; planner GiB: the planner's "
                  "prediction with its runtime reserve, pred arena MiB: without it)\n",
@@ -314,12 +339,15 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
         PartStage *st = &ps[u];
         const char *sfx = var[u].suffix; /* "" for DP rank 0's rows; _lo, _rN: other counts */
         LeSched *ls = malloc((size_t)2 * B * sizeof *ls);
+        int f, e;
+        comp_plan_pipe_range(p, s, &f, &e);
+        const Schedule *ps_sch = &sch[p->pipe_first ? p->stages[s].pipe : 0];
         for (int i = 0; i < 2 * B; i++) {
-            ls[i].kind = sch.actions[s][i].kind;
-            ls[i].microbatch = sch.actions[s][i].mb;
+            ls[i].kind = ps_sch->actions[s - f][i].kind;
+            ls[i].microbatch = ps_sch->actions[s - f][i].mb;
         }
         LowerOpts lo;
-        lower_opts(cs, dp, sch.warmup[s], ls, &lo);
+        lower_opts(cs, dp, ps_sch->warmup[s - f], ls, &lo);
         LeProgram prog;
         MemPlan mp;
         char *config = NULL;
@@ -406,7 +434,9 @@ done:
         fclose(rep);
     free(report);
     free(shared);
-    schedule_free(&sch);
+    for (int j = 0; sch && j < J; j++)
+        schedule_free(&sch[j]);
+    free(sch);
     free(warm);
     free(dp);
     return rc;

@@ -134,7 +134,13 @@ static int check_rows(const cJSON *o, CpStage *c, int64_t rows, const char *path
 
 int64_t comp_plan_rank_rows(const CompPlan *p, int s, int r) {
     const CpStage *c = &p->stages[s];
-    return c->row_table ? c->row_table[r] : p->rows / c->dp + (r < p->rows % c->dp ? 1 : 0);
+    return c->row_table ? c->row_table[r] : p->prows / c->dp + (r < p->prows % c->dp ? 1 : 0);
+}
+
+void comp_plan_pipe_range(const CompPlan *p, int s, int *first, int *end) {
+    int j = p->pipe_first ? p->stages[s].pipe : 0;
+    *first = p->pipe_first ? p->pipe_first[j] : 0;
+    *end = p->pipe_first ? p->pipe_first[j + 1] : p->nstages;
 }
 
 void comp_plan_binary_suffix(const CompPlan *p, int s, int64_t rows, char *buf, size_t n) {
@@ -218,6 +224,55 @@ int comp_plan_mesh_index(const CompPlan *p, const char *mesh) {
     return -1;
 }
 
+/* Several pipelines (stages[].pipe 1..J, stored pipeline by pipeline; the
+ * plan_forms_check before it has their holder sets): p->npipes,
+ * p->pipe_first and p->prows, every pipeline running each microbatch's
+ * rows / J rows (AutoHet's DP groups split a global batch evenly). */
+static int read_pipes(const cJSON *st, CompPlan *p, const char *path, IrError *err) {
+    int n = p->nstages, J = 0, prev = 0, k = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, st) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "pipe");
+        int q = cJSON_IsNumber(x) ? (int)x->valuedouble : 0;
+        if (k == 0 && q <= 0)
+            break; /* one pipeline (plan_forms_check saw every stage's "pipe" or none) */
+        if (q != prev && q != prev + 1)
+            return ir_errorf(err, "%s: stages[%d].\"pipe\" %d after pipeline %d: store the "
+                             "pipelines one after another, 1, 2, ..., each a run of stages",
+                             path, k, q, prev);
+        const cJSON *pm = cJSON_GetObjectItemCaseSensitive(o, "pipe_microbatches");
+        if (pm && (!cJSON_IsNumber(pm) || pm->valuedouble != p->microbatches))
+            return ir_errorf(err, "%s: stages[%d].\"pipe_microbatches\" is not the plan's "
+                             "\"microbatches\" %d: the stage binaries run every pipeline on "
+                             "all microbatches (its rows of each)", path, k, p->microbatches);
+        prev = q;
+        J = q;
+        k++;
+    }
+    p->npipes = J > 1 ? J : 1;
+    p->pipe_first = calloc((size_t)p->npipes + 1, sizeof *p->pipe_first);
+    if (!p->pipe_first)
+        return ir_errorf(err, "%s: out of memory", path);
+    p->pipe_first[p->npipes] = n;
+    if (J < 2)
+        return 0;
+    k = 0;
+    cJSON_ArrayForEach(o, st) {
+        int q = (int)cJSON_GetObjectItemCaseSensitive(o, "pipe")->valuedouble;
+        if (k == 0 || q != prev)
+            p->pipe_first[q - 1] = k;
+        prev = q;
+        k++;
+    }
+    if (p->rows % J)
+        return ir_errorf(err, "%s: %d pipelines over microbatches of %lld rows (global_batch / "
+                         "microbatches): each pipeline runs an equal share of every "
+                         "microbatch, so the rows must be a multiple of %d", path, J,
+                         (long long)p->rows, J);
+    p->prows = p->rows / J;
+    return 0;
+}
+
 /* stages[s] of plan.json into p->stages[s] (the stages before it read). */
 static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrError *err) {
     double v = 0;
@@ -236,10 +291,13 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
         return -1;
     }
     c->first_layer = (int)a, c->last_layer = (int)b;
-    int expect = s ? p->stages[s - 1].last_layer + 1 : 1;
+    c->pipe = p->npipes > 1 ? (int)cJSON_GetObjectItemCaseSensitive(o, "pipe")->valuedouble - 1 : 0;
+    int head = !s || c->pipe != p->stages[s - 1].pipe; /* its pipeline's first stage */
+    int expect = head ? 1 : p->stages[s - 1].last_layer + 1;
     if (c->first_layer != expect) {
         ir_errorf(err, "%s: %s\"layers\" starts at %d; the stages must cover the layers in "
-                  "order without gaps (expected %d)", path, where, c->first_layer, expect);
+                  "order without gaps (expected %d%s)", path, where, c->first_layer, expect,
+                  p->npipes > 1 ? ": every pipeline is a whole copy of the model" : "");
         return -1;
     }
     if (num(o, "dp", &v, path, where, err))
@@ -289,7 +347,7 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
         return -1;
     }
     c->warmup = (int)i64;
-    if (s && c->warmup > p->stages[s - 1].warmup) {
+    if (!head && c->warmup > p->stages[s - 1].warmup) {
         ir_errorf(err, "%s: %s\"warmup\" %d exceeds the previous stage's %d: the pipeline "
                   "would deadlock (warm-ups must not increase along the pipe)", path, where,
                   c->warmup, p->stages[s - 1].warmup);
@@ -304,14 +362,14 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
     /* dp need not divide the rows (heterogeneous DP: the first rows % dp
      * ranks take one row more, stage_S_lo runs the rest, or the plan's
      * row table), but every DP rank needs a row */
-    if (p->rows < c->dp) {
+    if (p->prows < c->dp) {
         ir_errorf(err, "%s: %s\"dp\" %d exceeds the %lld rows of a microbatch "
-                  "(global_batch / microbatches): a DP rank would hold no row (plan with a "
+                  "(global_batch / microbatches%s): a DP rank would hold no row (plan with a "
                   "larger --microbatch or fewer DP ranks)", path, where, c->dp,
-                  (long long)p->rows);
+                  (long long)p->prows, p->npipes > 1 ? " / pipes" : "");
         return -1;
     }
-    if (check_rows(o, c, p->rows, path, where, err))
+    if (check_rows(o, c, p->prows, path, where, err))
         return -1;
     return read_parts(o, c, path, where, err);
 }
@@ -429,6 +487,7 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         goto done;
     }
     p->rows = p->global_batch / p->microbatches;
+    p->prows = p->rows;
     const cJSON *sq = cJSON_GetObjectItemCaseSensitive(root, "seq");
     if (cJSON_IsNumber(sq) && whole(sq->valuedouble, 1, &p->seq))
         p->seq = -1;
@@ -441,9 +500,20 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
     }
     p->stages = calloc((size_t)n, sizeof *p->stages);
     p->nstages = n;
+    if (read_pipes(st, p, path, err))
+        goto done;
     for (int s = 0; s < n; s++) {
         if (read_stage(cJSON_GetArrayItem(st, s), s, p, path, err))
             goto done;
+    }
+    for (int j = 0; j + 1 < p->npipes; j++) {
+        const CpStage *e = &p->stages[p->pipe_first[j + 1] - 1];
+        if (e->last_layer != p->stages[n - 1].last_layer) {
+            ir_errorf(err, "%s: pipeline %d ends at layer %d, pipeline %d at layer %d: every "
+                      "pipeline is a whole copy of the model", path, j + 1, e->last_layer,
+                      p->npipes, p->stages[n - 1].last_layer);
+            goto done;
+        }
     }
     if (read_cluster(root, p, path, err))
         goto done;
@@ -471,5 +541,6 @@ void comp_plan_free(CompPlan *p) {
         free(p->stages[s].row_table);
     free(p->stages);
     free(p->links);
+    free(p->pipe_first);
     memset(p, 0, sizeof *p);
 }

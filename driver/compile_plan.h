@@ -19,6 +19,7 @@ typedef struct CpStage {
                                   * streamed through the arena every step ("offload", Zorse) */
     int recompute;               /* PartRecompute ("recompute": none|full|selective, default none) */
     int warmup;                  /* N_i: forward microbatches before the first backward */
+    int pipe;                    /* its pipeline, 0-based (plan.json "pipe" - 1; 0 with one) */
     char mesh[64], device[64];
     double mem_pred;             /* predicted bytes per device (0: unknown) */
     double mem_arena_pred;       /* of which the arena ("mem_arena_pred_bytes"; -1: unknown) */
@@ -51,6 +52,16 @@ typedef struct CompPlan {
     int microbatches;            /* B of the plan = microbatches per optimizer step */
     int64_t global_batch;        /* rows per step */
     int64_t rows;                /* rows per microbatch: global_batch / microbatches */
+    /* Several pipelines whose stages do not line up (AutoHet's DP groups,
+     * plan.json "pipe"; lined-up ones are one pipeline by now:
+     * plan_pipes.h): npipes J >= 2, pipeline j's stages are
+     * [pipe_first[j], pipe_first[j + 1]), each a whole copy of the model
+     * running every microbatch's prows = rows / J rows (pipeline j rows
+     * [j prows, (j + 1) prows) of it).  One pipeline: npipes 1,
+     * prows = rows.  Row tables and rt_row_split's split are of prows. */
+    int npipes;
+    int *pipe_first;             /* [npipes + 1] */
+    int64_t prows;
     int64_t seq;                 /* -1: not recorded */
     char schedule[16];
 } CompPlan;
@@ -61,6 +72,8 @@ typedef struct CompPlan {
  * global_batch divisible by microbatches, warm-ups non-increasing along the
  * pipe.  Errors name the file and the JSON key. */
 int comp_plan_read(const char *path, CompPlan *p, IrError *err);
+/* The first and one past the last stage of stage s's pipeline. */
+void comp_plan_pipe_range(const CompPlan *p, int s, int *first, int *end);
 /* Rows of a microbatch on DP rank r of stage s: its row table, or
  * rt_row_split's count. */
 int64_t comp_plan_rank_rows(const CompPlan *p, int s, int r);

@@ -138,10 +138,41 @@ static int write_init(const CompileStages *cs, PartStage *ps, IrGraph **gs, IrEr
     return rc;
 }
 
+/* Several pipelines, each partitioned on its own (stages numbered from 0
+ * in it): into the plan's numbering, one stage after another.  Peers move
+ * by the pipeline's first stage; xfer ids by the ids of the pipelines
+ * before it, so an id stays plan-wide.  Every parameter is held by one
+ * stage of each pipeline (a tied one by several): all are `shared`, so
+ * the runtime's cross-stage sum over a parameter's holders (stage_sync.c
+ * shared_sum, after each stage's DP sum) is the layer-wise all-reduce of
+ * AutoHet's DP groups, and the lowest holder (pipeline 1) writes its
+ * checkpoint layer. */
+static void pipes_join(const CompPlan *p, PartStage *ps, const StageVariant *var, int nv) {
+    int id_off = 0;
+    for (int j = 0; j < p->npipes; j++) {
+        int f = p->pipe_first[j], top = -1;
+        for (int u = 0; u < nv; u++) {
+            int s = var[u].stage;
+            if (s < f || s >= p->pipe_first[j + 1])
+                continue;
+            ps[u].stage = s;
+            for (int k = 0; k < ps[u].nxfers; k++) {
+                PartXfer *x = &ps[u].xfers[k];
+                top = x->id > top ? x->id : top;
+                x->peer += f;
+                x->id += id_off;
+            }
+            for (int k = 0; k < ps[u].nparams; k++)
+                ps[u].params[k].shared = 1;
+        }
+        id_off += top + 1;
+    }
+}
+
 int compile_stages(CompileStages *cs, IrError *err) {
     const CompPlan *p = cs->plan;
     int S = p->nstages, rc = -1, nv = S, cap = S;
-    int64_t rows = cs->rows;
+    int64_t rows = p->prows; /* a pipeline's rows of each microbatch (cs->rows with one) */
     for (int s = 0; s < S; s++)
         cap += p->stages[s].dp;
     /* var[u] for u < S: stage u at DP rank 0's rows; then every other row
@@ -184,6 +215,10 @@ int compile_stages(CompileStages *cs, IrError *err) {
     spec.last_layer = last;
     spec.dp = dp;
     spec.rows = rows;
+    /* the loss scale over the whole microbatch: each pipeline's last stage
+     * scales by its rows of all pipelines' (partition.h loss_rows), so the
+     * plain sums over pipelines stay the uniform batch's mean */
+    spec.loss_rows = cs->rows;
     spec.recompute = recompute;
     spec.zero = zero; /* optimizer-state sharding in the DP group (passes/partition.h) */
     /* Tensor parallelism: TP rank 0's graphs.  Every TP rank's graphs have
@@ -211,6 +246,17 @@ int compile_stages(CompileStages *cs, IrError *err) {
             goto done;
         }
         spec.local_rows = var[u].rows; /* the loss scale local_rows / rows (partition.h) */
+        /* several pipelines: stage s is stage s - f of its pipeline's
+         * partition (each pipeline a whole copy of the model, its own cuts) */
+        int f, e;
+        comp_plan_pipe_range(p, s, &f, &e);
+        spec.nstages = e - f;
+        spec.first_layer = first + f;
+        spec.last_layer = last + f;
+        spec.dp = dp + f;
+        spec.recompute = recompute + f;
+        spec.zero = zero + f;
+        spec.tp = tp + f;
         for (int q = 0; q < u && !gs[u]; q++)
             if (var[q].rows == var[u].rows)
                 gs[u] = gs[q];
@@ -218,9 +264,11 @@ int compile_stages(CompileStages *cs, IrError *err) {
             ir_error_prefix(err, "stage %d (local batch %lld)", s, (long long)var[u].rows);
             goto done;
         }
-        if (partition_stage(gs[u], &spec, s, &ps[u], err))
+        if (partition_stage(gs[u], &spec, s - f, &ps[u], err))
             goto done;
     }
+    if (p->npipes > 1)
+        pipes_join(p, ps, var, nv);
     cs->t_graphs = now_s() - t;
     t = now_s();
     if (write_init(cs, ps, gs, err))

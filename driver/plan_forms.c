@@ -113,7 +113,21 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
         npipes = p > npipes ? p : npipes;
     }
     if (npipes > 1) {
-        /* AutoHet's DP groups: say where each pipeline cuts the model */
+        /* AutoHet's DP groups: they run (every parameter shared among its
+         * holder set's stages, driver/compile_stage.c) unless a pipeline is
+         * no whole copy of the model, or a stage cuts a gradient its own
+         * way: ZeRO's shards, TP's slices and an offloaded store are not the
+         * holder set's whole-tensor sum */
+        PlanHolderSet hs[64];
+        char e[256];
+        int nh = plan_holder_sets(root, hs, 64, e, sizeof e), nkeys = 0;
+        cJSON_ArrayForEach(o, stages) {
+            const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
+            nkeys += int_of(o, "zero", 0) > 0 || int_of(o, "tp", 1) > 1 || cJSON_IsTrue(off) ||
+                     (cJSON_IsNumber(off) && off->valuedouble != 0);
+        }
+        if (nh > 0 && !nkeys && !bad)
+            return 0;
         put(&m, "%sthe plan is %d pipelines, each a whole copy of the model with its own stage "
             "boundaries (", bad ? "; " : "", npipes);
         for (int q = 1; q <= npipes; q++) {
@@ -138,28 +152,26 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
                 k++;
             }
         }
-        put(&m, "): the stage binaries run one pipeline; several need each layer's gradients "
-            "all-reduced among the pipelines' ranks that hold it, across stages that do not "
-            "line up");
+        put(&m, "): the stage binaries run them with each layer's gradients all-reduced among "
+            "the pipelines' ranks that hold it");
         holder_sets(&m, root);
-        /* forms the layer-wise sum would also have to meet on such pipelines:
-         * ZeRO's shards, TP's slices and an offloaded store cut a gradient in
-         * a stage's own way, not the holder set's */
         int k = 0, said = 0;
         cJSON_ArrayForEach(o, stages) {
             int z = int_of(o, "zero", 0), tp = int_of(o, "tp", 1);
             const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
             int of = cJSON_IsTrue(off) || (cJSON_IsNumber(off) && off->valuedouble != 0);
             if (z > 0 || tp > 1 || of) {
-                put(&m, "%s stage %d (pipeline %d)", said++ ? "," : "; such pipelines "
-                    "would not run these forms either:", k, int_of(o, "pipe", 0));
+                put(&m, "%s stage %d (pipeline %d)", said++ ? "," : ", but not these forms "
+                    "on such pipelines (the layer-wise sum needs whole gradients):", k,
+                    int_of(o, "pipe", 0));
                 if (z > 0) put(&m, " \"zero\" %d", z);
                 if (tp > 1) put(&m, " \"tp\" %d", tp);
                 if (of) put(&m, " \"offload\" true");
             }
             k++;
         }
-        bad++;
+        if (nh < 0 || nkeys)
+            bad++;
     }
     if (!bad)
         return 0;

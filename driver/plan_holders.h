@@ -6,8 +6,11 @@
  * layers with the same holding stages form one holder set: one
  * communicator and one all-reduce group per set is what the runtime needs
  * (a parameter tied across layers, gpt_tiny's wte, joins the union of its
- * layers' sets, as a `shared` record does today).  plan_forms.c names the
- * sets when it refuses such a plan; the runtime does not run them yet. */
+ * layers' sets, as a `shared` record does).  plan_forms.c names the sets
+ * when it refuses such a plan (ZeRO, TP or offload on it); the runtime
+ * meets them as the `shared` records of every parameter
+ * (compile_stage.c pipes_join, one communicator per distinct set:
+ * runtime/stage/stage_sync.c). */
 #ifndef HETC_PLAN_HOLDERS_H
 #define HETC_PLAN_HOLDERS_H
 

@@ -6,8 +6,8 @@
  * all-reduce among the ranks that hold it (AutoHet's layer-wise
  * synchronisation) is then that stage's DP all-reduce, and each rank keeps
  * its pipeline's rows of a microbatch (a row table) and its mesh (parts).
- * Pipelines whose stages do not line up still need the layer-wise sync
- * across unaligned stages (plan_forms.c refuses them). */
+ * Pipelines whose stages do not line up run as they are, each parameter
+ * summed over its holder set (compile_stage.c, plan_holders.h). */
 #ifndef HETC_PLAN_PIPES_H
 #define HETC_PLAN_PIPES_H
 

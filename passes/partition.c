@@ -161,7 +161,7 @@ static int build_train(const PartAna *A, int s, PartStage *st, IrError *err) {
     }
 
     /* forward nodes: this stage's own, and the data-free producers it reads */
-    double scale = (double)st->local_rows / (double)sp->rows;
+    double scale = (double)st->local_rows / (double)(sp->loss_rows > 0 ? sp->loss_rows : sp->rows);
     IrValue *loss_raw = NULL;
     for (int i = 0; i < A->nn; i++) {
         if (!A->incl[(size_t)s * A->nn + i]) continue;

@@ -125,6 +125,10 @@ typedef struct PartSpec {
     /* > 0: the rows this DP rank runs instead (a plan's per-stage row
      * table, any split of rows; the loss is scaled by local_rows / rows) */
     int64_t local_rows;
+    /* > 0: the loss is scaled by local_rows / loss_rows instead (several
+     * pipelines, each running its share `rows` of a microbatch of
+     * loss_rows rows: plain sums over all of them give the mean) */
+    int64_t loss_rows;
 } PartSpec;
 
 /* Rows of DP rank r of dp in a microbatch of `rows` (rt_row_split's count). */

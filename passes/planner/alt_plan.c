@@ -642,7 +642,9 @@ void alt_plan_print(FILE *f, const AltContext *x, const AltPlan *p)
  * stage's DP group, full recompute, one microbatch split over each stage's
  * DP ranks by its row table; CPU offload (issue 18 item 4); a DP group
  * spanning meshes (issue 18: launch.sh places each part on its mesh); no
- * ministages sharing devices, no separate pipelines.  hetc compile refuses the rest by name (compile_plan.c). */
+ * ministages sharing devices; several pipelines, lined up or not (issue 18
+ * item 3), but no ZeRO, TP or offload on pipelines that do not line up.
+ * hetc compile refuses the rest by name (compile_plan.c). */
 /* 1 when fine layers [a, b] hold a whole repeated block (what TP shards:
  * the partition finds attention / MLP patterns only inside blocks). */
 static int holds_block(const AltContext *x, int a, int b)
@@ -685,8 +687,11 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
 {
     char buf[256] = "";
     size_t n = 0;
+    /* a stage cutting a gradient its own way (driver/plan_forms.c) */
+    int cut = p->zero_stage > 0 || p->offload;
     int multi = 0, tp = 0, rec = 0, pipes = 0, tp_noblock = 0, grouped = 0;
     for (int s = 0; s < p->nstages; s++) {
+        cut |= p->stages[s].tp > 1;
         for (int q = 0; q < s && p->stages[s].group > 0; q++) /* as plan.json's "group" */
             grouped |= p->stages[q].group == p->stages[s].group;
         pipes |= p->stages[s].pipe > 1;
@@ -702,9 +707,11 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
      * since issue 18: vocabulary-parallel where tp_shard finds the pattern,
      * else replicated on every TP rank (passes/partition.c) */
     (void)tp_noblock;
-    /* pipelines whose stages line up run as one pipeline (issue 18) */
-    if (pipes && !pipes_line_up(p))
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "layer-wise all-reduce across DP groups "
+    /* pipelines whose stages line up run as one pipeline, the others
+     * with every parameter shared among its holders (issue 18 item 3),
+     * but not with ZeRO, TP or offload on them */
+    if (pipes && !pipes_line_up(p) && cut)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "ZeRO, TP or offload on DP groups "
                               "whose stages do not line up; ");
     /* per-GPU row shares (a stage's row table), ZeRO-1/2 on such a DP group
      * and its ranks on several meshes' devices (launch.sh's rank_mesh) run

@@ -250,7 +250,9 @@ int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const cha
     int size = 1;
     MPI_Comm_size(comm, &size);
     if (size <= 1) return 0;
-    CudaGroup *g = &b->groups[shared < 0 ? 0 : 1 + shared];
+    /* one NCCL group per holder set: lines with the same holders share the
+     * first one's communicator (stage_sync_setup) */
+    CudaGroup *g = &b->groups[shared < 0 ? 0 : 1 + rt->shared_first[shared]];
     if (!g->decided && cuda_group_decide(rt, g, comm, what)) return 1;
     if (g->nccl) {
         ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, g->comm,

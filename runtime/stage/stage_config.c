@@ -324,6 +324,23 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
                             "needs a row)", st, f[i]);
         return 0;
     }
+    if (!strcmp(k, "pipes")) {
+        int prev = -1;
+        free(c->pipe_first);
+        if (nf < 3 || !(c->pipe_first = calloc((size_t)nf, sizeof *c->pipe_first)))
+            return fail(err, errlen, ln, "expected 'pipes F0 F1 ..': the first stage of each "
+                        "of two or more pipelines");
+        for (int i = 1; i < nf; i++) {
+            int *x = &c->pipe_first[i - 1];
+            if (get_int(f[i], x) || *x <= prev || *x >= c->nstages || (i == 1 && *x != 0))
+                return fail(err, errlen, ln, "pipes: first stage '%s' of pipeline %d is not "
+                            "after the previous one's in [0, %d) (the first is 0; put 'stages' "
+                            "first)", f[i], i, c->nstages);
+            prev = *x;
+        }
+        c->npipes = nf - 1;
+        return 0;
+    }
     if (!strcmp(k, "token_dtype")) {
         if (nf != 2 || (strcmp(f[1], "i64") && strcmp(f[1], "i32")))
             return fail(err, errlen, ln, "expected 'token_dtype i64|i32'");
@@ -462,6 +479,11 @@ static int check(StageConfig *c, char *err, size_t errlen) {
                 c->xfers[i].peer != c->stage,
             "xfer %d: peer stage %d is not another stage of %d", c->xfers[i].id,
             c->xfers[i].peer, c->nstages);
+    for (int i = 0; c->npipes > 1 && i < c->nxfers; i++)
+        REQ(stage_pipe_of(c, c->xfers[i].peer) == stage_pipe_of(c, c->stage),
+            "xfer %d: peer stage %d is in pipeline %d, stage %d in pipeline %d (pipelines "
+            "exchange no boundary tensors)", c->xfers[i].id, c->xfers[i].peer,
+            stage_pipe_of(c, c->xfers[i].peer) + 1, c->stage, stage_pipe_of(c, c->stage) + 1);
     for (int i = 0; i < c->nshared; i++)
         for (int j = 0; j < c->shared[i].nstages; j++)
             REQ(c->shared[i].stages[j] < c->nstages, "shared '%s': stage %d out of range",
@@ -529,10 +551,22 @@ void stage_config_free(StageConfig *c) {
     free(c->params);
     free(c->xfers);
     free(c->shared);
+    free(c->pipe_first);
     for (int s = 0; c->rowtab && s < c->nstages; s++) free(c->rowtab[s]);
     free(c->rowtab);
     free(c->dp);
     free(c->ptl);
     stage_tp_config_free(c);
     memset(c, 0, sizeof *c);
+}
+
+int stage_pipe_of(const StageConfig *c, int s) {
+    int j = 0;
+    while (c->pipe_first && j + 1 < c->npipes && c->pipe_first[j + 1] <= s) j++;
+    return j;
+}
+
+int stage_pipe_last(const StageConfig *c, int s) {
+    int j = stage_pipe_of(c, s);
+    return s == (c->pipe_first && j + 1 < c->npipes ? c->pipe_first[j + 1] : c->nstages) - 1;
 }

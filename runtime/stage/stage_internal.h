@@ -70,6 +70,12 @@ typedef struct StageConfig {
     /* `rowtable S N0 .. N(dp-1)` records (heterogeneous DP): rowtab[s] is
      * stage s's rows per DP rank, NULL where the stage has none (rt_row_split) */
     int64_t **rowtab;
+    /* `pipes F0 .. F(J-1)` (several pipelines whose stages do not line up,
+     * AutoHet's DP groups): pipeline j is stages [F(j), F(j+1)), each a
+     * whole copy of the model running rows [j rows, (j + 1) rows) of every
+     * data microbatch of J x rows rows.  npipes 1, pipe_first NULL: one. */
+    int npipes;
+    int *pipe_first;
     int layers;
     int token_i32;           /* token_dtype i32 */
     int sgd;
@@ -109,6 +115,10 @@ typedef struct StageConfig {
  * errors naming the line.  0 or -1 with err. */
 int stage_config_parse(const char *text, StageConfig *c, char *err, size_t errlen);
 void stage_config_free(StageConfig *c);
+/* The pipeline of stage s (0 with one pipeline), and whether s is the last
+ * stage of its pipeline (the one computing the loss). */
+int stage_pipe_of(const StageConfig *c, int s);
+int stage_pipe_last(const StageConfig *c, int s);
 
 /* stage_tp.c: the `tp` / `tpshard` records.  stage_tp_parse_line returns 1
  * when the record is not one of them, 0 when parsed, -1 with err. */
@@ -187,6 +197,10 @@ typedef struct StageRt {
     double step_loss;         /* sum of recorded losses this step */
     RtSendQueue sendq;        /* hetrt_send's deferred sends, completed each step */
     MPI_Comm *shared_comm;    /* [cfg.nshared]; MPI_COMM_NULL where this stage holds none */
+    /* [cfg.nshared]: the first `shared` line with the same holder stages,
+     * whose communicator line s uses (stage_sync_setup): a backend keeps
+     * one group per holder set under that index */
+    int *shared_first;
     /* [cfg.nshared]: the sorted, distinct element offsets (0 and numel
      * included) at which the cross-stage sum of shared parameter s is cut:
      * every ZeRO-2 holder's DP range boundaries, the same on every holder

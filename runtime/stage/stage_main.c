@@ -496,7 +496,7 @@ static void step_loop(StageRt *rt, StageOpts *o, int64_t start, int printer) {
     const HetcStageFn *fwd = find_fn(d, "forward"), *bwd = find_fn(d, "backward"),
                       *upd = find_fn(d, "update");
     RtLrSchedule sched = stage_lr_schedule(c, o);
-    int64_t tok_per_step = c->rows * c->seq * c->accum;
+    int64_t tok_per_step = c->rows * (c->npipes > 1 ? c->npipes : 1) * c->seq * c->accum;
     double t0 = now_s();
     int64_t fault = fault_step(rt);
     for (int64_t k = start; k < o->steps; k++) {
@@ -706,6 +706,9 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     for (int s = 0; c->rowtab && s < c->nstages; s++) rt.ctx.stage_rows[s] = c->rowtab[s];
     int64_t row0, my_rows; /* this DP rank's rows: the stage's row table, or rt_row_split's */
     rt_stage_row_split(&rt.ctx, c->stage, c->rows, rt.ctx.dp_rank, &row0, &my_rows);
+    /* several pipelines: a data microbatch is every pipeline's rows, this
+     * pipeline's the j-th share of them */
+    int64_t npipes = c->npipes > 1 ? c->npipes : 1, data_rows = c->rows * npipes;
     if (c->local_rows != my_rows)
         STAGE_DIE("stage %d: this binary runs %lld rows per microbatch, DP rank %d of %d holds "
                   "%lld of the %lld rows: launch the stage's ranks with launch.sh (it starts "
@@ -716,14 +719,15 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
     hetrt_stage_rt = &rt;
 
     char derr[RT_ERRLEN];
-    if (rt_data_open_format(&rt.dl, o.data, o.data_format, c->rows, c->seq, rt.ctx.dp_rank,
+    row0 += (int64_t)stage_pipe_of(c, c->stage) * c->rows;
+    if (rt_data_open_format(&rt.dl, o.data, o.data_format, data_rows, c->seq, rt.ctx.dp_rank,
                             rt.ctx.dp_size, derr))
         STAGE_DIE("--data: %s", derr);
     rt.dl_open = 1;
     if (rt_data_set_shard(&rt.dl, row0, my_rows, derr)) STAGE_DIE("--data: %s", derr);
     rt.dl.vocab = c->vocab;
     if (o.val_data) {
-        if (rt_data_open_format(&rt.vdl, o.val_data, o.data_format, c->rows, c->seq,
+        if (rt_data_open_format(&rt.vdl, o.val_data, o.data_format, data_rows, c->seq,
                                 rt.ctx.dp_rank, rt.ctx.dp_size, derr))
             STAGE_DIE("--val-data: %s", derr);
         if (rt_data_set_shard(&rt.vdl, row0, my_rows, derr)) STAGE_DIE("--val-data: %s", derr);
@@ -772,7 +776,7 @@ int hetrt_stage_main(int argc, char **argv, const HetcStageDesc *desc) {
         printf("hetrt stage %d of %d: %d ranks, %d parameters, %lld tokens/step, %s, data %s "
                "(%s, %lld batches), steps %lld..%lld\n",
                c->stage, c->nstages, rt.ctx.world_size, c->nparams,
-               (long long)(c->rows * c->seq * c->accum), c->sgd ? "sgd" : "adamw", o.data,
+               (long long)(data_rows * c->seq * c->accum), c->sgd ? "sgd" : "adamw", o.data,
                rt_token_format_name(rt.dl.format), (long long)rt.dl.nbatches,
                (long long)start + 1, (long long)o.steps);
         fflush(stdout);

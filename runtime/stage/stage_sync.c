@@ -34,16 +34,40 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One communicator per `shared` line, split in the plan-wide order of the
- * lines (identical on every stage), so every world rank takes part in each
- * MPI_Comm_split and ranks of stages not holding the parameter get
- * MPI_COMM_NULL. */
+/* 1 if shared lines a and b name the same stages (they were written in
+ * one order: compile_emit.c lists a parameter's holders ascending). */
+static int same_holders(const StageShared *a, const StageShared *b) {
+    if (a->nstages != b->nstages) return 0;
+    for (int j = 0; j < a->nstages; j++)
+        if (a->stages[j] != b->stages[j]) return 0;
+    return 1;
+}
+
+/* One communicator per distinct holder set of the `shared` lines, split in
+ * the plan-wide order of the lines (identical on every stage), so every
+ * world rank takes part in each MPI_Comm_split and ranks of stages not
+ * holding the parameter get MPI_COMM_NULL.  A line whose stages an earlier
+ * line names uses that line's communicator: with several pipelines every
+ * parameter is shared, and one communicator per parameter would be
+ * hundreds where the holder sets (AutoHet's layer-wise groups) are a few. */
 int stage_sync_setup(StageRt *rt) {
     int n = rt->cfg.nshared;
     rt->shared_comm = calloc((size_t)n + 1, sizeof *rt->shared_comm);
+    rt->shared_first = calloc((size_t)n + 1, sizeof *rt->shared_first);
+    if (!rt->shared_comm || !rt->shared_first) {
+        rt_log_error("stage %d: out of memory", rt->cfg.stage);
+        return 1;
+    }
     for (int i = 0; i < n; i++) {
         const StageShared *s = &rt->cfg.shared[i];
-        int holds = 0;
+        int holds = 0, same = -1;
+        for (int j = 0; j < i && same < 0; j++)
+            if (same_holders(&rt->cfg.shared[j], s)) same = j;
+        rt->shared_first[i] = same >= 0 ? same : i;
+        if (same >= 0) {
+            rt->shared_comm[i] = rt->shared_comm[same];
+            continue;
+        }
         for (int j = 0; j < s->nstages; j++) holds |= s->stages[j] == rt->cfg.stage;
         rt->shared_comm[i] = MPI_COMM_NULL;
         if (MPI_Comm_split(MPI_COMM_WORLD, holds ? 0 : MPI_UNDEFINED, rt->ctx.world_rank,
@@ -112,10 +136,14 @@ int stage_sync_setup(StageRt *rt) {
 }
 
 void stage_sync_teardown(StageRt *rt) {
-    for (int i = 0; rt->shared_comm && i < rt->cfg.nshared; i++)
-        if (rt->shared_comm[i] != MPI_COMM_NULL) MPI_Comm_free(&rt->shared_comm[i]);
+    /* a holder set's communicator is freed once, at its first line */
+    for (int i = 0; rt->shared_comm && rt->shared_first && i < rt->cfg.nshared; i++)
+        if (rt->shared_first[i] == i && rt->shared_comm[i] != MPI_COMM_NULL)
+            MPI_Comm_free(&rt->shared_comm[i]);
     free(rt->shared_comm);
+    free(rt->shared_first);
     rt->shared_comm = NULL;
+    rt->shared_first = NULL;
     for (int i = 0; rt->shared_cut && i < rt->cfg.nshared; i++) free(rt->shared_cut[i]);
     free(rt->shared_cut);
     free(rt->shared_ncut);
@@ -339,6 +367,17 @@ int stage_sync_grads(StageRt *rt, double *norm) {
 
 int stage_sync_loss(StageRt *rt, double *loss) {
     double l = rt->step_loss;
+    if (rt->cfg.npipes > 1) {
+        /* several pipelines: each last stage's ranks hold their rows' share
+         * of the loss (scaled by their rows over the whole microbatch), the
+         * others nothing: one sum over the world is the step loss */
+        if (!stage_pipe_last(&rt->cfg, rt->cfg.stage) || rt->ctx.tp_rank != 0) l = 0;
+        if (rt_allreduce(&rt->ctx, MPI_COMM_WORLD, &l, 1, MPI_DOUBLE, MPI_SUM,
+                         "step loss sum over the pipelines"))
+            return 1;
+        *loss = l / (double)rt->cfg.accum;
+        return 0;
+    }
     if (rt->cfg.stage != rt->cfg.nstages - 1) {
         *loss = 0;
         return 0;

@@ -160,6 +160,30 @@ int main(void) {
                     "rowtable 0 1 1 2\n", "line 8"));
     CHECK(parse_err("hetc-stage 1\nstages 2\ndp 1 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
                     "tp 2\n", "line 8"));
+    /* several pipelines (issue 18 item 3): each one's first stage; the
+     * pipeline of every stage and its last stage follow from them */
+    CHECK(stage_config_parse("hetc-stage 1\nstage 3\nstages 5\ndp 1 1 2 1 1\nrows 2\n"
+                             "local_rows 2\nseq 2\naccum 1\npipes 0 2\n"
+                             "xfer 0 send act peer 4 rows 2 row_bytes 8\nend\n",
+                             &c, err, sizeof err) == 0);
+    CHECK(c.npipes == 2 && stage_pipe_of(&c, 0) == 0 && stage_pipe_of(&c, 1) == 0 &&
+          stage_pipe_of(&c, 2) == 1 && stage_pipe_of(&c, 4) == 1);
+    CHECK(!stage_pipe_last(&c, 0) && stage_pipe_last(&c, 1) && !stage_pipe_last(&c, 3) &&
+          stage_pipe_last(&c, 4));
+    stage_config_free(&c);
+    CHECK(stage_config_parse("hetc-stage 1\nstage 0\nstages 2\ndp 1 1\nrows 2\n"
+                             "local_rows 2\nseq 2\naccum 1\nend\n", &c, err, sizeof err) == 0);
+    CHECK(stage_pipe_of(&c, 1) == 0 && !stage_pipe_last(&c, 0) && stage_pipe_last(&c, 1));
+    stage_config_free(&c);
+    CHECK(parse_err("hetc-stage 1\nstages 4\ndp 1 1 1 1\nrows 2\nlocal_rows 2\nseq 2\n"
+                    "accum 1\npipes 1 2\n", "pipes: first stage '1' of pipeline 1"));
+    CHECK(parse_err("hetc-stage 1\nstages 4\ndp 1 1 1 1\nrows 2\nlocal_rows 2\nseq 2\n"
+                    "accum 1\npipes 0 4\n", "pipeline 2 is not after"));
+    CHECK(parse_err("hetc-stage 1\nstages 4\ndp 1 1 1 1\nrows 2\nlocal_rows 2\nseq 2\n"
+                    "accum 1\npipes 0\n", "two or more pipelines"));
+    CHECK(parse_err("hetc-stage 1\nstage 1\nstages 4\ndp 1 1 1 1\nrows 2\nlocal_rows 2\n"
+                    "seq 2\naccum 1\npipes 0 2\nxfer 0 send act peer 2 rows 2 row_bytes 8\n",
+                    "pipelines exchange no boundary tensors"));
     CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"
                     "tp 2\ntpshard nope axis 0 full 4 ranges 0 2\n", "names no param"));
     CHECK(parse_err("hetc-stage 1\nstages 1\ndp 1\nrows 4\nlocal_rows 4\nseq 2\naccum 1\n"

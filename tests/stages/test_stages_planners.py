@@ -28,7 +28,8 @@ types), where the planners choose the other forms: TP on the embedding or
 the head alone (tied gpt_tiny: nothing to shard, run replicated), several
 pipelines (autohet: J = 2 whose stages line up, run as one pipeline whose
 stage k's DP group holds both pipelines' stage k; pipelines whose stages do
-not line up are refused), offload on single-mesh stages
+not line up run too, tests/stages/test_stages_pipes.py, but not with TP,
+ZeRO or offload on them: refused by key), offload on single-mesh stages
 (zorse: it runs, every stage offloaded, ZeRO-2).  Every compiled run's printed gradient norms must equal hetc
 train's to 5e-5 (6 printed digits) too.
 
@@ -138,7 +139,11 @@ def forms_of(plan):
             need[k] = w
         if s.get("pipe", 0) > 0:
             meshes[s["pipe"]] = 1
-    if len(meshes) > 1 and not lined_up(plan):
+    # pipelines that do not line up run (test_stages_pipes.py), but not with
+    # a stage cutting a gradient its own way: ZeRO, TP or offload
+    cut = any(s.get("zero", 0) > 0 or s.get("tp", 1) > 1 or s.get("offload")
+              for s in plan["stages"])
+    if len(meshes) > 1 and not lined_up(plan) and cut:
         whole = [f"{len(meshes)} pipelines", "own stage boundaries", "all-reduced"]
     return need, whole
 
@@ -273,7 +278,9 @@ if os.path.exists(zp):
               f"{p.stderr.strip()[-300:]}")
 
 # pipelines whose stages do not line up (AutoHet's plan on three_mesh with
-# pipeline 2's middle boundary moved one layer): still refused, naming both
+# pipeline 2's middle boundary moved one layer): they run without TP, ZeRO
+# and offload (test_stages_pipes.py); this plan's TP 2 is refused, naming
+# both pipelines, the holder sets and each stage's tp
 ap = t.path("plan_three_mesh_autohet", "plan.json")
 if os.path.exists(ap):
     q = json.load(open(ap))
@@ -286,7 +293,10 @@ if os.path.exists(ap):
         rows = q["global_batch"] // q["microbatches"]
         p = t.compile(t.path("build_unaligned"), "--plan", path, cluster="three_mesh.yaml",
                       mb=rows, quiet=True)
-        if check(p.returncode in (1, 2), "pipelines that do not line up compiled"):
+        cut = forms_of(q)[1]  # the plan-wide words: a stage with TP, ZeRO or offload
+        check(bool(cut), "autohet on three_mesh: no TP, ZeRO or offload left to refuse "
+              "(test_stages_pipes.py runs such pipelines)")
+        if check(p.returncode in (1, 2), "pipelines that do not line up with TP compiled"):
             refusal_names_forms("unaligned", p.stderr, q)
             check("its 2 pipelines cut the model at the same layers" not in p.stderr,
                   "unaligned pipelines said to line up")
@@ -323,7 +333,7 @@ if os.path.exists(ap):
             check(hs == f"layers 1-3 on stages 0, 2; layers 4-4 on stages 1, 2; "
                   f"layers 5-{top} on stages 1, 3" and hs in p.stderr,
                   f"two pipelines: holder sets '{hs}' not named: {p.stderr.strip()[-600:]}")
-            check('these forms either: stage 3 (pipeline 2) "zero" 1' in p.stderr,
+            check('whole gradients): stage 3 (pipeline 2) "zero" 1' in p.stderr,
                   f"two pipelines: stage 3's zero not named: {p.stderr.strip()[-400:]}")
 
 print("\ngpt_tiny (seq 64, global batch 16):")
