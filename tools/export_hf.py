@@ -15,6 +15,10 @@ suite compares hetc with.
     # "exports" entry of each ref.npz's hparams changes)
     python3 tools/export_hf.py --test-models --exporters optimum --keep-refs
 
+    # the bf16-mixed references (torch.autocast) of the models of the
+    # existing ref.npz files: tests/hf/<family>_random.bf16_ref.npz
+    python3 tools/export_hf.py --bf16-refs [--only gpt2,llama] [--inits random,fresh]
+
 What is exported: `input_ids` int64 [batch, seq] -> `logits` float32
 [batch, seq, vocab], `use_cache=False`, dims named `batch` and `seq` (the
 names `hetc --batch/--seq` bind).  The two torch exporters:
@@ -54,6 +58,12 @@ tests/hf/<family>_<init>.ref.npz holds, computed by torch in float64:
                            llm.c batches of examples/tiny_corpus.bin (B 2, T 16)
   hparams                  JSON: the above, versions, the exports
 
+and, with --bf16-refs, tests/hf/<family>_<init>.bf16_ref.npz (see
+bf16_references): 20 AdamW steps of the same model, data and
+hyper-parameters in float32 master weights with the forward under
+torch.autocast("cpu", dtype=torch.bfloat16), and batch 0's loss with
+hetc's own bf16 cast placement emulated (linear_bf16_loss).
+
 Needs torch, transformers and onnxscript (not the suite: it reads the files).
 """
 import argparse
@@ -69,6 +79,11 @@ HF_DIR = os.path.join(ROOT, "tests", "hf")
 CORPUS = os.path.join(ROOT, "examples", "tiny_corpus.bin")
 
 B, T, STEPS = 2, 16, 5
+BF16_STEPS = 20
+# linear_bf16_loss: values this close (relative) to a bf16 rounding midpoint
+# may round either way in fp32 (a few ulps of 6e-8..1.2e-7); at most this
+# many (the nearest) are listed
+FLIP_REL, FLIP_MAX = 2.5e-7, 16
 LR, BETAS, EPS, WD, CLIP = 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
 OPSET = 18
 
@@ -305,6 +320,46 @@ def llmc_batches(steps):
     return torch_reference.llmc_batches(toks, steps, B, T)
 
 
+def trajectory(model, steps, dtype, autocast=False):
+    """`steps` AdamW steps of a copy of `model` in `dtype` on the llm.c
+    batches: (losses, pre-clip grad norms).  autocast: the forward under
+    torch.autocast("cpu", dtype=torch.bfloat16) with the model's `dtype`
+    (float32) weights as the master copy and the loss taken in float32 on
+    the widened logits -- what tools/torch_reference.py --autocast-bf16 does
+    for the committed models.  Step k: zero grads, loss on batch k,
+    backward, clip, step."""
+    import copy
+    m = copy.deepcopy(model).to(dtype)
+    decay = [p for p in m.parameters() if p.dim() >= 2]
+    other = [p for p in m.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=EPS, foreach=False)
+    xs, ys = llmc_batches(steps)
+    # hetc trains without dropout, so the reference does too: GPT-2's and
+    # OPT's configs default to 0.1, which train() would turn on (and make
+    # the trajectory a random draw).  eval() only switches dropout off here:
+    # these models have no batch-norm.
+    m.eval()
+    losses, norms = [], []
+    for k in range(steps):
+        opt.zero_grad(set_to_none=True)
+        x = torch.from_numpy(xs[k])
+        if autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                lg = m(input_ids=x, use_cache=False).logits
+            lg = lg.to(dtype)
+        else:
+            lg = m(input_ids=x, use_cache=False).logits
+        loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]),
+                                                 torch.from_numpy(ys[k]).reshape(-1))
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(m.parameters(), CLIP)))
+        losses.append(loss.item())
+        opt.step()
+    return np.array(losses, np.float64), np.array(norms, np.float64)
+
+
 def references(model, family, init):
     """Logits, parameters and a 5-step AdamW trajectory, in float64."""
     import copy
@@ -316,30 +371,184 @@ def references(model, family, init):
     out = {"input_ids": x, "logits": logits}
     for name, p in model.named_parameters():
         out["param/" + name] = p.detach().float().numpy()
-    decay = [p for p in m.parameters() if p.dim() >= 2]
-    other = [p for p in m.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
-                             {"params": other, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS)
-    xs, ys = llmc_batches(STEPS)
-    # hetc trains without dropout, so the reference does too: GPT-2's and
-    # OPT's configs default to 0.1, which train() would turn on (and make
-    # the trajectory a random draw).  eval() only switches dropout off here:
-    # these models have no batch-norm.
-    m.eval()
-    losses, norms = [], []
-    for k in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        lg = m(input_ids=torch.from_numpy(xs[k]), use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]),
-                                                 torch.from_numpy(ys[k]).reshape(-1))
-        loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(m.parameters(), CLIP)))
-        losses.append(float(loss))
-        opt.step()
-    out["traj_loss"] = np.array(losses)
-    out["traj_grad_norm"] = np.array(norms)
+    out["traj_loss"], out["traj_grad_norm"] = trajectory(model, STEPS, torch.float64)
     return out
+
+
+def linear_bf16_loss(model):
+    """Batch 0's loss with hetc's bf16-mixed cast placement emulated
+    (passes/mixed_precision.c; tools/torch_reference.py linear_bf16_loss for
+    the committed models): every layer that is one GEMM with a weight
+    (nn.Linear and its subclasses such as FalconLinear, GPT-2's Conv1D) gets
+    its input, weight and bias rounded to bf16 and its output rounded to
+    bf16; everything else, and all arithmetic between the roundings, in
+    float64 (in float32, torch's own GEMMs round one GPT-2 value the other
+    way: 2.4e-4 on the loss).  torch.autocast rounds in more places (attention's matmuls,
+    elementwise ops on bf16 values), so this, not the autocast trajectory,
+    is the step-1 oracle of hetc's own roundings.
+
+    An fp32 run computes the values it rounds with ~1e-7 relative error, so
+    a value within that distance of a bf16 rounding midpoint may round the
+    other way there (and a single flipped element of a 2 x 16 batch moves
+    these models' loss by up to ~1e-4: measured on gemma, a down_proj input
+    5.7e-8 from a midpoint).  So the activation values rounded here (each
+    GEMM's input and output; weights and biases are the same fp32 numbers on
+    both sides) that lie within FLIP_REL of a midpoint are listed, and the
+    loss with each of them rounded the other way.
+
+    Returns (emulated loss, plain loss without the roundings, GEMM layers,
+    [(loss with one flip - emulated loss, relative distance), ...])."""
+    import copy
+    from transformers.pytorch_utils import Conv1D
+    f64 = torch.float64
+    m = copy.deepcopy(model).to(f64).eval()
+    xs, ys = llmc_batches(1)
+
+    def loss():
+        with torch.no_grad():
+            lg = m(input_ids=torch.from_numpy(xs[0]), use_cache=False).logits
+            return torch.nn.functional.cross_entropy(
+                lg.reshape(-1, lg.shape[-1]), torch.from_numpy(ys[0]).reshape(-1)).item()
+
+    def rnd(t):
+        return t.to(torch.bfloat16).to(f64)
+
+    def other_side(v, r):
+        """the bf16 neighbour of r = rnd(v) on v's side"""
+        b = r.to(torch.bfloat16)
+        return torch.nextafter(b, torch.where(v > r, torch.full_like(b, float("inf")),
+                                              torch.full_like(b, float("-inf")))).to(f64)
+
+    saved, seen, flip = {}, [], {}
+
+    def rounded(key, t):
+        r = rnd(t)
+        if flip.get("key") == key:
+            r = r.clone()
+            i = flip["index"]
+            r.reshape(-1)[i] = other_side(t.reshape(-1)[i], r.reshape(-1)[i])
+        if flip.get("record"):
+            seen.append((key, t.detach().reshape(-1).clone(), r.reshape(-1).clone()))
+        return r
+
+    def pre(mod, args):
+        saved[mod] = [(p, p.data) for p in (mod.weight, getattr(mod, "bias", None))
+                      if p is not None]
+        for p, d in saved[mod]:
+            p.data = rnd(d)
+        return (rounded((id(mod), "in"), args[0]),) + tuple(args[1:])
+
+    def post(mod, args, out):
+        for p, d in saved.pop(mod):
+            p.data = d
+        return rounded((id(mod), "out"), out)
+
+    plain = loss()
+    layers = [mod for mod in m.modules() if isinstance(mod, (torch.nn.Linear, Conv1D))]
+    hooks = [h for mod in layers for h in (mod.register_forward_pre_hook(pre),
+                                           mod.register_forward_hook(post))]
+    try:
+        flip["record"] = True
+        emu = loss()
+        flip.clear()
+        near = []
+        for key, v, r in seen:
+            mid = (r + other_side(v, r)) / 2
+            d = (v - mid).abs() / v.abs().clamp_min(1e-30)
+            for i in torch.nonzero(d < FLIP_REL).flatten().tolist():
+                near.append((float(d[i]), key, i))
+        flips = []
+        for d, key, i in sorted(near)[:FLIP_MAX]:
+            flip.update(key=key, index=i)
+            flips.append((loss() - emu, d))
+            flip.clear()
+    finally:
+        for h in hooks:
+            h.remove()
+    return emu, plain, len(layers), flips
+
+
+def same_params(model, ref):
+    """'' when the model's named_parameters are ref's param/<name> bit for
+    bit (float32), else what differs: the weights a reference was made from."""
+    mine = {n: p.detach().float().numpy() for n, p in model.named_parameters()}
+    theirs = {k[6:]: ref[k] for k in ref if k.startswith("param/")}
+    if sorted(mine) != sorted(theirs):
+        return "parameters %s here, %s there" % (sorted(set(mine) - set(theirs))[:3],
+                                                 sorted(set(theirs) - set(mine))[:3])
+    for n, v in mine.items():
+        if v.shape != theirs[n].shape or not np.array_equal(v, theirs[n]):
+            return "%s differs" % n
+    return ""
+
+
+def bf16_references(families, inits):
+    """tests/hf/<family>_<init>.bf16_ref.npz: the reference of `hetc train
+    --precision bf16-mixed` (tests/hf/test_hf.py --bf16).  The model is the
+    one of <family>_<init>.ref.npz (checked parameter by parameter), and
+    this tool's float64 path must reproduce that file's 5-step trajectory
+    (same batches, hyper-parameters and step order) to 1e-12 before the
+    bf16 one is written:
+
+      traj_loss, traj_grad_norm  BF16_STEPS steps, float32 master weights,
+                                 the forward under torch.autocast("cpu",
+                                 dtype=torch.bfloat16), loss in float32
+      traj_loss_fp32             the same steps in plain float32 (how far
+                                 torch's own fp32 is from its autocast)
+      loss_linear_bf16           batch 0's loss with hetc's cast placement
+                                 emulated (linear_bf16_loss, in float64),
+      loss_fp32_step1            the same without the roundings, and
+      loss_linear_bf16_flips     [n, 2]: the loss change when one value
+                                 rounded there that lies within FLIP_REL of a
+                                 bf16 midpoint rounds the other way, and
+                                 its relative distance
+      hparams                    JSON: as ref.npz's, steps BF16_STEPS, the
+                                 dtype, and the float64 check's figure
+    """
+    import transformers
+    for family in families:
+        for init in inits:
+            model = build(family, SEEDS[family], init)
+            with np.load(os.path.join(HF_DIR, "%s_%s.ref.npz" % (family, init))) as z:
+                ref = {k: z[k] for k in z.files}
+            bad = same_params(model, ref)
+            if bad:
+                sys.exit("export_hf: %s %s: the model built now is not the one of the "
+                         "references (%s)" % (family, init, bad))
+            lo, gn = trajectory(model, STEPS, torch.float64)
+            check = max(float(np.max(np.abs(lo - ref["traj_loss"]) / np.abs(ref["traj_loss"]))),
+                        float(np.max(np.abs(gn - ref["traj_grad_norm"]) /
+                                     np.abs(ref["traj_grad_norm"]))))
+            if check > 1e-12:
+                sys.exit("export_hf: %s %s: the float64 trajectory is %.2e from the committed "
+                         "reference's: not the same data / hyper-parameters" % (family, init,
+                                                                                 check))
+            bl, bn = trajectory(model, BF16_STEPS, torch.float32, autocast=True)
+            fl, _ = trajectory(model, BF16_STEPS, torch.float32)
+            emu, plain, nlin, flips = linear_bf16_loss(model)
+            if abs(plain - fl[0]) > 1e-6 * abs(fl[0]):  # float32's vs float64's
+                sys.exit("export_hf: %s %s: the emulation's fp32 loss %.9g is not the "
+                         "trajectory's %.9g" % (family, init, plain, fl[0]))
+            hp = json.loads(str(ref["hparams"]))
+            hp = {k: hp[k] for k in ("family", "init", "config", "seed", "batch", "seq", "lr",
+                                     "betas", "eps", "weight_decay", "clip", "lr_schedule",
+                                     "data", "tied")}
+            hp.update(steps=BF16_STEPS, dtype="float32 + autocast bfloat16",
+                      float64_vs_ref=check, torch=torch.__version__,
+                      transformers=transformers.__version__)
+            dst = os.path.join(HF_DIR, "%s_%s.bf16_ref.npz" % (family, init))
+            hp.update(linear_bf16_layers=nlin, flip_rel=FLIP_REL)
+            np.savez_compressed(dst, traj_loss=bl, traj_grad_norm=bn, traj_loss_fp32=fl,
+                                loss_linear_bf16=np.array(emu, np.float64),
+                                loss_fp32_step1=np.array(plain, np.float64),
+                                loss_linear_bf16_flips=np.array(flips, np.float64).reshape(-1, 2),
+                                hparams=np.array(json.dumps(hp)))
+            rel = np.abs(fl - bl) / np.abs(bl)
+            print("%-9s %-6s float64 vs ref.npz %.1e; autocast loss %.4f -> %.4f, torch fp32 vs "
+                  "autocast mean %.2e max %.2e; step 1: autocast - fp32 %+.2e, %d Linears "
+                  "emulated - fp32 %+.2e, %d values near a midpoint (largest flip %.1e)" % (family, init, check, bl[0], bl[-1], rel.mean(),
+                                             rel.max(), bl[0] - fl[0], nlin, emu - plain, len(flips),
+                                             max([abs(f) for f, _ in flips] or [0])))
 
 
 def test_models(families, exporters, optimum_python=None, keep_refs=False):
@@ -447,7 +656,16 @@ def main():
                     help="with --test-models: the python of an environment with optimum-onnx "
                     "(and the transformers it needs); default env HETC_OPTIMUM_PYTHON, "
                     "without either the optimum exports are skipped")
+    ap.add_argument("--bf16-refs", action="store_true",
+                    help="write tests/hf/<family>_<init>.bf16_ref.npz (torch.autocast bf16 "
+                    "trajectories) for the models of the existing ref.npz files")
+    ap.add_argument("--inits", default="random",
+                    help="with --bf16-refs: comma-separated weight sets (fresh, random)")
     args = ap.parse_args()
+    if args.bf16_refs:
+        bf16_references(args.only.split(",") if args.only else list(FAMILIES),
+                        args.inits.split(","))
+        return
     if args.test_models:
         fams = args.only.split(",") if args.only else list(FAMILIES)
         exps = args.exporters.split(",")
