@@ -334,22 +334,6 @@ static int step_layers(CompileCtx *c, IrError *err) {
     return 0;
 }
 
-/* tp_shard shards a Linear whose weight is a parameter; after the
- * mixed-precision pass the weight is a Cast of one, so a bf16 stage would
- * keep its Linears whole on every TP rank while the plan counts them
- * sharded.  Refused until tp_shard sees through the Cast; hetc plan offers
- * bf16-mixed tp 1 only (plan_pipeline.c). */
-static int bf16_tp_refused(const CompPlan *p, int bf16_mixed, IrError *err) {
-    for (int s = 0; s < p->nstages && bf16_mixed; s++)
-        if (p->stages[s].tp > 1)
-            return ir_errorf(err, "stages[%d] \"tp\" %d: --precision bf16-mixed with tensor "
-                             "parallelism is not implemented yet (tp_shard does not shard a "
-                             "Linear whose weight is a bf16 Cast); plan with --precision "
-                             "bf16-mixed (which offers tp 1 only) or use --precision fp32",
-                             s, p->stages[s].tp);
-    return 0;
-}
-
 /* Steps 5-9, per stage: stage graphs, partition, initial parameters,
  * memory plan, lowering, emission, link (compile_stage.c, compile_emit.c);
  * then the launchers. */
@@ -366,7 +350,7 @@ static int step_stages(CompileCtx *c, CompileStages *cs, IrError *err) {
     cs->layers = &c->lix;
     cs->plan_path = c->planpath;
     cs->rows = c->rows;
-    int rc = bf16_tp_refused(&c->plan, c->ca.bf16_mixed, err) ? -1 : compile_stages(cs, err);
+    int rc = compile_stages(cs, err);
     compile_stages_free(cs);
     if (rc) return 1;
     return compile_write_launchers(c->out_tmp, c->final, &c->plan, c->build_id, err) ||

@@ -23,10 +23,6 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     x.threads = a->threads > 0 ? a->threads : 1;
     if (a->coarse_layers > 0)
         x.coarse_layers = a->coarse_layers;
-    /* bf16-mixed stages cannot run TP yet (driver/cmd_compile.c says why):
-     * the seed planners get tp 1, as hapt does */
-    if (a->precision && !strcmp(a->precision, "bf16-mixed"))
-        x.tp_max = 1;
     AltPlan p;
     IrError err = {{0}};
     int prc;

@@ -328,7 +328,7 @@ int plan_arena_build(PlanCtx *pc, int maxdev, IrError *err)
     }
     for (int b = 0; b < ARENA_TPB && !rc; b++) {
         int tp = 1 << b, n = L;
-        if (tp > 1 && (!pc->intra || tp > pc->a->max_tp || pc->a->precision == PRECISION_BF16_MIXED ||
+        if (tp > 1 && (!pc->intra || tp > pc->a->max_tp ||
                        param_bytes(pc->g) > ARENA_BIG_MODEL_BYTES))
             break;
         if (tp == 1)

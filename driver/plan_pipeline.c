@@ -205,8 +205,7 @@ static int profile_options(PlanCtx *pc)
                 return fail(pc, pc->intra ? pc->err.msg : "out of memory");
         }
         cop->intra = pc->intra;
-        /* bf16-mixed stages cannot run TP yet (compile_stage.c says why) */
-        cop->max_tp = a->precision == PRECISION_BF16_MIXED ? 1 : (int)a->max_tp;
+        cop->max_tp = (int)a->max_tp;
         cop->zero_stage = a->zero;
         cop->recompute = a->recompute;
         cop->inflight = pc->inflight;
@@ -583,8 +582,7 @@ static int mb_rows_hopeless(const PlanCtx *s, long b, char *why, size_t nwhy)
     long rows = s->fixed_batch > 0 ? 1 : b, need = 0;
     for (int m = 0; m < s->cl.nmeshes; m++) {
         const MeshSpec *ms = &s->cl.meshes[m];
-        long mtp = a->precision == PRECISION_BF16_MIXED ? 1 : a->max_tp;
-        long tp = a->no_intra ? 1 : (ms->per_node < mtp ? ms->per_node : mtp);
+        long tp = a->no_intra ? 1 : (ms->per_node < a->max_tp ? ms->per_node : a->max_tp);
         long per = rows * (tp > 0 ? tp : 1), dm = (long)ms->nodes * ms->per_node;
         need += (dm + per - 1) / per;
     }

@@ -77,3 +77,67 @@ int pass_mixed_precision(IrGraph *g, PassContext *ctx, IrError *err) {
                                      "canonical Linear is what is cast; see docs/TRAINING.md)");
     return ir_graph_toposort(g, err);
 }
+
+/* the `from` value a live Cast to `to` made v from, or NULL */
+static IrValue *cast_src(const IrValue *v, IrDType from, IrDType to) {
+    const IrNode *p = v ? v->producer : NULL;
+    return p && !p->dead && p->op == IR_OP_CAST && p->nin == 1 && p->in[0] &&
+                   p->in[0]->dtype == from && v->dtype == to
+               ? p->in[0]
+               : NULL;
+}
+
+/* each value's live reader: its count in uses[id], the last one in reader[id] */
+static void count_readers(const IrGraph *g, int *uses, IrNode **reader) {
+    for (int i = 0; i < g->nvalues; i++) g->values[i]->id = i;
+    for (int i = 0; i < g->noutputs; i++) uses[g->outputs[i]->id] += 2; /* never stripped */
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->dead) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j]) uses[n->in[j]->id]++, reader[n->in[j]->id] = n;
+    }
+}
+
+int mixed_precision_strip(IrGraph *g) {
+    int done = 0, nn = g->nnodes;
+    int *uses = ir_xcalloc((size_t)g->nvalues + 1, sizeof *uses);
+    IrNode **reader = ir_xcalloc((size_t)g->nvalues + 1, sizeof *reader);
+    count_readers(g, uses, reader);
+    for (int i = 0; i < nn; i++) {
+        IrNode *n = g->nodes[i], *c32;
+        if (n->dead || n->op != IR_OP_LINEAR || !n->out[0] || n->out[0]->dtype != IR_BF16 ||
+            uses[n->out[0]->id] != 1)
+            continue;
+        c32 = reader[n->out[0]->id];
+        if (c32->op != IR_OP_CAST || c32->nout != 1 || !cast_src(c32->out[0], IR_BF16, IR_F32))
+            continue;
+        int ok = 1;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] && !cast_src(n->in[j], IR_F32, IR_BF16)) ok = 0;
+        if (!ok) continue; /* not the pass's pattern: left as it is */
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j]) {
+                uses[n->in[j]->id]--;
+                n->in[j] = n->in[j]->producer->in[0];
+            }
+        IrValue *y = c32->out[0];
+        c32->dead = 1;
+        y->producer = n;
+        y->producer_slot = 0;
+        n->out[0] = y;
+        done++;
+    }
+    /* the input Casts no Linear reads any more (a shared copy goes with
+     * the last of its readers) */
+    for (int i = 0; i < nn && done; i++) {
+        IrNode *n = g->nodes[i];
+        if (!n->dead && n->op == IR_OP_CAST && n->nout == 1 && n->out[0] &&
+            cast_src(n->out[0], IR_F32, IR_BF16) && uses[n->out[0]->id] == 0)
+            n->dead = 1;
+    }
+    free(uses);
+    free(reader);
+    if (done) ir_graph_compact(g);
+    return done;
+}

@@ -24,4 +24,12 @@ int pass_mixed_precision(IrGraph *g, PassContext *ctx, IrError *err);
  * --precision bf16-mixed (passes/layers.c PlanLayer.lp_fwd_flops). */
 int mixed_precision_converts(const IrNode *n);
 
+/* The inverse, for passes that match the f32 Linears (tp_shard: it shards
+ * the fp32 graph and runs the pass again on the result): every Linear in
+ * the pass's pattern -- bf16 operands each a Cast of an f32 value, its bf16
+ * output read by one Cast to f32 only -- reads the f32 values and writes
+ * the f32 output again; the Casts go (ir_graph_compact).  Returns the
+ * number of Linears restored (0: g is left as it was). */
+int mixed_precision_strip(IrGraph *g);
+
 #endif

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixed_precision.h"
 #include "pass.h"
 #include "tp_shard_int.h"
 
@@ -720,7 +721,16 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
     Ts t = {.tp = tp, .rank = rank, .res = out, .first = first, .last = last};
     if (!(t.c = clone_graph(g, err))) return ir_error_prefix(err, "tp_shard");
     out->graph = t.c;
+    int mixed = 0;
     if (tp > 1) {
+        /* bf16-mixed (passes/mixed_precision.h): the matchers below see the
+         * f32 Linears of the graph before the autocast, and the autocast
+         * runs again on the rank's graph.  So a weight's bf16 copy is a Cast
+         * of the rank's slice, and TpCopy / TpAllReduce stay f32: the
+         * column-parallel input gradient and the row-parallel partial sums
+         * are reduced in fp32 (Megatron's default), the row-parallel bias
+         * added in f32 after the sum. */
+        mixed = mixed_precision_strip(t.c);
         /* row-parallel Linears anchor the patterns; the node list grows
          * while rewriting, so walk the original nodes only */
         int n0 = t.c->nnodes;
@@ -741,11 +751,16 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
     }
     free(t.copy_of);
     free(t.copy_val);
+    PassContext ctx;
+    pass_context_default(&ctx);
+    if (mixed && pass_mixed_precision(t.c, &ctx, err)) {
+        ir_error_prefix(err, "tp_shard rank %d of %d", rank, tp);
+        tp_shard_free(out);
+        return -1;
+    }
     /* every value downstream of a sharded Linear gets its shard's shape */
     for (int i = 0; i < t.c->nvalues; i++)
         if (t.c->values[i]->producer) t.c->values[i]->shape_known = 0;
-    PassContext ctx;
-    pass_context_default(&ctx);
     if (pass_run_pipeline(t.c, "shape-infer", &ctx, err) || ir_verify(t.c, 1, err)) {
         ir_error_prefix(err, "tp_shard rank %d of %d", rank, tp);
         tp_shard_free(out);

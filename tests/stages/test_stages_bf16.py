@@ -26,8 +26,8 @@ microbatching):
   - each of the 3 DP-1 stages allocates no more arena bytes than the same
     stage compiled fp32, the blocks and the head fewer (the saving of
     bf16-mixed, so that it cannot silently regress);
-  - a tp > 1 stage is refused (hetc plan offers bf16-mixed tp 1 only);
-    --backend cuda with bf16-mixed compiles (tests/cuda/test_cuda_backend.py).
+  - --backend cuda with bf16-mixed compiles (tests/cuda/test_cuda_backend.py).
+Tensor parallelism under bf16-mixed is test_stages_bf16_tp.py.
 
 usage: test_stages_bf16.py HETC WORKDIR
 """
@@ -130,31 +130,4 @@ if check(p.returncode == 0, f"hetc compile --precision bf16-mixed exit {p.return
               f"grad norm as text); the planner's plan within {worst:.2g}; bf16 vs fp32 hetc "
               f"train {d32:.2g}", flush=True)
 stagetest.OPT = base_opt
-
-# tensor parallelism: tp_shard does not shard a Linear whose weight is a bf16
-# Cast, so hetc plan offers bf16-mixed tp 1 only and compile refuses a tp 2
-# stage (three_mesh's fp32 plan has one) naming it
-tm = os.path.join(stagetest.CLUSTERS, "three_mesh.yaml")
-def plan_on(out, *extra):
-    p = t.run([t.hetc, "plan", stagetest.MODEL, tm, "--seq", str(t.seq), "--microbatch", str(t.mb),
-               "--global-batch", str(t.gb), *extra, "-o", out], quiet=True)
-    return json.load(open(os.path.join(out, "plan.json"))) if p.returncode == 0 else None
-pl32, pl16 = plan_on(t.path("tm32")), plan_on(t.path("tm16"), "--precision", "bf16-mixed")
-if check(pl32 is not None and pl16 is not None, "hetc plan on three_mesh (fp32, bf16-mixed)"):
-    tps = [s.get("tp", 1) for s in pl16["stages"]]
-    check(all(x == 1 for x in tps), f"bf16-mixed plan on three_mesh has tp {tps}")
-    # the seed planners too (AutoHet's fp32 plan there is tp 2 on every stage)
-    pa = plan_on(t.path("tm16_autohet"), "--precision", "bf16-mixed", "--planner=autohet")
-    tpa = [s.get("tp", 1) for s in pa["stages"]] if pa else None
-    check(tpa is not None and all(x == 1 for x in tpa),
-          f"bf16-mixed autohet plan on three_mesh has tp {tpa}")
-    tp2 = [k for k, s in enumerate(pl32["stages"]) if s.get("tp", 1) > 1]
-    if check(tp2, "three_mesh's fp32 plan has no tp > 1 stage to refuse"):
-        p = t.compile(t.path("tm_tp"), "--plan", os.path.join(t.path("tm32"), "plan.json"),
-                      "--precision", "bf16-mixed", cluster=tm, quiet=True)
-        want = rf'stages\[{tp2[0]}\] "tp" \d+: --precision bf16-mixed with tensor parallelism'
-        check(p.returncode != 0 and re.search(want, p.stderr) is not None
-              and not os.path.exists(t.path("tm_tp")),
-              f"bf16-mixed compile of a tp plan: exit {p.returncode}: {p.stderr[-300:]}")
-
 t.finish()
