@@ -10,7 +10,9 @@
  * k-th inputs (the ranks' graphs have the same structure).  Oracle: the
  * unsharded block's hexec run.  Checked: y on every rank, dx on every rank,
  * replicated parameters' gradients on every rank, and sharded parameters'
- * gradients reassembled from the ranks' slices (TpParamShard). */
+ * gradients reassembled from the ranks' slices (TpParamShard).  A block
+ * after the bf16-mixed autocast is sharded as the fp32 block is
+ * (check_mixed: structure only; its numbers are stages_bf16_tp's). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 #include "lower_stage.h"
 #include "memplan.h"
 #include "loss.h"
+#include "mixed_precision.h"
 #include "modules.h"
 #include "onnx_import.h"
 #include "partition.h"
@@ -142,6 +145,59 @@ static void check_skip(void) {
     tp_shard_free(&r);
     CHECK(tp_shard(g, 2, 2, &r, &err) == -1 && strstr(err.msg, "rank 2 of tp 2"), "%s", err.msg);
     ir_graph_free(g);
+}
+
+/* bf16-mixed (passes/mixed_precision.h): the block after the autocast is
+ * sharded as the fp32 block is (tp_shard strips the Casts, shards, casts
+ * again), so the rank's graph is the fp32 rank's graph with the autocast:
+ * the same counts and shards, every Linear in bf16 reading a Cast of its
+ * f32 parameter at the shard's shape, TpCopy and TpAllReduce in f32, and
+ * stripping its Casts gives the fp32 rank's node count back */
+static void check_mixed(void) {
+    Dims d = {.B = 2, .T = 3, .H = 4, .Dh = 2, .F = 16, .fused = 1, .out_bias = 1};
+    IrGraph *g32 = block(&d), *g16 = block(&d);
+    PassContext ctx;
+    pass_context_default(&ctx);
+    IrError err = {{0}};
+    CHECK(!pass_mixed_precision(g16, &ctx, &err), "mixed-precision: %s", err.msg);
+    for (int rank = 0; rank < 2; rank++) {
+        TpShardResult a, b;
+        CHECK(!tp_shard(g32, 2, rank, &a, &err), "fp32 rank %d: %s", rank, err.msg);
+        CHECK(!tp_shard(g16, 2, rank, &b, &err), "bf16 rank %d: %s", rank, err.msg);
+        CHECK(a.attention == 1 && a.mlp == 1 && b.attention == a.attention && b.mlp == a.mlp &&
+                  b.allreduce == a.allreduce && b.copies == a.copies && b.nshards == a.nshards &&
+                  b.skipped == 0,
+              "bf16 rank %d: %d attention %d mlp %d all-reduces %d copies %d shards %d skipped "
+              "(fp32: %d %d %d %d %d)", rank, b.attention, b.mlp, b.allreduce, b.copies,
+              b.nshards, b.skipped, a.attention, a.mlp, a.allreduce, a.copies, a.nshards);
+        int lin = 0;
+        for (int i = 0; i < b.graph->nnodes; i++) {
+            const IrNode *n = b.graph->nodes[i];
+            if (n->op == IR_OP_TP_COPY || n->op == IR_OP_TP_ALL_REDUCE)
+                CHECK(n->in[0]->dtype == IR_F32 && n->out[0]->dtype == IR_F32,
+                      "bf16 rank %d: %s '%s' not f32", rank, ir_op_name(n->op), n->name);
+            if (n->op != IR_OP_LINEAR) continue;
+            lin++;
+            const IrNode *c = n->in[1]->producer;
+            const IrValue *w = c && c->op == IR_OP_CAST ? c->in[0] : NULL;
+            const IrValue *w32 = w ? ir_graph_find_value(a.graph, w->name) : NULL;
+            CHECK(n->out[0]->dtype == IR_BF16 && n->in[1]->dtype == IR_BF16 && w &&
+                      w->kind == IR_VK_PARAM && w32 && ir_shape_equal(&w->shape, &w32->shape) &&
+                      ir_shape_equal(&n->in[1]->shape, &w32->shape),
+                  "bf16 rank %d: Linear '%s' does not read a bf16 Cast of its shard", rank,
+                  n->name);
+        }
+        CHECK(lin == 4, "bf16 rank %d: %d Linears", rank, lin);
+        CHECK(mixed_precision_strip(b.graph) == 4 && b.graph->nnodes == a.graph->nnodes,
+              "bf16 rank %d stripped: %d nodes, fp32 rank %d", rank, b.graph->nnodes,
+              a.graph->nnodes);
+        tp_shard_free(&a);
+        tp_shard_free(&b);
+    }
+    printf("bf16-mixed block under tp 2: sharded as fp32 (4 Linears in bf16 on their shards, "
+           "TpCopy / TpAllReduce f32)\n");
+    ir_graph_free(g32);
+    ir_graph_free(g16);
 }
 
 /* the example GPT (canonical IR from the ONNX importer): every block's
@@ -309,6 +365,7 @@ int main(int argc, char **argv) {
         }
     }
     check_skip();
+    check_mixed();
     tp_sim_model(argc, argv, "examples/gpt_tiny.onnx", check_model);
     return tp_sim_finish(worst_all);
 }

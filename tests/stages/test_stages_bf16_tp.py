@@ -23,6 +23,9 @@ bf16-mixed` (one process, same data order and microbatching).
      stage kept its Linears whole on every rank);
    - the TP 2 run's checkpoint (stored unsharded) resumes under the TP 1
      plan: the resumed step's loss within 1e-3 of hetc train's.
+   One stage holding every layer under TP 2 (the tied table wte sharded
+   by vocabulary rows, tp_shard_vocab.c, the loss vocab-parallel): 8 steps
+   within 1e-3 of hetc train.
 2. three_mesh.yaml: `hetc plan --precision bf16-mixed` with hapt, AutoHet,
    Metis and HeteroAuto plans TP > 1 stages again (as in fp32; before the
    fix every planner planned tp 1 under bf16-mixed); each plan compiles and
@@ -148,6 +151,28 @@ if p1.returncode == 0:
     more, wr = t.expect_losses(r, "resumed under TP 1", ref, steps=[STEPS + 1], tol=1e-3)
     print(f"the TP 2 checkpoint resumed under TP 1: step {STEPS + 1} loss {more.get(STEPS + 1)} "
           f"within {wr:.2g} of hetc train", flush=True)
+
+# one stage holding every layer under TP 2: the tied table wte sharded by
+# vocabulary rows (tp_shard_vocab.c), the head's bf16 weight copy a Cast of
+# the rank's rows, the loss vocab-parallel
+L = max(x["layers"][1] for x in plan["stages"])
+qv = json.loads(json.dumps(plan))
+big = dict(max(qv["stages"], key=lambda x: x["mem_capacity_bytes"]))
+big.update(index=0, layers=[1, L], dp=1, tp=2, zero=0, recompute="none", warmup=1, delta=0)
+big.pop("rows", None)
+qv["stages"], qv["mesh_order"] = [big], [big["mesh"]]
+json.dump(qv, open(t.path("one_tp2.json"), "w"), indent=1)
+outv = t.path("one_tp2")
+p = t.compile(outv, "--plan", t.path("one_tp2.json"))
+if check(p.returncode == 0, f"hetc compile --plan (one stage, TP 2) exit {p.returncode}"):
+    recs = [r.split() for r in config_lines(os.path.join(outv, "stage_0"), "tpshard")]
+    wte = [r for r in recs if r[1] == "wte.weight"]
+    check(wte and wte[0][3] == "0", f"one stage under TP 2: wte.weight not split by vocabulary "
+                                    f"rows: {wte}")
+    got, w = t.expect_losses(t.launch(outv, STEPS), "bf16-mixed, one vocab-parallel TP 2 stage",
+                             ref, n=STEPS, tol=1e-3)
+    print(f"bf16-mixed, one stage under TP 2 ({len(recs)} tpshard records, wte.weight by "
+          f"vocabulary rows): {STEPS} steps within {w:.2g} of hetc train", flush=True)
 
 # 2. three_mesh: every planner that picked TP there in fp32 plans it under
 # bf16-mixed too, and the plan compiles and trains
