@@ -83,7 +83,11 @@ typedef struct TpShardResult {
 } TpShardResult;
 
 /* Shard forward graph g (static shapes, parameters with data) for rank
- * `rank` of `tp`.  g is not modified.  tp == 1 gives a plain copy. */
+ * `rank` of `tp`.  g is not modified.  tp == 1 gives a plain copy.  A g
+ * after the bf16-mixed autocast (passes/mixed_precision.h) is matched as
+ * its fp32 graph: tp_shard strips the Casts off its copy, shards it, and
+ * runs mixed-precision on the rank's graph again, so the bf16 weight copies
+ * are Casts of the rank's slices and TpCopy / TpAllReduce stay f32. */
 int tp_shard(const IrGraph *g, int tp, int rank, TpShardResult *out, IrError *err);
 /* Only patterns whose Linears all carry a layer id in [first, last] (a
  * pipeline stage's layers: a stage never sends a sharded value). */
@@ -95,7 +99,9 @@ void tp_shard_free(TpShardResult *r);
  * tp_shard_layers(g, tp, ., first, last) would shard, found by the same
  * matchers without rewriting anything (g needs no parameter data).  tp = 1
  * lists every pattern the graph has (1 divides every dim); a pattern found
- * at tp = 1 but missing at tp is one whose dims tp does not divide. */
+ * at tp = 1 but missing at tp is one whose dims tp does not divide.  g is
+ * the fp32 graph (the planner's; a bf16-mixed g's Linears read Casts and
+ * match nothing here, where nothing is copied to strip them from). */
 /* VOCAB_EMBED: row = the Embedding (its output all-reduced), no column.
  * VOCAB_HEAD: row = the loss (CrossEntropy: its row max and stats
  * all-reduced), column[0] = the head Linear, inner = the Reshapes between. */
