@@ -23,6 +23,8 @@ bf16-mixed` (one process, same data order and microbatching).
      stage kept its Linears whole on every rank);
    - the TP 2 run's checkpoint (stored unsharded) resumes under the TP 1
      plan: the resumed step's loss within 1e-3 of hetc train's.
+   The same stages with full recompute and ZeRO-2 on the DP 2 x TP 2
+   stage: 8 steps within 1e-3.
    One stage holding every layer under TP 2 (the tied table wte sharded
    by vocabulary rows, tp_shard_vocab.c, the loss vocab-parallel): 8 steps
    within 1e-3 of hetc train.
@@ -151,6 +153,22 @@ if p1.returncode == 0:
     more, wr = t.expect_losses(r, "resumed under TP 1", ref, steps=[STEPS + 1], tol=1e-3)
     print(f"the TP 2 checkpoint resumed under TP 1: step {STEPS + 1} loss {more.get(STEPS + 1)} "
           f"within {wr:.2g} of hetc train", flush=True)
+
+# the same stages with full recompute on both and ZeRO-2 in stage 1's DP
+# group (stages_intra's combination): the recomputed forward re-runs the
+# rank's Casts, ZeRO reduces the fp32 gradients in another order
+vi = json.loads(json.dumps(variants["tp2"]))
+for s in vi["stages"]:
+    s["recompute"] = "full"
+vi["stages"][1]["zero"] = 2
+json.dump(vi, open(t.path("tp2_intra.json"), "w"), indent=1)
+outi = t.path("tp2_intra")
+p = t.compile(outi, "--plan", t.path("tp2_intra.json"))
+if check(p.returncode == 0, f"hetc compile --plan (TP 2, recompute, ZeRO-2) exit {p.returncode}"):
+    got, w = t.expect_losses(t.launch(outi, STEPS), "bf16-mixed TP 2 + recompute + ZeRO-2", ref,
+                             n=STEPS, tol=1e-3)
+    print(f"bf16-mixed TP 2 + full recompute + ZeRO-2: {STEPS} steps within {w:.2g} of hetc "
+          f"train", flush=True)
 
 # one stage holding every layer under TP 2: the tied table wte sharded by
 # vocabulary rows (tp_shard_vocab.c), the head's bf16 weight copy a Cast of
