@@ -388,6 +388,49 @@ static int after_step(TrainState *st, const TrainOpts *t, RtDataLoader *vdl, IrT
     return 0;
 }
 
+/* After the last step: --export, then the metrics file closed (its
+ * loss.svg written).  The run's status rc, or 1 after saying what failed. */
+static int finish_run(const TrainOpts *t, TrainState *st, const char *model, RtMetrics *met,
+                      int rc, IrError *err) {
+    if (!rc && t->export_path && train_state_export_onnx(st, model, t->export_path, err)) {
+        fprintf(stderr, "hetc train: --export: %s\n", err->msg);
+        rc = 1;
+    }
+    char merr[512];
+    if (met->f && rt_metrics_close(met, merr, sizeof merr)) {
+        fprintf(stderr, "hetc train: --metrics: %s\n", merr);
+        rc = 1;
+    }
+    return rc;
+}
+
+/* --resume: load the newest checkpoint of t->ckpt_dir into st.  0 loaded,
+ * 1 after saying why not, 2 when it already reaches --steps (said so). */
+static int resume_state(const TrainOpts *t, TrainState *st, IrError *err) {
+    char sd[4200];
+    int64_t n;
+    int r = train_state_newest(t->ckpt_dir, &n, sd, sizeof sd, err);
+    if (r) {
+        if (r > 0)
+            fprintf(stderr, "hetc train: --resume: no checkpoint in '%s' (a complete "
+                    "step-NNNNNN/ with its MANIFEST); see --checkpoint-dir\n", t->ckpt_dir);
+        else
+            fprintf(stderr, "hetc train: --resume: %s\n", err->msg);
+        return 1;
+    }
+    if (train_state_load(st, sd, err)) {
+        fprintf(stderr, "hetc train: --resume: %s\n", err->msg);
+        return 1;
+    }
+    if (st->step >= t->steps) {
+        printf("hetc train: the checkpoint %s is at step %lld, --steps is %lld: nothing to "
+               "train\n", sd, (long long)st->step, (long long)t->steps);
+        return 2;
+    }
+    if (!t->quiet) printf("hetc train: resumed from %s (step %lld)\n", sd, (long long)st->step);
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     CompileOpts co;
     compile_opts_init(&co);
@@ -461,28 +504,11 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
     if (t.resume) {
-        char sd[4200];
-        int64_t n;
-        int r = train_state_newest(t.ckpt_dir, &n, sd, sizeof sd, &err);
-        if (r) {
-            if (r > 0)
-                fprintf(stderr, "hetc train: --resume: no checkpoint in '%s' (a complete "
-                        "step-NNNNNN/ with its MANIFEST); see --checkpoint-dir\n", t.ckpt_dir);
-            else
-                fprintf(stderr, "hetc train: --resume: %s\n", err.msg);
+        int r = resume_state(&t, &st, &err);
+        if (r) { /* 1: failed, said why; 2: nothing left to train */
+            rc = r == 2 ? 0 : 1;
             goto done;
         }
-        if (train_state_load(&st, sd, &err)) {
-            fprintf(stderr, "hetc train: --resume: %s\n", err.msg);
-            goto done;
-        }
-        if (st.step >= t.steps) {
-            printf("hetc train: the checkpoint %s is at step %lld, --steps is %lld: nothing to "
-                   "train\n", sd, (long long)st.step, (long long)t.steps);
-            rc = 0;
-            goto done;
-        }
-        if (!t.quiet) printf("hetc train: resumed from %s (step %lld)\n", sd, (long long)st.step);
     }
     if (open_metrics(&t, &met, st.step))
         goto done;
@@ -537,19 +563,9 @@ int cmd_train(int argc, char **argv) {
         rc = after_step(&st, &t, &vdl, in, &met, step, &base, &err);
     }
     if (!rc && t.exec_stats) print_exec_stats(&st, allocs1);
-    if (!rc && t.export_path && train_state_export_onnx(&st, co.model, t.export_path, &err)) {
-        fprintf(stderr, "hetc train: --export: %s\n", err.msg);
-        rc = 1;
-    }
+    rc = finish_run(&t, &st, co.model, &met, rc, &err);
     ir_tensor_free(in[0]);
     ir_tensor_free(in[1]);
-    {
-        char merr[512];
-        if (met.f && rt_metrics_close(&met, merr, sizeof merr)) {
-            fprintf(stderr, "hetc train: --metrics: %s\n", merr);
-            rc = 1;
-        }
-    }
 done:
     if (met.f) {
         char merr[512];

@@ -281,6 +281,60 @@ static int write_reports(const CompileStages *cs, const char *report, size_t rep
     return rc;
 }
 
+/* Emit stage s's program (prog, lowered from stage graph st) as the binary
+ * DIR/stage_S<sfx>: object, link, --emit-llvm's .ll and .fused.txt, then
+ * fsync and rename into place.  0 or an error (nothing left half-written). */
+static int emit_binary(const CompileStages *cs, const HetcBackend *be, LeProgram *prog,
+                       const LowerStats *lst, const PartStage *st, int s, const char *sfx,
+                       IrError *err) {
+    const CompileArgs *a = cs->args;
+    char obj[4200], ll[4200], exe[4200], tmp[4300];
+    snprintf(obj, sizeof obj, "%s/stage_%d%s.o", cs->out_dir, s, sfx);
+    snprintf(ll, sizeof ll, "%s/stage_%d%s.ll", cs->out_dir, s, sfx);
+    snprintf(exe, sizeof exe, "%s/stage_%d%s", cs->out_dir, s, sfx);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", exe, (int)getpid());
+    LeOptions eo;
+    memset(&eo, 0, sizeof eo);
+    eo.obj_path = obj;
+    eo.ll_path = a->emit_llvm ? ll : NULL;
+    eo.exe_path = tmp;
+    eo.cc = HETC_STAGE_CC;
+    /* the backend is only the runtime library linked: the stage object
+     * and its hetrt_* calls are the same (docs/CUDA.md); the node
+     * interpreter and the IR parser only for a program that still calls
+     * hetrt_node (docs/STAGE_ABI.md "Nodes") */
+    const char *const *link = hetc_backend_link(be, lower_stage_interprets(prog));
+    int nl = 0;
+    while (link[nl])
+        nl++;
+    eo.nlink_args = nl;
+    eo.link_args = link;
+    eo.opt_level = 1;
+    int erc = le_emit_program(prog, &eo, err);
+    if (!erc && a->emit_llvm && lst->kernels) { /* DIR/stage_K.fused.txt */
+        char fpath[4200];
+        snprintf(fpath, sizeof fpath, "%s/stage_%d.fused.txt", cs->out_dir, s);
+        FILE *ff = fopen(fpath, "w");
+        if (!ff) erc = ir_errorf(err, "cannot write %s: %s", fpath, strerror(errno));
+        else {
+            lower_stage_print_fused(prog, st, ff);
+            if (fclose(ff)) erc = ir_errorf(err, "cannot write %s", fpath);
+        }
+    }
+    unlink(obj);
+    /* durable before the build directory is swapped in (build_dir.h) */
+    int efd = erc ? -1 : open(tmp, O_RDONLY | O_CLOEXEC);
+    if (!erc && (efd < 0 || fsync(efd) != 0))
+        erc = ir_errorf(err, "%s: cannot fsync (%s)", tmp, strerror(errno));
+    if (efd >= 0)
+        close(efd);
+    if (!erc && rename(tmp, exe))
+        erc = ir_errorf(err, "%s: cannot rename into place (%s)", exe, strerror(errno));
+    if (erc)
+        unlink(tmp);
+    return erc;
+}
+
 int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *var, int nvar,
                         IrError *err) {
     const CompPlan *p = cs->plan;
@@ -359,50 +413,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
         }
         char *cfg = stage_config(cs, ps, st, s, shared, config);
         prog.config = cfg;
-        char obj[4200], ll[4200], exe[4200], tmp[4300];
-        snprintf(obj, sizeof obj, "%s/stage_%d%s.o", cs->out_dir, s, sfx);
-        snprintf(ll, sizeof ll, "%s/stage_%d%s.ll", cs->out_dir, s, sfx);
-        snprintf(exe, sizeof exe, "%s/stage_%d%s", cs->out_dir, s, sfx);
-        snprintf(tmp, sizeof tmp, "%s.tmp.%d", exe, (int)getpid());
-        LeOptions eo;
-        memset(&eo, 0, sizeof eo);
-        eo.obj_path = obj;
-        eo.ll_path = a->emit_llvm ? ll : NULL;
-        eo.exe_path = tmp;
-        eo.cc = HETC_STAGE_CC;
-        /* the backend is only the runtime library linked: the stage object
-         * and its hetrt_* calls are the same (docs/CUDA.md); the node
-         * interpreter and the IR parser only for a program that still calls
-         * hetrt_node (docs/STAGE_ABI.md "Nodes") */
-        const char *const *link = hetc_backend_link(be, lower_stage_interprets(&prog));
-        int nl = 0;
-        while (link[nl])
-            nl++;
-        eo.nlink_args = nl;
-        eo.link_args = link;
-        eo.opt_level = 1;
-        int erc = le_emit_program(&prog, &eo, err);
-        if (!erc && a->emit_llvm && lst.kernels) { /* DIR/stage_K.fused.txt */
-            char fpath[4200];
-            snprintf(fpath, sizeof fpath, "%s/stage_%d.fused.txt", cs->out_dir, s);
-            FILE *ff = fopen(fpath, "w");
-            if (!ff) erc = ir_errorf(err, "cannot write %s: %s", fpath, strerror(errno));
-            else {
-                lower_stage_print_fused(&prog, &ps[s], ff);
-                if (fclose(ff)) erc = ir_errorf(err, "cannot write %s", fpath);
-            }
-        }
-        unlink(obj);
-        /* durable before the build directory is swapped in (build_dir.h) */
-        int efd = erc ? -1 : open(tmp, O_RDONLY | O_CLOEXEC);
-        if (!erc && (efd < 0 || fsync(efd) != 0))
-            erc = ir_errorf(err, "%s: cannot fsync (%s)", tmp, strerror(errno));
-        if (efd >= 0)
-            close(efd);
-        if (!erc && rename(tmp, exe))
-            erc = ir_errorf(err, "%s: cannot rename into place (%s)", exe, strerror(errno));
-        if (erc)
-            unlink(tmp);
+        int erc = emit_binary(cs, be, &prog, &lst, &ps[s], s, sfx, err);
         report_stage(rep, kern, p, &var[u], &mp, &lst);
         lower_stats_free(&lst);
         lower_stage_free(&prog);
