@@ -257,7 +257,8 @@ extern StageRt *hetrt_stage_rt;
 const char *stage_be_name(void);
 /* Before MPI: 0 if this process can run (a device is there), else -1 with why. */
 int stage_be_probe(char *err, size_t errlen);
-int stage_be_setup(StageRt *rt);          /* after rt_init and stage_sync_setup */
+int stage_be_setup(StageRt *rt);          /* after rt_init and the config, before stage_sync_setup:
+                                           * per-group state is made on first use */
 void stage_be_teardown(StageRt *rt);
 int stage_be_arena_alloc(StageRt *rt, size_t bytes); /* zero-filled rt->arena */
 void stage_be_arena_free(StageRt *rt);
