@@ -42,17 +42,26 @@ must now compile and run (MUST_RUN).
 Prints one line per planner (compiled + max relative difference, or the
 refusal); docs/COMPARISON.md's "runs today" table is that summary.
 
-usage: test_stages_planners.py HETC WORKDIR
+With CLUSTER and GB: every planner on that one cluster at global batch GB
+instead (the stages_planners_pipes test: examples/clusters/two_pipes.yaml at
+32, built so that AutoHet's plan is two pipelines with their own stage
+boundaries; MUST_RUN, and it must not line up).
+
+usage: test_stages_planners.py HETC WORKDIR [CLUSTER GB]
 """
 import json
 import os
 import re
+import sys
 
 from stagetest import StageTest, losses, worst_rel, CLUSTERS, MODEL
 
 PLANNERS = ["hapt", "uniform", "coarse", "coarse-blocks", "metis", "metis-mem", "zorse",
             "autohet", "heteroauto"]
-CASES = [(c, p) for c in ("tiny_hetero.yaml", "three_mesh.yaml") for p in PLANNERS]
+ONE = sys.argv[3:5]
+CASES = [(c, p) for c in ([ONE[0]] if ONE else ("tiny_hetero.yaml", "three_mesh.yaml"))
+         for p in PLANNERS]
+GB = int(ONE[1]) if ONE else 16
 # plans that record no form the binaries lack: they must compile and run
 MUST_RUN = {("three_mesh.yaml", p) for p in ("hapt", "coarse", "coarse-blocks")}
 # Zorse's DP group over the v100 and a100 meshes (plan.json parts) runs since
@@ -61,8 +70,12 @@ MUST_RUN |= {("tiny_hetero.yaml", "zorse")}
 # AutoHet's two pipelines on three_mesh cut the model at the same layers: they
 # run as one pipeline whose stages' DP groups hold both pipelines' stages
 MUST_RUN |= {("three_mesh.yaml", "autohet")}
+# two_pipes.yaml is built for AutoHet's pipelines that do not line up: every
+# layer's gradients summed over the stages holding it (plan_holders.c)
+MUST_RUN |= {("two_pipes.yaml", "autohet")}
+MISALIGNED = {("two_pipes.yaml", "autohet")}
 STEPS = 10
-t = StageTest("tiny_hetero.yaml", horizon=STEPS)
+t = StageTest("tiny_hetero.yaml", horizon=STEPS, gb=GB)
 check = t.check
 
 
@@ -226,6 +239,15 @@ for cluster, name in CASES:
     out = t.path("build_" + tag)
     p = t.compile(out, "--plan", os.path.join(t.path("plan_" + tag), "plan.json"),
                   cluster=cluster, mb=rows, quiet=True)
+    if (cluster, name) in MISALIGNED:
+        # two pipelines of different stage counts or cuts (lined_up: the same
+        # cuts), each holding every layer once
+        top = max(s["layers"][1] for s in plan["stages"])
+        whole = all(sorted(x for s in q for x in range(s["layers"][0], s["layers"][1] + 1))
+                    == list(range(1, top + 1)) for q in pipelines(plan))
+        check(len(pipelines(plan)) == 2 and not lined_up(plan) and whole,
+              f"{label}: the plan is not two pipelines with their own stage boundaries "
+              f"(holder sets {holder_text(plan)})")
     need, whole = forms_of(plan)
     shape = " | ".join(f"{s['layers'][0]}-{s['layers'][1]} {s['mesh']} dp{s['dp']} tp{s['tp']}"
                        + (f" z{s['zero']}" if s.get("zero") else "") for s in plan["stages"])
@@ -336,7 +358,7 @@ if os.path.exists(ap):
             check('whole gradients): stage 3 (pipeline 2) "zero" 1' in p.stderr,
                   f"two pipelines: stage 3's zero not named: {p.stderr.strip()[-400:]}")
 
-print("\ngpt_tiny (seq 64, global batch 16):")
+print(f"\ngpt_tiny (seq 64, global batch {GB}):")
 for cluster, name, what in summary:
     print(f"  {cluster:17s} {name:14s} {what}")
 t.finish()
