@@ -43,9 +43,11 @@ Prints one line per planner (compiled + max relative difference, or the
 refusal); docs/COMPARISON.md's "runs today" table is that summary.
 
 With CLUSTER and GB: every planner on that one cluster at global batch GB
-instead (the stages_planners_pipes test: examples/clusters/two_pipes.yaml at
-32, built so that AutoHet's plan is two pipelines with their own stage
-boundaries; MUST_RUN, and it must not line up).
+instead: stages_planners_pipes runs examples/clusters/two_pipes.yaml at 32,
+built so that AutoHet's plan is two pipelines with their own stage
+boundaries (MUST_RUN, and it must not line up); stages_planners_uneven
+runs uneven_dp.yaml at 16, built so that hapt's and coarse's plans hold a
+DP group whose dp does not divide the rows (MUST_RUN, and they must).
 
 usage: test_stages_planners.py HETC WORKDIR [CLUSTER GB]
 """
@@ -74,6 +76,10 @@ MUST_RUN |= {("three_mesh.yaml", "autohet")}
 # layer's gradients summed over the stages holding it (plan_holders.c)
 MUST_RUN |= {("two_pipes.yaml", "autohet")}
 MISALIGNED = {("two_pipes.yaml", "autohet")}
+# uneven_dp.yaml is built for a DP group whose dp does not divide the rows
+# (three V100s over 4 rows: 2, 1, 1): hapt's and coarse's plans have one
+UNEVEN = {("uneven_dp.yaml", "hapt"), ("uneven_dp.yaml", "coarse")}
+MUST_RUN |= UNEVEN
 STEPS = 10
 t = StageTest("tiny_hetero.yaml", horizon=STEPS, gb=GB)
 check = t.check
@@ -248,6 +254,9 @@ for cluster, name in CASES:
         check(len(pipelines(plan)) == 2 and not lined_up(plan) and whole,
               f"{label}: the plan is not two pipelines with their own stage boundaries "
               f"(holder sets {holder_text(plan)})")
+    if (cluster, name) in UNEVEN:
+        check(any(rows % st["dp"] for st in plan["stages"]),
+              f"{label}: no stage's dp leaves the {rows} rows uneven")
     need, whole = forms_of(plan)
     shape = " | ".join(f"{s['layers'][0]}-{s['layers'][1]} {s['mesh']} dp{s['dp']} tp{s['tp']}"
                        + (f" z{s['zero']}" if s.get("zero") else "") for s in plan["stages"])
