@@ -10,7 +10,7 @@
 #define FUSE_MAX_NODES 64 /* per group: bounds the program and the checks */
 
 /* How a node enters a kernel: one table entry per fusible op. */
-typedef enum { FN_NO, FN_BIN, FN_UN, FN_UGRAD, FN_WHERE } FnKind;
+typedef enum { FN_NO, FN_BIN, FN_UN, FN_UGRAD, FN_WHERE, FN_RBF16, FN_WIDEN } FnKind;
 
 typedef struct NodeInfo {
     FnKind kind;
@@ -56,8 +56,21 @@ static int bcast_strides(const IrShape *s, const IrShape *o, int64_t *st) {
     return 0;
 }
 
+static int is_bf16(const IrValue *v) { return v && v->dtype == IR_BF16 && v->shape_known; }
+
 static NodeInfo classify(const IrNode *n) {
     NodeInfo no = {FN_NO, 0};
+    /* bf16-mixed's Casts (passes/mixed_precision.c): f32 -> bf16 rounds in a
+     * register, bf16 -> f32 widens (no instruction); a bf16 value is read
+     * inside a group only by such a widening Cast, so the other ops never see
+     * one, and a bf16 kernel input or output is loaded / stored as bf16 */
+    if (n->op == IR_OP_CAST && !n->dead && n->nout == 1 && n->nin == 1 &&
+        n->out[0]->shape.rank <= FK_MAX_RANK && n->in[0] &&
+        ir_shape_equal(&n->in[0]->shape, &n->out[0]->shape)) {
+        if (is_f32(n->in[0]) && is_bf16(n->out[0])) return (NodeInfo){FN_RBF16, 0};
+        if (is_bf16(n->in[0]) && is_f32(n->out[0])) return (NodeInfo){FN_WIDEN, 0};
+        return no;
+    }
     if (n->dead || n->nout != 1 || !is_f32(n->out[0]) || n->out[0]->shape.rank > FK_MAX_RANK)
         return no;
     const IrValue *y = n->out[0];
@@ -179,6 +192,7 @@ static void build_kernel(Ctx *c, FuseGroup *gr, const NodeInfo *info, const char
     k->nin = gr->nins;
     for (int i = 0; i < gr->nins; i++) {
         k->in[i].is_bool = gr->ins[i]->dtype == IR_BOOL;
+        k->in[i].is_bf16 = gr->ins[i]->dtype == IR_BF16;
         bcast_strides(&gr->ins[i]->shape, os, k->in[i].strides);
     }
     int *reg = calloc((size_t)c->g->nvalues + 1, sizeof *reg); /* value id -> register + 1 */
@@ -208,12 +222,17 @@ static void build_kernel(Ctx *c, FuseGroup *gr, const NodeInfo *info, const char
         case FN_BIN: r = fk_push(k, (FkOp)ni->sub, 0, a[0], a[1], -1, 0); break;
         case FN_UN: r = fk_push(k, FK_UNARY, ni->sub, a[0], -1, -1, 0); break;
         case FN_UGRAD: r = fk_push(k, FK_UGRAD, ni->sub, a[0], a[1], a[2], 0); break;
+        case FN_RBF16: r = fk_push(k, FK_RBF16, 0, a[0], -1, -1, 0); break;
+        case FN_WIDEN: r = a[0]; break; /* exact: the bf16 register already holds the f32 */
         default: r = fk_push(k, FK_WHERE, 0, a[0], a[1], a[2], 0); break;
         }
         reg[n->out[0]->id] = r + 1;
     }
     k->nout = gr->nouts;
-    for (int o = 0; o < gr->nouts; o++) k->out[o] = reg[gr->outs[o]->id] - 1;
+    for (int o = 0; o < gr->nouts; o++) {
+        k->out[o] = reg[gr->outs[o]->id] - 1;
+        k->out_bf16[o] = gr->outs[o]->dtype == IR_BF16;
+    }
     free(reg);
     fk_collapse(k);
 }

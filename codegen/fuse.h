@@ -3,7 +3,8 @@
  * fuse_graph groups chains / DAGs of elementwise f32 nodes of one graph
  * (Add Sub Mul Div, two-input Max Min, Neg Abs Sqrt Reciprocal Exp Log Tanh
  * Sigmoid Erf Relu Gelu SiLU, UnaryGrad, Where with an external bool
- * condition; numpy broadcasting of the external inputs) into groups of at
+ * condition; numpy broadcasting of the external inputs; and bf16-mixed's
+ * Casts f32 <-> bf16, so a kernel may load and store bf16) into groups of at
  * least two nodes, each becoming one generated kernel (FkKernel).  A group:
  *
  *  - has one phase and one output shape (every member's output is the

@@ -11,7 +11,7 @@
 static const char *const op_names[FK_NOPS] = {
     [FK_LOAD] = "load", [FK_CONST] = "const", [FK_ADD] = "add", [FK_SUB] = "sub",
     [FK_MUL] = "mul",   [FK_DIV] = "div",     [FK_MAX] = "max", [FK_MIN] = "min",
-    [FK_UNARY] = "unary", [FK_UGRAD] = "ugrad", [FK_WHERE] = "where",
+    [FK_UNARY] = "unary", [FK_UGRAD] = "ugrad", [FK_WHERE] = "where", [FK_RBF16] = "rbf16",
 };
 
 static const char *const unary_names[HK_UNOP_COUNT] = {
@@ -104,6 +104,7 @@ int fk_check(const FkKernel *k, char *why, size_t n) {
         switch (s->op) {
         case FK_LOAD:
             if (s->a < 0 || s->a >= k->nin) BAD("r%d: load of input %d", i, s->a);
+            if (k->in[s->a].is_bool && k->in[s->a].is_bf16) BAD("input %d: bool and bf16", s->a);
             break;
         case FK_CONST: break;
         case FK_ADD: case FK_SUB: case FK_MUL: case FK_DIV: case FK_MAX: case FK_MIN:
@@ -111,6 +112,9 @@ int fk_check(const FkKernel *k, char *why, size_t n) {
             break;
         case FK_UNARY:
             if (s->sub < 0 || s->sub >= HK_UNOP_COUNT || s->sub == HK_NOT) BAD("r%d: unary %d", i, s->sub);
+            if (s->a < 0 || s->a >= i) BAD("r%d: operand", i);
+            break;
+        case FK_RBF16:
             if (s->a < 0 || s->a >= i) BAD("r%d: operand", i);
             break;
         case FK_UGRAD:
@@ -139,6 +143,10 @@ int fk_check(const FkKernel *k, char *why, size_t n) {
         int r = k->out[o];
         if (r < 0 || r >= k->ninst) BAD("output %d: register %d", o, r);
         if (k->inst[r].op == FK_LOAD && k->in[k->inst[r].a].is_bool) BAD("output %d is bool", o);
+        /* a bf16 store keeps the top 16 bits: only a bf16-exact register may go there */
+        if (k->out_bf16[o] && k->inst[r].op != FK_RBF16 &&
+            !(k->inst[r].op == FK_LOAD && k->in[k->inst[r].a].is_bf16))
+            BAD("output %d is bf16 but r%d is not rounded to bf16", o, r);
     }
     return 0;
 #undef BAD
@@ -149,7 +157,8 @@ void fk_print(const FkKernel *k, FILE *f) {
     for (int d = 0; d < k->rank; d++) fprintf(f, "%s%lld", d ? "," : "", (long long)k->dims[d]);
     fprintf(f, "]\n");
     for (int i = 0; i < k->nin; i++) {
-        fprintf(f, "  in%d %s strides [", i, k->in[i].is_bool ? "bool" : "f32");
+        fprintf(f, "  in%d %s strides [", i,
+                k->in[i].is_bool ? "bool" : k->in[i].is_bf16 ? "bf16" : "f32");
         for (int d = 0; d < k->rank; d++)
             fprintf(f, "%s%lld", d ? "," : "", (long long)k->in[i].strides[d]);
         fprintf(f, "]\n");
@@ -171,11 +180,13 @@ void fk_print(const FkKernel *k, FILE *f) {
             break;
         }
         case FK_WHERE: fprintf(f, " r%d r%d r%d", s->a, s->b, s->c); break;
+        case FK_RBF16: fprintf(f, " r%d", s->a); break;
         default: fprintf(f, " r%d r%d", s->a, s->b); break;
         }
         fprintf(f, "\n");
     }
-    for (int o = 0; o < k->nout; o++) fprintf(f, "  out%d = r%d\n", o, k->out[o]);
+    for (int o = 0; o < k->nout; o++)
+        fprintf(f, "  out%d%s = r%d\n", o, k->out_bf16[o] ? " bf16" : "", k->out[o]);
 }
 
 void fk_free(FkKernel *k) {

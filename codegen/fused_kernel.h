@@ -14,6 +14,7 @@
  * in double and rounds once like hk_unary (apply_f32, with hk_vmath.h's
  * exp / tanh / sigmoid algorithms emitted as the same IEEE operations in the
  * same order); FK_UGRAD is hk_unary_backward_f32's (float)(dy * f'(x, y)).
+ * FK_RBF16 is hk_cast's f32 -> bf16 rounding (bf16-mixed's Casts, issue 17).
  * So a fused kernel's outputs equal the unfused chain's bit for bit (no
  * fast-math, no FMA contraction), for any thread count. */
 #ifndef HETC_FUSED_KERNEL_H
@@ -39,6 +40,9 @@ typedef enum FkOp {
     FK_UNARY, /* sub: HkUnOp; (float) f((double)a) (hk_unary f32) */
     FK_UGRAD, /* sub: HkUnaryGrad; x = a, dy = b, y = c or -1 (hk_unary_backward_f32) */
     FK_WHERE, /* a (bool) ? b : c */
+    FK_RBF16, /* a rounded to bf16 (hk_f32_to_bf16: nearest even, NaN quiet), kept as the f32
+               * it widens to: Cast f32 -> bf16; Cast bf16 -> f32 is no instruction (the
+               * register is reused) */
     FK_NOPS
 } FkOp;
 
@@ -51,6 +55,7 @@ typedef struct FkInst {
 
 typedef struct FkInput {
     int is_bool;                   /* 1: u8 bool data (Where's condition); else f32 */
+    int is_bf16;                   /* 1: bf16 data, loaded widened to f32 (exact) */
     int64_t strides[FK_MAX_RANK];  /* elements per step of each iteration dim */
 } FkInput;
 
@@ -60,7 +65,9 @@ typedef struct FkKernel {
     int64_t dims[FK_MAX_RANK];
     int nin, nout;
     FkInput in[FK_MAX_IN];
-    int out[FK_MAX_OUT];           /* output k = register out[k], f32, contiguous */
+    int out[FK_MAX_OUT];           /* output k = register out[k], contiguous */
+    unsigned char out_bf16[FK_MAX_OUT]; /* 1: stored as bf16 (its register is bf16-exact:
+                                         * an FK_RBF16 or a bf16 load) */
     int ninst, cap;
     FkInst *inst;
 } FkKernel;

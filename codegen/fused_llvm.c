@@ -20,7 +20,7 @@ typedef struct Fe {
     LLVMContextRef c;
     LLVMModuleRef m;
     LLVMBuilderRef b;
-    LLVMTypeRef i1, i8, i8p, i32, i64, f32, f64, vd;
+    LLVMTypeRef i1, i8, i8p, i16, i32, i64, f32, f64, vd;
     int nvptx;
 } Fe;
 
@@ -31,6 +31,7 @@ static void fe_init(Fe *e, LLVMModuleRef m, int nvptx) {
     e->i1 = LLVMInt1TypeInContext(e->c);
     e->i8 = LLVMInt8TypeInContext(e->c);
     e->i8p = LLVMPointerType(e->i8, 0);
+    e->i16 = LLVMInt16TypeInContext(e->c);
     e->i32 = LLVMInt32TypeInContext(e->c);
     e->i64 = LLVMInt64TypeInContext(e->c);
     e->f32 = LLVMFloatTypeInContext(e->c);
@@ -235,6 +236,34 @@ static int ug_reads_y(int op) {
 /* ------------------------------------------------------------ the program */
 
 static LLVMValueRef ext(Fe *e, LLVMValueRef f) { return LLVMBuildFPExt(e->b, f, e->f64, ""); }
+
+/* bf16 as integer operations (kernels/host/hk_bf16.h's twins), so every
+ * target lowers them: widen = the bits in the top half; the rounding is
+ * hk_f32_to_bf16's nearest even, a NaN kept quiet, returned as the f32 it
+ * widens to (its low 16 bits zero). */
+static LLVMValueRef ci32(Fe *e, unsigned v) { return LLVMConstInt(e->i32, v, 0); }
+
+static LLVMValueRef bf16_widen(Fe *e, LLVMValueRef h) {
+    LLVMValueRef w = LLVMBuildShl(e->b, LLVMBuildZExt(e->b, h, e->i32, ""), ci32(e, 16), "");
+    return LLVMBuildBitCast(e->b, w, e->f32, "");
+}
+
+static LLVMValueRef bf16_round(Fe *e, LLVMValueRef f) {
+    LLVMBuilderRef b = e->b;
+    LLVMValueRef x = LLVMBuildBitCast(b, f, e->i32, "");
+    LLVMValueRef nan = LLVMBuildICmp(b, LLVMIntUGT, LLVMBuildAnd(b, x, ci32(e, 0x7fffffffu), ""),
+                                     ci32(e, 0x7f800000u), "");
+    LLVMValueRef odd = LLVMBuildAnd(b, LLVMBuildLShr(b, x, ci32(e, 16), ""), ci32(e, 1), "");
+    LLVMValueRef r = LLVMBuildAdd(b, x, LLVMBuildAdd(b, odd, ci32(e, 0x7fff), ""), "");
+    LLVMValueRef q = LLVMBuildOr(b, x, ci32(e, 0x400000u), ""); /* (x >> 16) | 0x40, in place */
+    r = LLVMBuildAnd(b, LLVMBuildSelect(b, nan, q, r, ""), ci32(e, 0xffff0000u), "");
+    return LLVMBuildBitCast(b, r, e->f32, "");
+}
+
+static LLVMValueRef bf16_bits(Fe *e, LLVMValueRef f) {
+    LLVMValueRef x = LLVMBuildBitCast(e->b, f, e->i32, "");
+    return LLVMBuildTrunc(e->b, LLVMBuildLShr(e->b, x, ci32(e, 16), ""), e->i16, "");
+}
 static LLVMValueRef trunc_(Fe *e, LLVMValueRef d) { return LLVMBuildFPTrunc(e->b, d, e->f32, ""); }
 
 /* Emits the element at input indices idx[]: loads, the instructions, and
@@ -246,11 +275,12 @@ static void emit_element(Fe *e, const FkKernel *k, LLVMValueRef *inp, LLVMValueR
         LLVMValueRef r = NULL;
         switch (s->op) {
         case FK_LOAD: {
-            int bl = k->in[s->a].is_bool;
-            LLVMTypeRef t = bl ? e->i8 : e->f32;
+            int bl = k->in[s->a].is_bool, h = k->in[s->a].is_bf16;
+            LLVMTypeRef t = bl ? e->i8 : h ? e->i16 : e->f32;
             LLVMValueRef p = LLVMBuildInBoundsGEP2(e->b, t, inp[s->a], &idx[s->a], 1, "");
             r = LLVMBuildLoad2(e->b, t, p, "");
             if (bl) r = LLVMBuildICmp(e->b, LLVMIntNE, r, LLVMConstInt(e->i8, 0, 0), "");
+            if (h) r = bf16_widen(e, r);
             break;
         }
         case FK_CONST: r = LLVMConstReal(e->f32, (double)s->imm); break;
@@ -275,13 +305,15 @@ static void emit_element(Fe *e, const FkKernel *k, LLVMValueRef *inp, LLVMValueR
             break;
         }
         case FK_WHERE: r = sel(e, reg[s->a], reg[s->b], reg[s->c]); break;
+        case FK_RBF16: r = bf16_round(e, reg[s->a]); break;
         default: r = LLVMConstReal(e->f32, 0.0); break;
         }
         reg[i] = r;
     }
     for (int o = 0; o < k->nout; o++) {
-        LLVMValueRef p = LLVMBuildInBoundsGEP2(e->b, e->f32, outp[o], &oidx, 1, "");
-        LLVMBuildStore(e->b, reg[k->out[o]], p);
+        int h = k->out_bf16[o];
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(e->b, h ? e->i16 : e->f32, outp[o], &oidx, 1, "");
+        LLVMBuildStore(e->b, h ? bf16_bits(e, reg[k->out[o]]) : reg[k->out[o]], p);
     }
 }
 
@@ -312,7 +344,8 @@ static LLVMValueRef inner_idx(Fe *e, const FkKernel *k, int i, LLVMValueRef base
 
 static LLVMValueRef arg_ptr(Fe *e, const FkKernel *k, int a, LLVMValueRef p) {
     int bl = a < k->nin && k->in[a].is_bool;
-    return bl ? p : LLVMBuildBitCast(e->b, p, LLVMPointerType(e->f32, 0), "");
+    int h = a < k->nin ? k->in[a].is_bf16 : k->out_bf16[a - k->nin];
+    return bl ? p : LLVMBuildBitCast(e->b, p, LLVMPointerType(h ? e->i16 : e->f32, 0), "");
 }
 
 static LLVMTypeRef kernel_type(Fe *e, const FkKernel *k) {

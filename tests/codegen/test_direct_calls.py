@@ -11,7 +11,10 @@ kernels alone, DESIGN section 2); the --interpret-nodes build's carry both.
     test_direct_calls.py HETC WORKDIR
 
 Models: examples/gpt_tiny.onnx and two Hugging Face exports of tests/hf,
-compiled onto examples/clusters/tiny_hetero.yaml.  That the stage binaries
+compiled onto examples/clusters/tiny_hetero.yaml; gpt_tiny and the LLaMA
+export also under --precision bf16-mixed, whose generated kernels load,
+round and store bf16 (bf16-mixed's Casts fused: some kernel of the build
+must hold a bf16 rounding), bit-identical to the interpreted Casts too.  That the stage binaries
 train like `hetc train` (and PyTorch) is tests/stages' and tests/hf's check;
 the direct build is what they run.
 """
@@ -25,11 +28,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import stagetest  # noqa: E402
 
 HF = os.path.join(stagetest.SRC, "tests", "hf")
-# model, seq, microbatch, global batch, steps, whether no node may be interpreted
+# model, seq, microbatch, global batch, steps, whether no node may be interpreted, precision
+LLAMA = os.path.join(HF, "llama_random_torchscript.onnx")
 MODELS = [
-    (stagetest.MODEL, 64, 4, 16, 4, True),
-    (os.path.join(HF, "gpt2_random_dynamo.onnx"), 16, 2, 4, 3, True),
-    (os.path.join(HF, "llama_random_torchscript.onnx"), 16, 2, 4, 3, True),
+    (stagetest.MODEL, 64, 4, 16, 4, True, "fp32"),
+    (os.path.join(HF, "gpt2_random_dynamo.onnx"), 16, 2, 4, 3, True, "fp32"),
+    (LLAMA, 16, 2, 4, 3, True, "fp32"),
+    (stagetest.MODEL, 64, 4, 16, 4, True, "bf16-mixed"),
+    (LLAMA, 16, 2, 4, 3, True, "bf16-mixed"),
 ]
 KERN_RE = re.compile(r"^stage (\d+): (\d+) nodes as direct kernel calls, (\d+) interpreted",
                      re.M)
@@ -95,16 +101,25 @@ def check_holds(t, name, d, i, stages):
 
 def main():
     t = stagetest.StageTest("tiny_hetero.yaml")
-    for model, seq, mb, gb, steps, want_none in MODELS:
-        name = os.path.basename(model)[:-5]
+    for model, seq, mb, gb, steps, want_none, prec in MODELS:
+        name = os.path.basename(model)[:-5] + ("" if prec == "fp32" else "_" + prec)
         t.model, t.seq, t.mb, t.gb = model, seq, mb, gb
         d, i = t.path(name, "direct"), t.path(name, "interp")
-        if not t.check(t.compile(d, "--emit-llvm").returncode == 0, name + ": compile"):
+        pr = ("--precision", prec)
+        if not t.check(t.compile(d, "--emit-llvm", *pr).returncode == 0, name + ": compile"):
             continue
         plan = os.path.join(d, "plan.json")  # the same plan for both builds
-        if not t.check(t.compile(i, "--plan", plan, "--emit-llvm", "--interpret-nodes")
+        if not t.check(t.compile(i, "--plan", plan, "--emit-llvm", "--interpret-nodes", *pr)
                        .returncode == 0, name + ": compile --interpret-nodes"):
             continue
+        if prec == "bf16-mixed":
+            # bf16-mixed's Casts in the generated kernels: bf16 loads, roundings, stores
+            txt = "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
+                          if f.endswith(".fused.txt"))
+            nr, nbi = len(re.findall(r"= rbf16 ", txt)), len(re.findall(r" in\d+ bf16 ", txt))
+            print("%s: %d bf16 roundings and %d bf16 inputs in the generated kernels"
+                  % (name, nr, nbi), flush=True)
+            t.check(nr > 0 and nbi > 0, "%s: no bf16 Cast in a generated kernel" % name)
         kd, ki = kernel_counts(d), kernel_counts(i)
         t.check(kd and sorted(kd) == sorted(ki), "%s: stage kernel lines %s / %s" % (name, kd, ki))
         for s in sorted(kd):

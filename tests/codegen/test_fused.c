@@ -5,7 +5,8 @@
  * rank 4, some large enough for several hk_parallel_for chunks), random ops
  * of the fusion table (binary with broadcasting and scalar constants, the
  * unary maps incl. exp / tanh / sigmoid / GELU / SiLU, UnaryGrad rules,
- * Where), random graph outputs.  Reference: every node run by the host
+ * Where, bf16-mixed's Casts: f32 -> bf16 -> f32 round trips, bf16 graph
+ * inputs widened and bf16 values as graph outputs), random graph outputs.  Reference: every node run by the host
  * executor (hexec_call_node_into: the kernels the unfused stage binary
  * calls).  Fused: fuse_graph groups the nodes, fk_emit_host generates the
  * kernels into one module, LLVM's O3 pipeline runs, MCJIT executes them;
@@ -36,6 +37,7 @@
 
 #include "fuse.h"
 #include "fused_llvm.h"
+#include "hk_bf16.h"
 #include "hk_cpu.h"
 #include "hk_parallel.h"
 #include "hostexec.h"
@@ -120,9 +122,21 @@ static IrGraph *random_graph(int big) {
     IrValue *cond = ir_value_new(g, "cond", IR_BOOL, &cs, IR_VK_INPUT);
     cond->shape_known = 1;
     ir_graph_add_input(g, cond);
+    IrValue *bf_outs[16];
+    int nbf = 0;
+    if (rint_(2)) { /* a bf16 input (a Linear's output under bf16-mixed), widened */
+        IrShape hs = rint_(2) ? m : sub_shape(&m);
+        IrValue *h = ir_value_new(g, "h", IR_BF16, &hs, IR_VK_INPUT);
+        h->shape_known = 1;
+        ir_graph_add_input(g, h);
+        IrValue *y = act(g, &hs);
+        IrNode *c = ir_node_new(g, IR_OP_CAST, "", 1, &h, 1, &y);
+        ir_node_set_int(c, "to", IR_F32);
+        pool[np++] = y;
+    }
     int nn = 2 + rint_(12);
     for (int k = 0; k < nn && np < 60; k++) {
-        int kind = rint_(10);
+        int kind = rint_(11);
         IrValue *a = pool[np - 1 - rint_(np < 4 ? np : 4)]; /* recent values: chains */
         IrValue *b = pool[rint_(np)];
         IrNode *n;
@@ -158,6 +172,16 @@ static IrGraph *random_graph(int big) {
             n = ir_node_new(g, IR_OP_UNARY_GRAD, "", three ? 3 : 2, ins, 1, &y);
             ir_node_set_string(n, "fn", ug_fns[rint_((int)(sizeof ug_fns / sizeof ug_fns[0]))]);
             pool[np++] = y;
+        } else if (kind == 10) { /* f32 -> bf16 (maybe a graph output) -> f32 */
+            IrValue *h = ir_value_new(g, NULL, IR_BF16, &a->shape, IR_VK_ACT);
+            h->shape_known = 1;
+            n = ir_node_new(g, IR_OP_CAST, "", 1, &a, 1, &h);
+            ir_node_set_int(n, "to", IR_BF16);
+            if (rint_(3) == 0 && nbf < 16) bf_outs[nbf++] = h;
+            IrValue *y = act(g, &a->shape);
+            n = ir_node_new(g, IR_OP_CAST, "", 1, &h, 1, &y);
+            ir_node_set_int(n, "to", IR_F32);
+            pool[np++] = y;
         } else {
             IrValue *ins[3] = {cond, a, b};
             IrShape os = bcast(&cond->shape, &a->shape);
@@ -170,6 +194,10 @@ static IrGraph *random_graph(int big) {
     }
     ir_graph_add_output(g, pool[np - 1]);
     pool[np - 1]->is_graph_output = 1;
+    for (int i = 0; i < nbf; i++) {
+        ir_graph_add_output(g, bf_outs[i]);
+        bf_outs[i]->is_graph_output = 1;
+    }
     for (int i = nin; i < np - 1; i++)
         if (pool[i]->producer && rint_(4) == 0 && !pool[i]->is_graph_output) {
             ir_graph_add_output(g, pool[i]);
@@ -203,7 +231,19 @@ static int run_node(IrNode *n, void **bufs) {
     return 0;
 }
 
-static int same_bits(const float *a, const float *b, int64_t n, int64_t *at) {
+static int bf16_nan(uint16_t h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f); }
+
+static int same_bits(const IrValue *v, const void *pa, const void *pb, int64_t n, int64_t *at) {
+    if (v->dtype == IR_BF16) {
+        const uint16_t *a = pa, *b = pb;
+        for (int64_t i = 0; i < n; i++)
+            if (a[i] != b[i] && !(bf16_nan(a[i]) && bf16_nan(b[i]))) {
+                *at = i;
+                return 0;
+            }
+        return 1;
+    }
+    const float *a = pa, *b = pb;
     for (int64_t i = 0; i < n; i++) {
         uint32_t x, y;
         memcpy(&x, &a[i], 4);
@@ -287,7 +327,7 @@ int main(int argc, char **argv) {
     LLVMAddSymbol("hk_vector_isa", (void *)hk_vector_isa);
     LLVMAddSymbol("erf", (void *)erf);
     LLVMAddSymbol("log", (void *)log);
-    int total_fused = 0, total_groups = 0, internal = 0;
+    int total_fused = 0, total_groups = 0, internal = 0, nround = 0, nbf_in = 0, nbf_out = 0;
     for (int seed = 0; seed < seeds; seed++) {
         rng_s = 0x9E3779B97F4A7C15ULL * (uint64_t)(seed + 1);
         IrGraph *g = random_graph(seed % 8 == 7);
@@ -301,6 +341,8 @@ int main(int argc, char **argv) {
             fus[v->id] = value_buf(v);
             for (int64_t j = 0; j < n; j++) {
                 if (v->dtype == IR_BOOL) ((uint8_t *)ref[v->id])[j] = (uint8_t)rint_(2);
+                else if (v->dtype == IR_BF16)
+                    ((uint16_t *)ref[v->id])[j] = hk_f32_to_bf16(rint_(50) == 0 ? 0.0f : rflt());
                 else ((float *)ref[v->id])[j] = rint_(50) == 0 ? 0.0f : rflt();
             }
             memcpy(fus[v->id], ref[v->id], ir_value_bytes(v));
@@ -315,6 +357,12 @@ int main(int argc, char **argv) {
         total_fused += fg.nfused;
         total_groups += fg.ngroups;
         for (int v = 0; v < g->nvalues; v++) internal += fg.internal[v];
+        for (int k = 0; k < fg.ngroups; k++) { /* the bf16 casts the kernels took */
+            const FkKernel *fk = &fg.groups[k].k;
+            for (int i = 0; i < fk->ninst; i++) nround += fk->inst[i].op == FK_RBF16;
+            for (int i = 0; i < fk->nin; i++) nbf_in += fk->in[i].is_bf16;
+            for (int i = 0; i < fk->nout; i++) nbf_out += fk->out_bf16[i];
+        }
 
         /* generated kernels, JIT-compiled */
         LLVMContextRef ctx = LLVMContextCreate();
@@ -382,9 +430,13 @@ int main(int argc, char **argv) {
                 CHECK(!val->is_graph_output, "seed %d: output %s not computed", seed, val->name);
                 continue;
             }
-            if (!same_bits(ref[v], fus[v], ir_shape_numel(&val->shape), &at)) {
-                CHECK(0, "seed %d: %s differs at %lld: %a vs %a", seed, val->name, (long long)at,
-                      (double)((float *)ref[v])[at], (double)((float *)fus[v])[at]);
+            if (!same_bits(val, ref[v], fus[v], ir_shape_numel(&val->shape), &at)) {
+                double x = val->dtype == IR_BF16 ? hk_bf16_to_f32(((uint16_t *)ref[v])[at])
+                                                 : ((float *)ref[v])[at];
+                double y = val->dtype == IR_BF16 ? hk_bf16_to_f32(((uint16_t *)fus[v])[at])
+                                                 : ((float *)fus[v])[at];
+                CHECK(0, "seed %d: %s differs at %lld: %a vs %a", seed, val->name, (long long)at, x,
+                      y);
                 for (int k = 0; k < fg.ngroups; k++) fk_print(&fg.groups[k].k, stderr);
             }
         }
@@ -426,6 +478,9 @@ int main(int argc, char **argv) {
            ptxas[0] ? ", assembled by ptxas for sm_80 and sm_90" : "");
     CHECK(total_groups > seeds / 4, "too few fused groups (%d): the fuzz tests nothing", total_groups);
     CHECK(internal > 0, "no register-only values");
+    printf("bf16 in the kernels: %d roundings, %d bf16 inputs, %d bf16 outputs\n", nround, nbf_in,
+           nbf_out);
+    CHECK(nround > 0 && nbf_in > 0 && nbf_out > 0, "the fuzz fused no bf16 Cast");
     if (ptxas[0]) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf %s", ptx_dir);
