@@ -77,6 +77,11 @@ typedef struct RtContext {
     MPI_Comm tp_comm;  /* the ranks of this stage with this dp_rank (one TP group) */
     double timeout_s;  /* deadline for every wait; env HETRT_TIMEOUT_S, default 300 */
     int owns_mpi;      /* 1 when rt_init called MPI_Init (rt_finalize then finalizes) */
+    /* 1: a one-process run (rt_init: no launcher started this process and
+     * the world it describes is one rank).  MPI is never initialised: the
+     * collectives below are no-ops or copies, dp_comm and tp_comm are
+     * MPI_COMM_NULL, and a send or receive is an error (there is no peer). */
+    int solo;
     /* Per-stage row table (heterogeneous DP, docs/STAGES.md): stage_rows[s]
      * is stage s's stage_dp[s] row counts of a microbatch in DP rank order,
      * or NULL for rt_row_split's split.  Not owned (the stage config's);
@@ -87,7 +92,12 @@ typedef struct RtContext {
 /* Initialise MPI (if not yet), read HETRT_TIMEOUT_S, and describe the world:
  * nstages stages with DP degrees stage_dp[0..nstages-1], which must sum to
  * the world size.  Builds the DP-group communicators.  Collective over
- * MPI_COMM_WORLD.  No tensor parallelism (every stage_tp is 1). */
+ * MPI_COMM_WORLD.  No tensor parallelism (every stage_tp is 1).
+ * A process no launcher started (rt_launched() 0) with MPI not yet
+ * initialised runs solo when the world is one rank (one stage, DP 1, TP 1):
+ * no MPI_Init, whose plug-ins, shared-memory segments and PMIx client cost
+ * ~15 MB of resident memory and start-up time a single process does not
+ * need (ctx->solo); a larger world fails naming the ranks it needs. */
 int rt_init(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp);
 /* rt_init with tensor parallelism: this process runs stage `my_stage` with
  * TP degree `my_tp`.  Each stage's TP degree is learnt from its own ranks
@@ -99,6 +109,12 @@ int rt_init_tp(RtContext *ctx, int *argc, char ***argv, int nstages, const int *
                int my_stage, int my_tp);
 /* Free communicators and finalize MPI if rt_init initialised it. */
 int rt_finalize(RtContext *ctx);
+/* Whether a launcher started this process as a rank of a job: Open MPI's
+ * mpirun (OMPI_COMM_WORLD_SIZE), a PMIx or PMI launcher (PMIX_RANK,
+ * PMI_RANK: srun --mpi=pmix, MPICH's hydra) or srun with more than one task
+ * (SLURM_PROCID with SLURM_NTASKS / SLURM_STEP_NUM_TASKS > 1; a batch
+ * script's own shell has SLURM_PROCID too, with one task). */
+int rt_launched(void);
 
 /* World rank of dp rank `dp_rank` of stage `stage` (its TP rank 0). */
 int rt_stage_rank(const RtContext *ctx, int stage, int dp_rank);
@@ -219,6 +235,24 @@ int rt_bcast(const RtContext *ctx, MPI_Comm comm, void *buf, size_t bytes, int r
 
 /* Barrier over MPI_COMM_WORLD with the timeout. */
 int rt_barrier(const RtContext *ctx, const char *what);
+
+/* Gather to world rank `root`, under the timeout: every rank's `count`
+ * elements of `type` land at all[r * count] (all: root only).  rt_gatherv:
+ * rank r's send_count elements land at all[displs[r]] (counts and displs
+ * in elements, root only).  Solo: a copy.  Types: the predefined ones
+ * (MPI_BYTE, MPI_INT, MPI_LONG_LONG, MPI_FLOAT, MPI_DOUBLE, ...). */
+int rt_gather(const RtContext *ctx, const void *mine, size_t count, MPI_Datatype type, void *all,
+              int root, const char *what);
+int rt_gatherv(const RtContext *ctx, const void *mine, int send_count, MPI_Datatype type,
+               void *all, const int *counts, const int *displs, int root, const char *what);
+/* MPI_Comm_split of MPI_COMM_WORLD (color MPI_UNDEFINED: *out is
+ * MPI_COMM_NULL), errors returned.  Solo: MPI_COMM_NULL for any colour --
+ * a group of one process needs no communicator, and every collective above
+ * is a no-op on MPI_COMM_NULL. */
+int rt_comm_split(const RtContext *ctx, int color, int key, MPI_Comm *out, const char *what);
+/* This rank's index among the ranks on its node and how many there are
+ * (MPI_COMM_TYPE_SHARED: the launcher's notion of a node); solo: 0 of 1. */
+int rt_node_rank(const RtContext *ctx, int *local, int *nlocal);
 
 /* Many-to-many redistribution of a batch-sharded boundary tensor of B rows
  * (row_bytes bytes each) from stage src_stage to stage dst_stage.  Every

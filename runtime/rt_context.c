@@ -7,13 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+int rt_launched(void) {
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK")) return 1;
+    if (!getenv("SLURM_PROCID")) return 0;
+    return env_int("SLURM_STEP_NUM_TASKS", env_int("SLURM_NTASKS", 1)) > 1;
+}
+
 /* The rank for error prefixes, asked of MPI each time rather than cached in
- * a global: it works before rt_init and needs no shared state. */
+ * a global: it works before rt_init and needs no shared state.  Without MPI
+ * a process no launcher started is rank 0 of its world of one (a solo run);
+ * a launched one's rank is not known yet (-1). */
 static int current_rank(void) {
     int init = 0, fin = 0, r = -1;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    else if (!rt_launched()) r = 0;
     return r;
 }
 
@@ -104,6 +118,47 @@ static int gather_tp(RtContext *ctx, int nstages, int my_stage, int my_tp, int *
     return rc;
 }
 
+/* The world of a process no launcher started: one rank (solo, MPI never
+ * initialised), or an error naming the ranks the layout needs (other
+ * stages' TP degrees are not known here: at least that many). */
+static int init_solo(RtContext *ctx, int nstages, const int *stage_dp, int my_stage, int my_tp) {
+    if (nstages < 1 || nstages > RT_MAX_STAGES || !stage_dp) {
+        rt_log_error("rt_init: %d stages (want 1..%d)", nstages, RT_MAX_STAGES);
+        return 1;
+    }
+    char degrees[256] = "";
+    int ranks = 0, n = 0;
+    for (int s = 0; s < nstages; s++) {
+        if (stage_dp[s] < 1) {
+            rt_log_error("rt_init: stage %d has DP degree %d (want >= 1)", s, stage_dp[s]);
+            return 1;
+        }
+        int tp = s == my_stage && my_tp > 1 ? my_tp : 1;
+        ranks += stage_dp[s] * tp;
+        if (n < (int)sizeof degrees - 24)
+            n += snprintf(degrees + n, sizeof degrees - (size_t)n, "%s%d%s", s ? " + " : "",
+                          stage_dp[s], tp > 1 ? "x" : "");
+        if (tp > 1 && n < (int)sizeof degrees - 24)
+            n += snprintf(degrees + n, sizeof degrees - (size_t)n, "%d TP", tp);
+    }
+    if (ranks != 1) {
+        rt_log_error("started without a launcher (none of OMPI_COMM_WORLD_SIZE, PMIX_RANK, "
+                     "PMI_RANK, or SLURM_PROCID with several tasks, is set), but the plan's "
+                     "world is %s%d ranks (%d stage%s: DP degrees %s): run the launch.sh of "
+                     "its build, which starts every rank under mpirun or srun",
+                     nstages > 1 ? "at least " : "", ranks, nstages, nstages == 1 ? "" : "s",
+                     degrees);
+        return 1;
+    }
+    ctx->solo = 1;
+    ctx->world_size = 1;
+    ctx->nstages = 1;
+    ctx->stage_dp[0] = ctx->stage_tp[0] = 1;
+    ctx->dp_size = ctx->tp_size = 1;
+    ctx->timeout_s = timeout_from_env();
+    return 0;
+}
+
 int rt_init_tp(RtContext *ctx, int *argc, char ***argv, int nstages, const int *stage_dp,
                int my_stage, int my_tp) {
     memset(ctx, 0, sizeof *ctx);
@@ -111,6 +166,7 @@ int rt_init_tp(RtContext *ctx, int *argc, char ***argv, int nstages, const int *
     ctx->tp_comm = MPI_COMM_NULL;
     int init = 0;
     MPI_Initialized(&init);
+    if (!init && !rt_launched()) return init_solo(ctx, nstages, stage_dp, my_stage, my_tp);
     if (!init) {
         if (MPI_Init(argc, argv) != MPI_SUCCESS) {
             rt_log_error("MPI_Init failed");

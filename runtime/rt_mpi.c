@@ -2,7 +2,12 @@
  * row redistribution.  Nothing here blocks without a deadline: every
  * operation is posted non-blocking and rt_wait polls it with MPI_Test until
  * it completes or ctx->timeout_s passes, and then names the waiting rank,
- * the peer and the operation before aborting the job. */
+ * the peer and the operation before aborting the job.
+ *
+ * A solo context (rt.h: one process, no launcher, MPI never initialised)
+ * touches no MPI call here: its collectives are no-ops (a sum, broadcast or
+ * barrier over one rank) or copies (gathers), and point-to-point, which has
+ * no peer in a world of one, is an error naming the operation. */
 #define _POSIX_C_SOURCE 200809L
 #include "rt.h"
 
@@ -83,7 +88,17 @@ static int check_count(size_t bytes, const char *what) {
     return 0;
 }
 
+/* Point-to-point in a world of one process: a bug of the caller (a plan of
+ * several ranks reaches init_solo's error instead). */
+static int solo_refuse(const RtContext *ctx, const char *op, const char *what) {
+    if (!ctx->solo) return 0;
+    rt_log_error("%s: %s in a one-process run (no launcher, world of one rank): there is no "
+                 "peer rank", what, op);
+    return 1;
+}
+
 static int check_peer(const RtContext *ctx, int peer, int tag, const char *what) {
+    if (solo_refuse(ctx, "send / receive", what)) return 1;
     if (peer < 0 || peer >= ctx->world_size || peer == ctx->world_rank) {
         rt_log_error("%s: bad peer rank %d (world size %d, self %d)", what, peer,
                      ctx->world_size, ctx->world_rank);
@@ -146,7 +161,7 @@ int rt_dp_allreduce_f32(const RtContext *ctx, float *buf, size_t n, float scale,
 
 int rt_allreduce(const RtContext *ctx, MPI_Comm comm, void *buf, size_t count, MPI_Datatype type,
                  MPI_Op op, const char *what) {
-    if (comm == MPI_COMM_NULL || count == 0) return 0;
+    if (ctx->solo || comm == MPI_COMM_NULL || count == 0) return 0; /* one rank's sum */
     if (check_count(count, what)) return 1;
     int size = 1, tsize = 0;
     MPI_Comm_size(comm, &size);
@@ -228,7 +243,7 @@ int rt_dp_allgather_f32(const RtContext *ctx, const float *slice, float *full, s
 
 int rt_bcast(const RtContext *ctx, MPI_Comm comm, void *buf, size_t bytes, int root,
              const char *what) {
-    if (comm == MPI_COMM_NULL || bytes == 0) return 0;
+    if (ctx->solo || comm == MPI_COMM_NULL || bytes == 0) return 0;
     if (check_count(bytes, what)) return 1;
     int size = 1;
     MPI_Comm_size(comm, &size);
@@ -242,12 +257,105 @@ int rt_bcast(const RtContext *ctx, MPI_Comm comm, void *buf, size_t bytes, int r
 }
 
 int rt_barrier(const RtContext *ctx, const char *what) {
+    if (ctx->solo) return 0;
     RtPending p = {MPI_REQUEST_NULL, "barrier over all ranks", -1, 0, 0};
     if (MPI_Ibarrier(MPI_COMM_WORLD, &p.req) != MPI_SUCCESS) {
         rt_log_error("%s: MPI_Ibarrier failed", what);
         return 1;
     }
     return rt_wait(ctx, &p, 1, what);
+}
+
+/* Bytes of a predefined type, for a solo gather's copy (MPI_Type_size is not
+ * callable before MPI_Init); 0 for a type not listed. */
+static size_t solo_type_size(MPI_Datatype t) {
+    if (t == MPI_BYTE || t == MPI_CHAR || t == MPI_UNSIGNED_CHAR || t == MPI_INT8_T ||
+        t == MPI_UINT8_T)
+        return 1;
+    if (t == MPI_UINT16_T || t == MPI_INT16_T) return 2;
+    if (t == MPI_INT || t == MPI_UNSIGNED || t == MPI_FLOAT || t == MPI_INT32_T ||
+        t == MPI_UINT32_T)
+        return 4;
+    if (t == MPI_LONG_LONG || t == MPI_UNSIGNED_LONG_LONG || t == MPI_DOUBLE ||
+        t == MPI_INT64_T || t == MPI_UINT64_T || t == MPI_LONG || t == MPI_UNSIGNED_LONG)
+        return 8;
+    return 0;
+}
+
+/* A solo gather: this rank's count elements copied to dst. */
+static int solo_copy(const void *mine, size_t count, MPI_Datatype type, void *dst,
+                     const char *what) {
+    size_t tsize = solo_type_size(type);
+    if (!tsize) {
+        rt_log_error("%s: gather of a datatype a one-process run does not know", what);
+        return 1;
+    }
+    if (count && dst != mine) memmove(dst, mine, count * tsize);
+    return 0;
+}
+
+int rt_gather(const RtContext *ctx, const void *mine, size_t count, MPI_Datatype type, void *all,
+              int root, const char *what) {
+    if (check_count(count, what)) return 1;
+    if (ctx->solo) return solo_copy(mine, count, type, all, what);
+    int tsize = 0;
+    MPI_Type_size(type, &tsize);
+    RtPending p = {MPI_REQUEST_NULL, "gather to", root, 0, count * (size_t)tsize};
+    if (MPI_Igather(mine, (int)count, type, all, (int)count, type, root, MPI_COMM_WORLD,
+                    &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Igather failed", what);
+        return 1;
+    }
+    return rt_wait(ctx, &p, 1, what);
+}
+
+int rt_gatherv(const RtContext *ctx, const void *mine, int send_count, MPI_Datatype type,
+               void *all, const int *counts, const int *displs, int root, const char *what) {
+    if (send_count < 0) {
+        rt_log_error("%s: gather of %d elements", what, send_count);
+        return 1;
+    }
+    if (ctx->solo) {
+        if (!send_count) return 0;
+        size_t off = displs ? (size_t)displs[0] * solo_type_size(type) : 0;
+        return solo_copy(mine, (size_t)send_count, type, (unsigned char *)all + off, what);
+    }
+    int tsize = 0;
+    MPI_Type_size(type, &tsize);
+    RtPending p = {MPI_REQUEST_NULL, "gather to", root, 0, (size_t)send_count * (size_t)tsize};
+    if (MPI_Igatherv(mine, send_count, type, all, counts, displs, type, root, MPI_COMM_WORLD,
+                     &p.req) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Igatherv failed", what);
+        return 1;
+    }
+    return rt_wait(ctx, &p, 1, what);
+}
+
+int rt_comm_split(const RtContext *ctx, int color, int key, MPI_Comm *out, const char *what) {
+    *out = MPI_COMM_NULL;
+    if (ctx->solo) return 0;
+    if (MPI_Comm_split(MPI_COMM_WORLD, color, key, out) != MPI_SUCCESS) {
+        rt_log_error("%s: MPI_Comm_split failed", what);
+        return 1;
+    }
+    if (*out != MPI_COMM_NULL) MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    return 0;
+}
+
+int rt_node_rank(const RtContext *ctx, int *local, int *nlocal) {
+    *local = 0, *nlocal = 1;
+    if (ctx->solo) return 0;
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx->world_rank, MPI_INFO_NULL,
+                            &node) != MPI_SUCCESS) {
+        *local = *nlocal = -1;
+        rt_log_error("MPI_Comm_split_type (the ranks of this node) failed");
+        return 1;
+    }
+    MPI_Comm_rank(node, local);
+    MPI_Comm_size(node, nlocal);
+    MPI_Comm_free(&node);
+    return 0;
 }
 
 /* The pieces of this rank's DP shard over its TP group, as byte counts and
@@ -333,6 +441,7 @@ int rt_redistribute_rows(const RtContext *ctx, int src_stage, const void *src, i
     }
     int am_src = ctx->stage == src_stage, am_dst = ctx->stage == dst_stage;
     if (!am_src && !am_dst) return 0;
+    if (solo_refuse(ctx, "a redistribution between stages", what)) return 1;
     RowPlan rp;
     if (row_plan(ctx, src_stage, dst_stage, B, &rp, what)) return 1;
     RtPending *p = malloc(sizeof(RtPending) * (size_t)(rp.nov + 1));
@@ -421,6 +530,7 @@ int rt_redistribute_rows_isend(const RtContext *ctx, int src_stage, const void *
         rt_log_error("%s: tag %d outside [0, 32767]", what, tag);
         return 1;
     }
+    if (solo_refuse(ctx, "a deferred send between stages", what)) return 1;
     queue_reap(q);
     RowPlan rp;
     if (row_plan(ctx, src_stage, dst_stage, B, &rp, what)) return 1;

@@ -57,15 +57,7 @@ int stage_be_setup(StageRt *rt) {
     if (!b) return 1;
     rt->be = b;
     /* ranks on this node, in world-rank order: rank i takes GPU i % ndev */
-    MPI_Comm node;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->ctx.world_rank,
-                            MPI_INFO_NULL, &node) != MPI_SUCCESS) {
-        rt_log_error("MPI_Comm_split_type (ranks of this node) failed");
-        return 1;
-    }
-    MPI_Comm_rank(node, &b->local_rank);
-    MPI_Comm_size(node, &b->local_size);
-    MPI_Comm_free(&node);
+    if (rt_node_rank(&rt->ctx, &b->local_rank, &b->local_size)) return 1;
     cudaError_t e = cudaGetDeviceCount(&b->ndev);
     if (e != cudaSuccess || b->ndev < 1) return cuda_err("cudaGetDeviceCount", e);
     b->device = b->local_rank % b->ndev;

@@ -36,7 +36,9 @@ int stage_bf16_wire_setup(StageRt *rt, StageBf16Wire *w) {
                      rt->cfg.stage, (long long)w->cap);
         return 1;
     }
-    if (MPI_Op_create(bf16_sum, 1, &w->op) != MPI_SUCCESS) {
+    /* solo: nothing is reduced (a one-rank sum rounds nothing), and MPI,
+     * never initialised, cannot make the op */
+    if (!rt->ctx.solo && MPI_Op_create(bf16_sum, 1, &w->op) != MPI_SUCCESS) {
         rt_log_error("stage %d: grad_reduce bf16: MPI_Op_create failed", rt->cfg.stage);
         return 1;
     }

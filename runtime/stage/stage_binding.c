@@ -2,7 +2,7 @@
  * real cluster (several hosts, mpirun --hostfile or srun) a rank on the
  * wrong node or GPU is otherwise only visible as a slow or failing job.
  * The local rank is the rank among the processes the MPI library reports
- * on the same node (MPI_COMM_TYPE_SHARED: the launcher's notion of a node,
+ * on the same node (rt_node_rank, MPI_COMM_TYPE_SHARED: the launcher's notion of a node,
  * which is what the CUDA backend picks its GPU by: local rank % visible
  * GPUs, runtime/cuda/stage_backend_cuda.c); the launcher's own variables
  * are printed beside it so a mismatch shows. */
@@ -19,20 +19,16 @@ static const char *env_or(const char *name, const char *dflt) {
 }
 
 void stage_log_binding(const StageRt *rt) {
-    int local = -1, nlocal = -1;
-    MPI_Comm node;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->ctx.world_rank,
-                            MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-        MPI_Comm_rank(node, &local);
-        MPI_Comm_size(node, &nlocal);
-        MPI_Comm_free(&node);
-    }
+    int local, nlocal;
+    rt_node_rank(&rt->ctx, &local, &nlocal); /* -1 of -1 when MPI cannot tell */
     char host[256] = "?";
     if (gethostname(host, sizeof host - 1)) strcpy(host, "?");
     char launcher[160] = "";
     const char *ompi = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     const char *slurm = getenv("SLURM_LOCALID");
-    if (ompi)
+    if (rt->ctx.solo) /* rt.h: a one-rank world no launcher started */
+        snprintf(launcher, sizeof launcher, ", no launcher: one process without MPI");
+    else if (ompi)
         snprintf(launcher, sizeof launcher, ", mpirun local rank %s", ompi);
     else if (slurm)
         snprintf(launcher, sizeof launcher, ", slurm node %s local id %s",

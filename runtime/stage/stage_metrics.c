@@ -87,8 +87,7 @@ int stage_met_step(StageRt *rt, const RtStepMetrics *base, double step_s) {
         if (!m->all || !m->st || !m->step_sum) return -1;
     }
     double *all = me == m->root ? m->all : NULL;
-    if (MPI_Gather(v, M_N, MPI_DOUBLE, all, M_N, MPI_DOUBLE, m->root, MPI_COMM_WORLD) !=
-        MPI_SUCCESS) {
+    if (rt_gather(&rt->ctx, v, M_N, MPI_DOUBLE, all, m->root, "the metrics gather")) {
         rt_log_error("the metrics gather of step %lld failed", (long long)base->step);
         return -1;
     }
@@ -313,8 +312,7 @@ int stage_met_finish(StageRt *rt, const char *trace_json, const char *trace_svg)
     }
     long long mine[3] = {m->nspans, rt->cfg.stage, m->dropped};
     long long *all = me == root ? calloc((size_t)n * 3, sizeof *all) : NULL;
-    if (MPI_Gather(mine, 3, MPI_LONG_LONG, all, 3, MPI_LONG_LONG, root, MPI_COMM_WORLD) !=
-        MPI_SUCCESS) {
+    if (rt_gather(&rt->ctx, mine, 3, MPI_LONG_LONG, all, root, "--trace: span counts")) {
         free(all);
         rt_log_error("--trace: the span count gather failed");
         return -1;
@@ -352,8 +350,8 @@ int stage_met_finish(StageRt *rt, const char *trace_json, const char *trace_svg)
     /* a root that could not allocate still receives (nothing: counts 0) */
     int sendb = (int)(m->nspans * (int64_t)sizeof *m->spans);
     if (me == root && rc) sendb = 0;
-    if (MPI_Gatherv(m->spans, sendb, MPI_BYTE, sp, bytes, displ, MPI_BYTE, root,
-                    MPI_COMM_WORLD) != MPI_SUCCESS) {
+    if (rt_gatherv(&rt->ctx, m->spans, sendb, MPI_BYTE, sp, bytes, displ, root,
+                   "--trace: spans")) {
         rt_log_error("--trace: the span gather failed");
         rc = -1;
     }

@@ -69,14 +69,14 @@ int stage_sync_setup(StageRt *rt) {
             continue;
         }
         for (int j = 0; j < s->nstages; j++) holds |= s->stages[j] == rt->cfg.stage;
-        rt->shared_comm[i] = MPI_COMM_NULL;
-        if (MPI_Comm_split(MPI_COMM_WORLD, holds ? 0 : MPI_UNDEFINED, rt->ctx.world_rank,
-                           &rt->shared_comm[i]) != MPI_SUCCESS) {
-            rt_log_error("MPI_Comm_split for shared parameter '%s' failed", s->name);
+        /* a one-process run (solo) gets MPI_COMM_NULL: the holders are
+         * this process, whose gradient is already the sum over them */
+        char what[512];
+        snprintf(what, sizeof what, "the group of the stages holding shared parameter '%s'",
+                 s->name);
+        if (rt_comm_split(&rt->ctx, holds ? 0 : MPI_UNDEFINED, rt->ctx.world_rank,
+                          &rt->shared_comm[i], what))
             return 1;
-        }
-        if (rt->shared_comm[i] != MPI_COMM_NULL)
-            MPI_Comm_set_errhandler(rt->shared_comm[i], MPI_ERRORS_RETURN);
     }
     /* Where the cross-stage sum of each shared parameter is cut: at every
      * DP range boundary of the holders keeping a ZeRO-2 shard.  A stage's
