@@ -60,10 +60,13 @@ static void usage(FILE *f) {
             "                         embeds the IR text)\n"
             "  --no-fuse              one kernel call per node: no generated fused elementwise\n"
             "                         kernels (to compare; docs/CODEGEN.md)\n"
-            "  --precision fp32|bf16-mixed  training precision (default fp32).  bf16-mixed: every\n"
-            "                         Linear on bf16 operands with f32 accumulation, the rest\n"
-            "                         fp32 (host backend only; planned with bf16 GEMM time;\n"
-            "                         docs/TRAINING.md \"Mixed precision (bf16)\")\n"
+            "  --precision fp32|bf16-mixed  training precision.  bf16-mixed: every Linear on bf16\n"
+            "                         operands with f32 accumulation, the rest fp32 (planned\n"
+            "                         with bf16 GEMM time; docs/TRAINING.md \"Mixed precision\n"
+            "                         (bf16)\"); fp32: every tensor fp32.  Default: a --plan\n"
+            "                         file's \"precision\" when it has one, else fp32 with\n"
+            "                         --backend cuda (its bf16 kernels have not yet run on a\n"
+            "                         GPU), else bf16-mixed\n"
             "  --grad-reduce-dtype fp32|bf16  dtype of the gradient all-reduce between DP ranks\n"
             "                         and stages (default fp32, as Megatron; bf16 halves the\n"
             "                         bytes and rounds each partial sum; bf16-mixed only;\n"
@@ -192,6 +195,37 @@ static int check_train_opts(const CompileArgs *ca) {
     return 0;
 }
 
+/* The precision this compile runs (precision.h): --precision; else the
+ * --plan file's "precision" (`planned`, "" or NULL: none); else fp32 with
+ * --backend cuda, else bf16-mixed.  Then the options that depend on it.
+ * 0, or -1 after saying why. */
+static int set_precision(CompileCtx *c, const char *planned) {
+    PlanArgs *pa = &c->pa;
+    const char *be = c->ca.backend ? c->ca.backend->name : "host";
+    c->precision_why = "--precision";
+    if (!pa->precision_given)
+        pa->precision = precision_compile_default(planned, be, &c->precision_why);
+    else if (planned && planned[0] && strcmp(planned, precision_name(pa->precision)))
+        fprintf(stderr, "hetc compile: --precision %s overrides %s's \"precision\" %s (its "
+                "memory and time were planned for %s)\n", precision_name(pa->precision),
+                c->plan_file, planned, planned);
+    c->ca.bf16_mixed = pa->precision == PRECISION_BF16_MIXED;
+    c->ca.grad_reduce_bf16 = pa->grad_reduce_bf16; /* parsed with the plan options */
+    if (c->ca.grad_reduce_bf16 && !c->ca.bf16_mixed) {
+        fprintf(stderr, "hetc compile: --grad-reduce-dtype bf16 needs --precision bf16-mixed "
+                "(this compile runs fp32, %s; an fp32 run reduces its fp32 gradients in fp32)\n",
+                c->precision_why);
+        return -1;
+    }
+    if (c->ca.grad_reduce_bf16 && strcmp(be, "host")) {
+        fprintf(stderr, "hetc compile: --grad-reduce-dtype bf16 runs on the host backend only "
+                "(the %s runtime all-reduces fp32 gradients); leave it out with --backend %s\n",
+                be, be);
+        return -1;
+    }
+    return 0;
+}
+
 /* Step 0, the command line, parsed once: compile's own options, then hetc
  * plan's (plan_args.c: --microbatch, --layers, the import options ...).
  * -1: go on; otherwise the exit status. */
@@ -231,19 +265,9 @@ static int step_parse(CompileCtx *c, int argc, char **argv) {
         precision_parse("hetc compile", "cluster-dtype", 0, &pr);
         return 2;
     }
-    c->ca.bf16_mixed = c->pa.precision == PRECISION_BF16_MIXED;
-    c->ca.grad_reduce_bf16 = c->pa.grad_reduce_bf16; /* parsed with the plan options */
-    if (c->ca.grad_reduce_bf16 && !c->ca.bf16_mixed) {
-        fprintf(stderr, "hetc compile: --grad-reduce-dtype bf16 needs --precision bf16-mixed "
-                "(an fp32 run reduces its fp32 gradients in fp32)\n");
-        return 2;
-    }
-    if (c->ca.grad_reduce_bf16 && c->ca.backend && strcmp(c->ca.backend->name, "host")) {
-        fprintf(stderr, "hetc compile: --grad-reduce-dtype bf16 runs on the host backend only "
-                "(the %s runtime all-reduces fp32 gradients); leave it out with --backend %s\n",
-                c->ca.backend->name, c->ca.backend->name);
-        return 2;
-    }
+    /* the precision now, unless a --plan file's "precision" decides it
+     * (step_read_plan): the planner plans in it */
+    if ((!c->plan_file || c->pa.precision_given) && set_precision(c, NULL)) return 2;
     c->pa.co.model = c->model;
     c->pa.cluster = c->cluster;
     c->pa.co.src = &c->src; /* one read of the model for every import below */
@@ -293,6 +317,13 @@ static int step_plan(CompileCtx *c) {
  * later step uses: computed here, once. */
 static int step_read_plan(CompileCtx *c, IrError *err) {
     if (comp_plan_read(c->planpath, &c->plan, err)) return 1;
+    if (c->plan_file && set_precision(c, c->plan.precision)) return -1;
+    snprintf(c->plan.precision, sizeof c->plan.precision, "%s", precision_name(c->pa.precision));
+    fprintf(stderr, "compile: precision %s (%s)\n", c->plan.precision, c->precision_why);
+    if (c->ca.bf16_mixed && c->ca.backend && !strcmp(c->ca.backend->name, "cuda"))
+        fprintf(stderr, "hetc compile: note: bf16-mixed on --backend cuda (%s): its bf16 "
+                "kernels are compiled but have not yet run on a GPU, the fp32 ones have "
+                "(--precision fp32; docs/CUDA.md)\n", c->precision_why);
     if (c->recompute && comp_plan_set_recompute(&c->plan, c->recompute, err)) return 1;
     c->global_batch = c->plan.global_batch;
     c->microbatches = c->plan.microbatches;

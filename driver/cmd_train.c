@@ -32,9 +32,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: hetc train MODEL.onnx --data TOKENS.bin --steps N [options]\n"
             "\n"
-            "Train on the host backend (fp32 reference kernels), one process.  TOKENS.bin is\n"
-            "an llm.c token file (header magic 20240520) or, with --data-format raw-u16,\n"
-            "nanoGPT's headerless uint16 .bin; step k reads microbatch rows like llm.c's loader.\n"
+            "Train on the host backend, one process, in bf16-mixed unless --precision fp32.\n"
+            "TOKENS.bin is an llm.c token file (header magic 20240520) or, with --data-format\n"
+            "raw-u16, nanoGPT's headerless uint16 .bin; step k reads microbatch rows like\n"
+            "llm.c's loader.\n"
             "\n"
             "  --data FILE            token file (required)\n"
             "  --data-format llmc|raw-u16  llmc (default) requires the llm.c header's magic\n"
@@ -42,11 +43,12 @@ static void usage(FILE *f) {
             "  --microbatch B         rows per microbatch (binds the batch dim; default 4)\n"
             "  --seq T                sequence length (binds the sequence dim; default 64)\n"
             "  --accum K              microbatches per step; gradients are averaged (default 1)\n"
-            "  --precision fp32|bf16-mixed  training precision (default fp32).  bf16-mixed:\n"
-            "                         every Linear (and its gradient) runs on bf16 operands\n"
-            "                         with f32 accumulation, as torch.autocast(bfloat16);\n"
-            "                         weights, gradients, AdamW state, norms, softmax,\n"
-            "                         attention and the loss stay fp32 (docs/TRAINING.md)\n"
+            "  --precision fp32|bf16-mixed  training precision (default bf16-mixed).\n"
+            "                         bf16-mixed: every Linear (and its gradient) runs on\n"
+            "                         bf16 operands with f32 accumulation, as\n"
+            "                         torch.autocast(bfloat16); weights, gradients, AdamW\n"
+            "                         state, norms, softmax, attention and the loss stay fp32\n"
+            "                         (docs/TRAINING.md); fp32: every tensor and kernel fp32\n"
             "  --loss SPEC            xent | xent:ignore=N (default xent)\n"
             "  --optimizer adamw|sgd  (default adamw)\n"
             "  --lr X                 peak learning rate (default 1e-3)\n"
@@ -438,7 +440,8 @@ int cmd_train(int argc, char **argv) {
     co.seq = 64;
     TrainOpts t = {.loss = "xent", .optimizer = "adamw", .schedule = "constant",
                    .ckpt_dir = "checkpoint", .accum = 1, .lr = 1e-3, .beta1 = 0.9,
-                   .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .momentum = 0.9, .clip = 1.0};
+                   .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .momentum = 0.9, .clip = 1.0,
+                   .precision = PRECISION_BF16_MIXED}; /* precision.h: the default */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
@@ -526,9 +529,10 @@ int cmd_train(int argc, char **argv) {
     double step_flops = graph_flops(g) * (double)t.accum;
     double t0 = now_s();
     if (!t.quiet)
-        printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, data %s "
+        printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, %s, data %s "
                "(%s, %lld microbatches)\n",
                co.model, st.nparams, (long long)st.total, (long long)tok_per_step, t.optimizer,
+               precision_name(t.precision),
                t.data, rt_token_format_name(dl.format), (long long)dl.nbatches);
     double loss = 0;
     int64_t allocs1 = 0; /* the executor's allocations by the end of step 1 */

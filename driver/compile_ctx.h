@@ -18,6 +18,7 @@ typedef struct CompileCtx {
     const char *model, *cluster;
     const char *plan_file;  /* --plan FILE (NULL: plan here) */
     const char *recompute;  /* --recompute over the plan's (NULL: the plan's) */
+    const char *precision_why; /* what decided the precision (set_precision): messages */
     int argc;
     char **argv;            /* the command line, recorded for elastic restarts */
     /* the build directory (build_dir.h) */

@@ -65,7 +65,7 @@ int compile_write_elastic_env(const char *dir, int argc, char **argv, const char
     put(&b, "\nhetc_cluster=");
     put_abs(&b, cluster);
     put(&b, "\nhetc_compile_args=(");
-    int have_gb = 0, have_mb = 0, first = 1;
+    int have_gb = 0, have_mb = 0, have_pr = 0, first = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (a == model || a == cluster)
@@ -83,9 +83,15 @@ int compile_write_elastic_env(const char *dir, int argc, char **argv, const char
         }
         have_mb |= tm != 0 || takes(a, "--batch") != 0;
         have_gb |= takes(a, "--global-batch") != 0;
+        have_pr |= takes(a, "--precision") != 0;
         if (!first) put(&b, " ");
         first = 0;
         put_q(&b, a);
+    }
+    if (!have_pr && plan->precision[0]) { /* a --plan file's or a backend's default: pin it */
+        put(&b, first ? "--precision " : " --precision ");
+        put_q(&b, plan->precision);
+        first = 0;
     }
     if (!have_gb) { /* the planner's default may depend on the cluster: pin it */
         char gb[64];

@@ -463,11 +463,13 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
         ir_errorf(err, "%s: \"precision\" %s%s%s: a plan in the cluster file's 16-bit dtype, "
                   "which no stage binary runs (they run fp32 or bf16-mixed, planned with fp32 "
                   "model states); "
-                  "plan again with hetc plan --precision fp32 (the default) or bf16-mixed", path, cJSON_IsString(pr) ? "\"" : "",
+                  "plan again with hetc plan --precision bf16-mixed (the default) or fp32", path, cJSON_IsString(pr) ? "\"" : "",
                   cJSON_IsString(pr) ? pr->valuestring : "(not a string)",
                   cJSON_IsString(pr) ? "\"" : "");
         goto done;
     }
+    if (pr)
+        snprintf(p->precision, sizeof p->precision, "%s", pr->valuestring);
     if (num(root, "microbatches", &v, path, "", err))
         goto done;
     if (whole(v, 1, &i64) || i64 > 1000000) {

@@ -64,6 +64,8 @@ typedef struct CompPlan {
     int64_t prows;
     int64_t seq;                 /* -1: not recorded */
     char schedule[16];
+    char precision[16];          /* "precision" as read ("" when absent); hetc compile
+                                    then sets it to the precision it compiles */
 } CompPlan;
 
 /* Read and check: stages cover layers 1..L contiguously, dp >= 1,

@@ -37,7 +37,7 @@ void plan_args_default(PlanArgs *a, FILE *ibinds_log)
     a->max_tp = 8;
     a->zero = a->recompute = -1;
     a->max_groups = 32;
-    a->precision = PRECISION_FP32;
+    a->precision = PRECISION_BF16_MIXED; /* precision.h: the default */
 }
 
 /* The options whose value is a word: schedule, intra-op modes, planner. */
@@ -86,6 +86,7 @@ static int parse_word(PlanArgs *a, const char *v, int r, const char *name)
         if (precision_parse("hetc plan", v, 1, &pr))
             return -1;
         a->precision = pr;
+        a->precision_given = 1;
     } else if (!strcmp(name, "--grad-reduce-dtype")) {
         if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
             fprintf(stderr, "hetc plan: --grad-reduce-dtype %s: expected fp32 or bf16\n", v);

@@ -31,7 +31,9 @@ typedef struct PlanArgs {
     int mb_search;              /* search the microbatch rows for the fixed global batch
                                    (--microbatch auto, or --global-batch without
                                    --microbatch): plan_pipeline.c's mb_search */
-    Precision precision;        /* --precision (precision.h; default fp32: what runs) */
+    Precision precision;        /* --precision (precision.h; default bf16-mixed) */
+    int precision_given;        /* --precision was on the command line: hetc compile's
+                                   --backend cuda and --plan defaults do not apply */
     int grad_reduce_bf16;       /* --grad-reduce-dtype bf16 (bf16-mixed only): the DP
                                    gradient reductions cost half the bytes */
 } PlanArgs;

@@ -26,8 +26,8 @@ int precision_parse(const char *cmd, const char *v, int allow_cluster, Precision
             return 0;
         }
         fprintf(stderr, "%s: --precision cluster-dtype is for hetc plan only (a plan in the "
-                "cluster file's dtype, which no stage binary runs); this command runs fp32: "
-                "use --precision fp32 (the default)\n", cmd);
+                "cluster file's dtype, which no stage binary runs); this command runs "
+                "bf16-mixed (the default) or fp32: use --precision bf16-mixed or fp32\n", cmd);
         return -1;
     }
     fprintf(stderr, "%s: --precision expects fp32 or bf16-mixed%s, got '%s'\n", cmd,
@@ -42,4 +42,21 @@ const char *precision_planned(Precision p, const char *dtype)
     if (p != PRECISION_CLUSTER_DTYPE || !dtype || !strcmp(dtype, "fp32"))
         return "fp32";
     return !strcmp(dtype, "fp16") ? "fp16-mixed" : "bf16-mixed";
+}
+
+Precision precision_compile_default(const char *planned, const char *backend,
+                                    const char **why)
+{
+    if (planned && (!strcmp(planned, "fp32") || !strcmp(planned, "bf16-mixed"))) {
+        *why = "the plan's \"precision\"";
+        return !strcmp(planned, "fp32") ? PRECISION_FP32 : PRECISION_BF16_MIXED;
+    }
+    if (backend && !strcmp(backend, "cuda")) {
+        /* the CUDA bf16 kernels are compiled (and ptxas-checked) but have
+         * not run on a GPU yet; fp32 CUDA has (docs/CUDA.md) */
+        *why = "--backend cuda's default";
+        return PRECISION_FP32;
+    }
+    *why = "the default";
+    return PRECISION_BF16_MIXED;
 }

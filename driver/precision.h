@@ -1,17 +1,18 @@
 /* The training precision: an explicit, checked choice of hetc compile,
  * hetc plan and hetc train (issue 17; docs/TRAINING.md "Precision").
  *
- * fp32 is what every stage binary and hetc train run today, and the
- * default: the planner then sizes memory and time in fp32 (4-byte weights,
- * gradients, Adam m and v, activations; the devices' fp32 peak), so its
- * per-stage memory is the arena the stage binary allocates.  bf16-mixed is
- * mixed precision (passes/mixed_precision.c: the Linears in bf16,
- * everything else fp32) of hetc train and the host stage binaries; the
- * planner still sizes it as fp32 (the weights, gradients and moments are
- * fp32; the bf16 GEMM operands are not modelled).  cluster-dtype
- * (hetc plan only) plans in the cluster file's `dtype` as before issue 17:
- * 16-bit mixed precision with ZeRO's accounting when it says fp16 / bf16 --
- * a planning what-if (the paper's setting) that no stage binary runs. */
+ * bf16-mixed is the default: mixed precision (passes/mixed_precision.c:
+ * the Linears on bf16 operands with fp32 accumulation, everything else
+ * fp32) of hetc train and the stage binaries; the planner sizes its memory
+ * from the stage arena and times its Linears at the bf16 peak.  fp32 is
+ * every tensor and every kernel in fp32 (the reference tests pin it):
+ * 4-byte weights, gradients, Adam m and v, activations at the devices'
+ * fp32 peak.  hetc compile --backend cuda defaults to fp32 (the CUDA bf16
+ * kernels have not yet run on a GPU), and hetc compile --plan FILE to the
+ * plan's "precision": precision_compile_default.  cluster-dtype (hetc plan
+ * only) plans in the cluster file's `dtype` as before issue 17: 16-bit
+ * mixed precision with ZeRO's accounting when it says fp16 / bf16 -- a
+ * planning what-if (the paper's setting) that no stage binary runs. */
 #ifndef HETC_PRECISION_H
 #define HETC_PRECISION_H
 
@@ -35,5 +36,12 @@ int precision_parse(const char *cmd, const char *v, int allow_cluster, Precision
  * "fp32"; bf16-mixed (fp32 model states, bf16 GEMM time) says "bf16-mixed"
  * with the cluster dtype fp32. */
 const char *precision_planned(Precision p, const char *dtype);
+
+/* hetc compile's precision when no --precision is given, one rule:
+ * `planned` (a --plan FILE's "precision", NULL when there is none or no
+ * --plan) when it is fp32 or bf16-mixed; else fp32 for backend "cuda";
+ * else bf16-mixed.  *why: which of the three decided, for messages. */
+Precision precision_compile_default(const char *planned, const char *backend,
+                                    const char **why);
 
 #endif
