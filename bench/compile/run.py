@@ -2,7 +2,7 @@
 """Stage-binary benchmarks (issue 6).  Prints figures; asserts nothing about time.
 
     python3 bench/compile/run.py [--hetc build/hetc] [--work /tmp/hetc_bench_compile]
-                                 [--only a,b] [--steps 12]
+                                 [--only a,b] [--steps 12] [--precision fp32]
 
 (a) compile time: `hetc MODEL CLUSTER -o DIR` from start to linked stage
     binaries, for a GPT-2-124M-shaped model (12 blocks, hidden 768, 12 heads,
@@ -16,6 +16,8 @@
     same host kernels; on a 2-core box the 4 ranks are oversubscribed, so the
     ratio measures the pipeline's overheads (transfers, bubbles, polling), not
     a speed-up.
+Both run --precision fp32 unless told otherwise (the figures docs/PERF.md
+records were measured so; hetc's own default is bf16-mixed).
 """
 import argparse
 import os
@@ -39,11 +41,14 @@ def main():
     ap.add_argument("--work", default="/tmp/hetc_bench_compile")
     ap.add_argument("--only", default="a,b")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16-mixed"),
+                    help="hetc's --precision for every compile and hetc train (default fp32)")
     a = ap.parse_args()
+    prec = ["--precision", a.precision]
     only = a.only.split(",")
     os.makedirs(a.work, exist_ok=True)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    print(f"machine: {os.cpu_count()} CPUs; hetc {a.hetc}")
+    print(f"machine: {os.cpu_count()} CPUs; hetc {a.hetc}; precision {a.precision}")
     cluster = os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml")
     if "a" in only:
         model = os.path.join(a.work, "gpt2_124m", "model.onnx")
@@ -54,7 +59,7 @@ def main():
         out = os.path.join(a.work, "out_a")
         t0 = time.time()
         p = subprocess.run([a.hetc, model, cluster, "--seq", "1024", "--microbatch", "4",
-                            "--global-batch", "16", "--threads", "2", "-o", out],
+                            "--global-batch", "16", "--threads", "2", *prec, "-o", out],
                            capture_output=True, text=True)
         wall = time.time() - t0
         if p.returncode:
@@ -74,7 +79,7 @@ def main():
         model = os.path.join(SRC, "examples", "gpt_tiny.onnx")
         data = os.path.join(SRC, "examples", "tiny_corpus.bin")
         out = os.path.join(a.work, "out_b")
-        common = ["--seq", "64", "--microbatch", "4"]
+        common = ["--seq", "64", "--microbatch", "4", *prec]
         subprocess.run([a.hetc, model, cluster, *common, "--global-batch", "16", "--threads", "2",
                         "-o", out], check=True, capture_output=True)
         rows = []

@@ -93,11 +93,17 @@ pack() {
                "one_bf16:$G/e2e/one_gpu.yaml:--precision=bf16-mixed")
   ((quick)) || cases+=("hetero:examples/clusters/tiny_hetero.yaml")
   for c in "${cases[@]}"; do
-    local name cl flag d
+    local name cl flag d pflag
     IFS=: read -r name cl flag <<< "$c"
     d=$G/e2e/$name
-    echo "== compile $name ($cl) --backend=cuda $flag"
-    "$hetc" examples/gpt_tiny.onnx "$cl" --backend=cuda ${flag:+"$flag"} --seq $SEQ --microbatch $MB \
+    # every case names its precision, the compile and its host reference
+    # alike: fp32 unless its FLAG says otherwise (hetc's default is
+    # bf16-mixed, --backend=cuda's fp32)
+    pflag=--precision=fp32
+    [[ $flag == --precision=* ]] && pflag=$flag
+    [[ $flag == "$pflag" ]] && flag=
+    echo "== compile $name ($cl) --backend=cuda $flag $pflag"
+    "$hetc" examples/gpt_tiny.onnx "$cl" --backend=cuda ${flag:+"$flag"} "$pflag" --seq $SEQ --microbatch $MB \
       --global-batch $GB --threads 2 --steps $STEPS "${OPT[@]}" -o "$d" > "$d.compile.log" 2>&1 ||
       { tail -20 "$d.compile.log" >&2; die "hetc compile of $name failed"; }
     # the initial checkpoint is layer-wise, the same for every plan: one copy
@@ -105,16 +111,15 @@ pack() {
       rm -rf "$d/init"; ln -s ../one/init "$d/init"
     fi
     ((quick)) && continue   # the checks need no reference losses
-    local K prec=() ref
+    local K ref
     K=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['microbatches'])" "$d/plan.json")
-    [[ $flag == --precision=* ]] && prec=("$flag")
     # the reference depends only on the accumulation count K and the
     # precision (same model, data and optimizer): one hetc train per pair
-    ref=$G/e2e/ref_k$K${prec:+_${flag#--precision=}}.json
+    ref=$G/e2e/ref_k${K}_${pflag#--precision=}.json
     if [ -f "$ref" ]; then cp "$ref" "$d/ref_losses.json"; continue; fi
-    echo "== reference: hetc train (host), $STEPS steps, accum $K ${prec[*]}"
+    echo "== reference: hetc train (host), $STEPS steps, accum $K $pflag"
     "$hetc" train examples/gpt_tiny.onnx --data examples/tiny_corpus.bin --steps $STEPS \
-      --microbatch $MB --accum "$K" --seq $SEQ "${OPT[@]}" "${prec[@]}" --no-checkpoint \
+      --microbatch $MB --accum "$K" --seq $SEQ "${OPT[@]}" "$pflag" --no-checkpoint \
       > "$d/ref_train.log"
     python3 - "$d/ref_train.log" "$d/ref_losses.json" <<'EOF'
 import json, re, sys
@@ -136,7 +141,7 @@ EOF
       --seq 1024 -o "$tmp/gpt2.onnx" > "$tmp/gen.log"
     printf 'name: one-gpu\ndtype: fp32\nmeshes:\n  - name: gpu\n    device: A100-80GB\n    nodes: 1\n    devices_per_node: 1\n' \
       > "$tmp/one_gpu.yaml"
-    "$hetc" "$tmp/gpt2.onnx" "$tmp/one_gpu.yaml" --backend=cuda --seq 1024 --microbatch 8 \
+    "$hetc" "$tmp/gpt2.onnx" "$tmp/one_gpu.yaml" --backend=cuda --precision=fp32 --seq 1024 --microbatch 8 \
       --global-batch 8 --steps 20 --lr 1e-3 -o "$bd" > "$G/bench/gpt2.compile.log" 2>&1 ||
       { tail -20 "$G/bench/gpt2.compile.log" >&2; die "hetc compile of the GPT-2 bench failed"; }
     tar -C "$bd" -czf "$bd/init.tar.gz" init

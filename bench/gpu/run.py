@@ -101,7 +101,9 @@ def run_hetc(hetc, onnx_path, data, B, T, steps, work):
     cl = os.path.join(work, "one_gpu.yaml")
     open(cl, "w").write(ONE_GPU.format(dt="fp32", dev="A100-80GB"))
     out = os.path.join(work, "hetc_build")
-    cmd = [hetc, onnx_path, cl, "--backend=cuda", "--seq", str(T), "--microbatch", str(B),
+    # fp32: what the CUDA backend has run (and --backend=cuda's default); said, not assumed
+    cmd = [hetc, onnx_path, cl, "--backend=cuda", "--precision", "fp32", "--seq", str(T),
+           "--microbatch", str(B),
            "--global-batch", str(B), "--steps", str(steps), "--lr", str(LR), "-o", out]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:

@@ -4,13 +4,19 @@ Each test compiles examples/gpt_tiny.onnx (on examples/clusters/
 tiny_hetero.yaml unless it names another cluster) and checks what comes
 out; this module holds what they all repeat: the example paths, the
 failure bookkeeping (check / finish), running a command with its output's
-tail on failure, the loss lines a run prints and the GPU count.
+tail on failure, the loss lines a run prints and the GPU count.  run()
+gives a hetc train / compile --precision fp32 unless it names one
+(tests/hetc_cmd.py): the host oracle's fp32, what the CUDA stage binaries
+have run on a GPU.
 """
 import os
 import re
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hetc_cmd import pinned  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
@@ -28,9 +34,13 @@ def check(cond, msg):
     return cond
 
 
-def run(cmd, timeout=900, env=None, tail=3000):
+def run(cmd, timeout=900, env=None, tail=3000, pin="fp32"):
     """Runs cmd, printing it, and the tails of its output when it fails.
-    None when it ran past timeout (a hang: a failure of the test)."""
+    None when it ran past timeout (a hang: a failure of the test).  A hetc
+    command runs at --precision `pin` unless it names one (None: hetc's
+    default)."""
+    if os.path.basename(cmd[0]) == "hetc":
+        cmd = pinned(cmd, pin)
     print("$", " ".join(cmd), flush=True)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

@@ -41,7 +41,8 @@ one = os.path.join(WORK, "one_gpu.yaml")
 open(one, "w").write(ONE_GPU)
 pair = os.path.join(SRC, "examples", "clusters", "tiny_pair.yaml")
 
-for name, cluster, prec in (("one stage", one, []), ("two stages, direct link", pair, []),
+FP32 = ["--precision", "fp32"]  # what fp32 CUDA has run; the host oracle's too
+for name, cluster, prec in (("one stage", one, FP32), ("two stages, direct link", pair, FP32),
                             ("bf16 one stage", one, ["--precision", "bf16-mixed"])):
     out = os.path.join(WORK, name.replace(" ", "_"))
     p = run([HETC, MODEL, cluster, "--backend=cuda", "--seq", str(SEQ), "--microbatch", str(MB),

@@ -23,14 +23,14 @@ import sys
 
 import yaml
 
-from cudatest import CLUSTER, MODEL, check, finish
+from cudatest import CLUSTER, MODEL, check, finish, pinned
 
 HETC, WORK = sys.argv[1], sys.argv[2]
 ARGS = ["--seq", "64", "--microbatch", "4", "--global-batch", "16", "--threads", "2"]
 
 
 def compile_(out, extra=()):
-    cmd = [HETC, MODEL, CLUSTER, *ARGS, *extra, "-o", out]
+    cmd = pinned([HETC, MODEL, CLUSTER, *ARGS, *extra, "-o", out])
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     check(p.returncode == 0, f"compile failed:\n{p.stderr[-3000:]}")

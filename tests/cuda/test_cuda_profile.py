@@ -67,7 +67,7 @@ P = lambda name: os.path.join(WORK, name)
 
 # 1. analytic: the planner's own writer, same figures
 # the databases below are filed under the cluster's fp16 (hetc profile --dtype fp16): the
-# plans read them in that dtype (--precision cluster-dtype; the default plans fp32)
+# plans read them in that dtype (--precision cluster-dtype; the default plans bf16-mixed)
 run(["plan", MODEL, CLUSTER] + CTX + ["--global-batch", "16", "--write-profile-db",
                                        P("plan_db.json"), "--precision", "cluster-dtype",
                                        "-o", P("plan0")])

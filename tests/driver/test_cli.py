@@ -6,6 +6,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hetc_cmd import pinned  # noqa: E402
 from sanenv import compiler_env  # noqa: E402
 
 HETC, SRC = sys.argv[1], sys.argv[2]
@@ -13,7 +14,9 @@ failures = []
 
 
 def run(*args, cwd=None):
-    p = subprocess.run([HETC, *args], capture_output=True, text=True, cwd=cwd, timeout=300,
+    """hetc args; train / plan / compile at --precision fp32 unless args name
+    one (tests/hetc_cmd.py: the stage-vs-train check below is fp32's 1e-5)"""
+    p = subprocess.run(pinned([HETC, *args]), capture_output=True, text=True, cwd=cwd, timeout=300,
                        env=compiler_env())
     return p.returncode, p.stdout, p.stderr
 

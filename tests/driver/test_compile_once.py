@@ -20,6 +20,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hetc_cmd import pinned  # noqa: E402
+
 HETC, SRC = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
 # three V100s beside a T4: a DP = 3 stage beside a DP = 1 stage, so the
@@ -36,7 +39,8 @@ def check(ok, what):
 
 
 def run(args):
-    p = subprocess.run([HETC] + args, capture_output=True, text=True, timeout=600)
+    """hetc args, at --precision fp32 unless they name one (tests/hetc_cmd.py)"""
+    p = subprocess.run(pinned([HETC] + args), capture_output=True, text=True, timeout=600)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -29,6 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hetc_cmd import pinned  # noqa: E402
 from sanenv import compiler_env  # noqa: E402
 
 import numpy as np
@@ -53,7 +54,9 @@ def check(cond, what):
 
 
 def run(*args, timeout=600):
-    p = subprocess.run([HETC, *args], capture_output=True, text=True, timeout=timeout,
+    """hetc args; train / plan / compile at --precision fp32 unless args name
+    one (tests/hetc_cmd.py: the checks are onnxruntime's fp32 to 1e-5)"""
+    p = subprocess.run(pinned([HETC, *args]), capture_output=True, text=True, timeout=timeout,
                        env=dict(compiler_env(), OPENBLAS_NUM_THREADS="1"))
     return p.returncode, p.stdout, p.stderr
 

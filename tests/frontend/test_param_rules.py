@@ -93,8 +93,9 @@ def main():
         # train one step, export, and compare the exported model with onnxruntime
         exp = os.path.join(work, "dedup_%s_trained.onnx" % tag)
         ck = os.path.join(work, "ck_" + tag)
-        p = subprocess.run([hetc, "train", path, "--data", data, "--steps", "2", "--microbatch",
-                            str(B), "--seq", str(T), "--lr", "0.05", "--no-checkpoint",
+        p = subprocess.run([hetc, "train", path, "--precision", "fp32", "--data", data,
+                            "--steps", "2", "--microbatch", str(B), "--seq", str(T), "--lr",
+                            "0.05", "--no-checkpoint",
                             "--export", exp, "--dump-grads", ck], capture_output=True, text=True)
         check(p.returncode == 0, "%s dedup: hetc train --export (%s)" % (tag, p.stderr.strip()[-200:]))
         if p.returncode:

@@ -57,6 +57,7 @@ import test_param_set as param_set  # the parameter-set oracle (tests/hf)
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(SRC, "tests"))
+from hetc_cmd import pinned  # noqa: E402
 from sanenv import compiler_env  # noqa: E402
 HF = os.path.join(SRC, "tests", "hf")
 DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
@@ -80,7 +81,11 @@ def rel(a, b):
 
 
 def run(cmd, timeout=600):
-    env = compiler_env(ENV) if os.path.basename(cmd[0]) == "hetc" else ENV
+    """cmd; a hetc train / compile at --precision fp32 unless it names one
+    (tests/hetc_cmd.py: the train, launch and run checks are fp32's)"""
+    hetc = os.path.basename(cmd[0]) == "hetc"
+    env = compiler_env(ENV) if hetc else ENV
+    cmd = pinned(cmd) if hetc else cmd
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     return p
 
@@ -115,13 +120,15 @@ def mask_inputs(onnx_path, x, work):
 
 
 def train_cmd(hetc, path, hp, accum=1, extra=()):
-    return [hetc, "train", path, "--data", DATA, "--steps", str(hp["steps"]),
+    """hetc train with the reference's hyper-parameters, at --precision fp32
+    unless extra names one (the PyTorch fp32 reference's tolerances)"""
+    return pinned([hetc, "train", path, "--data", DATA, "--steps", str(hp["steps"]),
             "--microbatch", str(hp["batch"] // accum), "--accum", str(accum),
             "--seq", str(hp["seq"]), "--optimizer", "adamw", "--lr", repr(hp["lr"]),
             "--beta1", repr(hp["betas"][0]), "--beta2", repr(hp["betas"][1]),
             "--adam-eps", repr(hp["eps"]), "--weight-decay", repr(hp["weight_decay"]),
             "--clip", repr(hp["clip"]), "--lr-schedule", hp["lr_schedule"],
-            "--no-checkpoint", *extra]
+            "--no-checkpoint", *extra])
 
 
 def steps_of(text):

@@ -171,7 +171,8 @@ with tempfile.TemporaryDirectory() as work:
         print(f"DP 2 sync: fp32 wire {sync['fp32'] * 1e3:.4f} ms, bf16 wire {sync['bf16'] * 1e3:.4f} ms "
               f"(oracle from {N} ONNX parameters: {want32 * 1e3:.4f} / {want32 / 2e-3:.4f})", flush=True)
     p = subprocess.run([hetc, "plan", model, dpy, "-o", os.path.join(work, "dp_refused"), "--seq",
-                        str(SEQ), "--microbatch", str(ROWS), "--grad-reduce-dtype", "bf16"],
+                        str(SEQ), "--microbatch", str(ROWS), "--precision", "fp32",
+                        "--grad-reduce-dtype", "bf16"],
                        capture_output=True, text=True, timeout=600)
     check(p.returncode != 0 and "--grad-reduce-dtype bf16 needs --precision bf16-mixed" in p.stderr,
           f"--grad-reduce-dtype bf16 without bf16-mixed: exit {p.returncode}: {p.stderr[-300:]}")

@@ -13,6 +13,9 @@ import tempfile
 
 import yaml
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hetc_cmd import pinned  # noqa: E402
+
 HETC, SRC = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
 CL = os.path.join(SRC, "examples", "clusters")
@@ -26,7 +29,9 @@ def check(cond, what):
 
 
 def hetc(*args, out=None):
-    cmd = [HETC, *args] + (["-o", out] if out else [])
+    """hetc args [-o out], at --precision fp32 (tests/hetc_cmd.py: the plans
+    these checks were written for)"""
+    cmd = pinned([HETC, *args] + (["-o", out] if out else []))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 

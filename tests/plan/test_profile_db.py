@@ -128,7 +128,8 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # 4. another microbatch: every entry skipped, all analytic
     p4 = subprocess.run([HETC, "plan", MODEL, CLUSTER, "-o", os.path.join(tmp, "mb"), "--seq", "64",
-                         "--microbatch", "8", "--global-batch", "256", "--profile-db", dbp],
+                         "--microbatch", "8", "--global-batch", "256", "--profile-db", dbp,
+                         "--precision", "fp32"],
                         capture_output=True, text=True, timeout=300)
     check(p4.returncode == 0 and re.search(r"profile db .*: 0 entries \(\d+ of another", p4.stderr),
           f"context filter: {p4.stderr[-400:]}")

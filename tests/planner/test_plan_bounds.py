@@ -26,7 +26,9 @@ MODEL = os.path.join(SRC, "examples", "gpt_tiny.onnx")
 # B = 32 microbatches of 512 rows: a stage's DP ranks split a microbatch's rows, so
 # no planner gives a stage a dp above them (issue 18), and these clusters' stages
 # hold up to 2,048 devices (dp up to 512 beside TP)
-COMMON = ["--seq", "64", "--microbatch", "512", "--global-batch", "16384", "--threads", "2"]
+# --precision fp32: the memory bounds below are fp32's (hetc defaults to bf16-mixed)
+COMMON = ["--seq", "64", "--microbatch", "512", "--global-batch", "16384", "--threads", "2",
+          "--precision", "fp32"]
 TYPES = ["H100-SXM", "A100-80GB", "A100-40GB", "V100-32GB"]
 failures = 0
 

@@ -1,5 +1,8 @@
 """Shared helpers for the reliability tests (issue 16): run a command with a
-timeout, flag crashes and sanitizer reports, collect failures."""
+timeout, flag crashes and sanitizer reports, collect failures.  Every hetc
+train / plan / compile they run is --precision fp32 unless it names one
+(tests/hetc_cmd.py: what these tests were written and compared for; hetc's
+default is bf16-mixed)."""
 import atexit
 import os
 import shutil
@@ -8,6 +11,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hetc_cmd import pinned  # noqa: E402
 from sanenv import compiler_env  # noqa: E402
 
 FAILS = []
@@ -24,11 +28,14 @@ def check(cond, msg):
     return cond
 
 
-def run(args, timeout=120, env=None, **kw):
+def run(args, timeout=120, env=None, pin="fp32", **kw):
     """Run args; returns CompletedProcess (rc -9 and 'TIMEOUT' in stderr on a
     timeout, so a hang fails the test instead of blocking it).  A signal or a
-    sanitizer report is a failure by itself."""
+    sanitizer report is a failure by itself.  A hetc command runs at
+    --precision `pin` unless it names one (hetc_cmd.pinned)."""
     hetc = os.path.basename(str(args[0])) == "hetc"
+    if hetc:
+        args = pinned([str(a) for a in args], pin)
     e = compiler_env() if hetc else dict(os.environ)
     e["ASAN_OPTIONS"] = e.get("ASAN_OPTIONS", "") + ":exitcode=86"
     e["UBSAN_OPTIONS"] = e.get("UBSAN_OPTIONS", "") + ":halt_on_error=1:exitcode=87"

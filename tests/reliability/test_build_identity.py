@@ -101,10 +101,10 @@ before = snapshot()
 nst = len(glob.glob(os.path.join(D, "stage_[0-9]")))
 for mark in ["plan.json"] + ["stage_%d" % k for k in range(nst)] + ["launch.sh"]:
     t0 = time.time()
-    pr = subprocess.Popen([HETC, os.path.join(SRC, "examples", "gpt_tiny.onnx"),
+    pr = subprocess.Popen(rc.pinned([HETC, os.path.join(SRC, "examples", "gpt_tiny.onnx"),
                            os.path.join(SRC, "examples", "clusters", "tiny_hetero.yaml"), "--seq",
                            "16", "--microbatch", "2", "--global-batch", "4", "--threads", "2",
-                           "--steps", "4", "--lr", "3e-3", "-o", D], stdout=subprocess.DEVNULL,
+                           "--steps", "4", "--lr", "3e-3", "-o", D]), stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL, start_new_session=True)
     seen = False
     while pr.poll() is None and time.time() - t0 < 300:

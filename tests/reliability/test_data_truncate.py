@@ -20,8 +20,8 @@ shutil.copy(os.path.join(SRC, "examples", "tiny_corpus.bin"), data)
 
 e = dict(os.environ, OPENBLAS_NUM_THREADS="1")
 e["ASAN_OPTIONS"] = e.get("ASAN_OPTIONS", "") + ":exitcode=86"
-p = subprocess.Popen([HETC, "train", MODEL, "--data", data, "--steps", "1000000", "--microbatch",
-                      "2", "--seq", "16", "--no-checkpoint"], stdout=subprocess.PIPE,
+p = subprocess.Popen(rc.pinned([HETC, "train", MODEL, "--data", data, "--steps", "1000000", "--microbatch",
+                      "2", "--seq", "16", "--no-checkpoint"]), stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE, text=True, env=e)
 try:
     # wait until training is in its step loop, then cut the file to its

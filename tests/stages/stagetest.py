@@ -8,6 +8,11 @@ single-process trainer, on the same data order and microbatching.  This
 module holds what they all do: the command lines, the loss parsing, the
 relative comparison and the failure bookkeeping.  A test makes one
 StageTest, checks with t.check(...) and ends with t.finish().
+
+Precision: every hetc train / plan / compile a stage test runs through
+StageTest.run is `--precision fp32` unless it names one (tests/hetc_cmd.py:
+hetc defaults to bf16-mixed, these tests compare at fp32 tolerances); the
+bf16-mixed tests name --precision bf16-mixed (in OPT or on the command).
 """
 import json
 import os
@@ -19,6 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hetc_cmd import pinned  # noqa: E402
 from sanenv import compiler_env  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -135,27 +141,31 @@ class StageTest:
             print("FAIL:", msg, flush=True)
         return cond
 
-    def run(self, cmd, quiet=False, timeout=900, **kw):
+    def run(self, cmd, quiet=False, timeout=900, pin="fp32", **kw):
         """Runs cmd, printing it; the tails of its output when it fails
-        unless quiet (for commands expected to fail)."""
-        print("$", " ".join(cmd), flush=True)
+        unless quiet (for commands expected to fail).  A hetc command is
+        pinned to --precision `pin` unless it names one (hetc_cmd.pinned;
+        pin=None: hetc's default)."""
         if cmd[0] == self.hetc:
+            cmd = pinned(cmd, pin)
             kw["env"] = compiler_env(kw.get("env"))
+        print("$", " ".join(cmd), flush=True)
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
         if p.returncode and not quiet:
             print(p.stdout[-3000:], p.stderr[-3000:], sep="\n", flush=True)
         return p
 
     def compile(self, out, *extra, cluster=None, mb=None, gb=None, steps=None, quiet=False,
-                timeout=600):
+                timeout=600, pin="fp32"):
         """hetc compile of the model into out (extra before -o: --plan FILE ...).
-        cluster: a file of examples/clusters or a path."""
+        cluster: a file of examples/clusters or a path; pin: as run's."""
         cluster = os.path.join(CLUSTERS, cluster or self.cluster)
         steps = self.horizon if steps is None else steps
         sched = [] if steps is None else ["--steps", str(steps), *OPT]
         return self.run([self.hetc, self.model or MODEL, cluster, "--seq", str(self.seq),
                          "--microbatch", str(mb or self.mb), "--global-batch", str(gb or self.gb),
-                         "--threads", "2", *sched, *extra, "-o", out], quiet=quiet, timeout=timeout)
+                         "--threads", "2", *sched, *extra, "-o", out], quiet=quiet, timeout=timeout,
+                        pin=pin)
 
     def planned(self, out):
         """hetc compile with the planner's own plan into out: its plan.json

@@ -30,7 +30,7 @@ LOSS = re.compile(r"^step\s+(\d+)/\d+ \| loss (\S+)", re.M)
 tmp = tempfile.mkdtemp(prefix="hetc_stage_noalloc_")
 cluster = os.path.join(SRC, "examples/clusters/one_host.yaml")
 out = os.path.join(tmp, "prog")
-p = subprocess.run([HETC, "compile", MODEL, cluster, "-o", out, "--microbatch", "4",
+p = subprocess.run([HETC, "compile", MODEL, cluster, "--precision", "fp32", "-o", out, "--microbatch", "4",
                     "--global-batch", "4", "--seq", "64"], capture_output=True, text=True)
 if p.returncode:
     sys.exit(f"FAIL: hetc compile exited {p.returncode}:\n{p.stdout}{p.stderr}")

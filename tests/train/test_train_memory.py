@@ -105,7 +105,9 @@ def loaded(cmd):
 
 
 # ---------------------------------------------------------------- 1. libraries
-train = [HETC, "train", MODEL, "--data", DATA, "--steps", "2", "--no-checkpoint"]
+# fp32 (hetc's default is bf16-mixed): the bound below counts fp32 parameters and arenas
+FP32 = ["--precision", "fp32"]
+train = [HETC, "train", MODEL, "--data", DATA, "--steps", "2", "--no-checkpoint", *FP32]
 rc, out, err, libs = loaded(train)
 if rc:
     sys.exit(f"FAIL: hetc train failed:\n{out}\n{err[-3000:]}")
@@ -114,7 +116,7 @@ print(f"hetc train loaded {len(libs)} objects; LLVM / CUDA among them: {heavy or
 if heavy:
     fails.append(f"hetc train loaded {heavy}")
 yaml = os.path.join(SRC, "examples/clusters/one_host.yaml")
-rc, out, err, libs = loaded([HETC, "compile", MODEL, yaml, "-o", os.path.join(tmp, "stage"),
+rc, out, err, libs = loaded([HETC, "compile", MODEL, yaml, *FP32, "-o", os.path.join(tmp, "stage"),
                              "--microbatch", "4", "--global-batch", "4", "--seq", "64"])
 if rc:
     sys.exit(f"FAIL: hetc compile failed:\n{out}\n{err[-3000:]}")
@@ -142,7 +144,8 @@ CASES = {
     "adamw-b8": (["--microbatch", "8"], 2),
 }
 for name, (extra, state) in CASES.items():
-    rc, out, err, peak = run_rss(train[:6] + ["3", "--no-checkpoint", "--exec-stats", *extra])
+    rc, out, err, peak = run_rss(train[:6] + ["3", "--no-checkpoint", "--exec-stats", *FP32,
+                                              *extra])
     if rc:
         fails.append(f"{name}: hetc train failed ({rc}):\n{err[-2000:]}")
         continue
@@ -171,7 +174,7 @@ ballast = bytearray(256 << 20)
 for i in range(0, len(ballast), 4096):
     ballast[i] = 1
 mfile = os.path.join(tmp, "metrics.jsonl")
-cmd = train[:6] + ["2", "--no-checkpoint", "--metrics", mfile]
+cmd = train[:6] + ["2", "--no-checkpoint", "--metrics", mfile, *FP32]
 rc, out, err = run(cmd)  # forked by this Python itself, not through GNU time
 del ballast
 rep = []

@@ -49,7 +49,7 @@ def counts(path, exe):
 def train(steps, extra):
     out = os.path.join(tmp, "count")
     env = dict(os.environ, LD_PRELOAD=SO, HETC_ALLOC_COUNT_OUT=out)
-    r = subprocess.run([HETC, "train", MODEL, "--data", DATA, "--steps", str(steps),
+    r = subprocess.run([HETC, "train", MODEL, "--precision", "fp32", "--data", DATA, "--steps", str(steps),
                         "--no-checkpoint", "--exec-stats", *extra],
                        capture_output=True, text=True, env=env)
     if r.returncode:

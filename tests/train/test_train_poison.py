@@ -28,7 +28,7 @@ STEP = re.compile(r"^step\s+(\d+)/\d+ \| loss (\S+) \| grad norm (\S+)", re.M)
 
 def run(model, extra, poison):
     env = dict(os.environ, HETC_HX_POISON="1" if poison else "0")
-    r = subprocess.run([HETC, "train", model, "--data", DATA, "--steps", "3", "--no-checkpoint",
+    r = subprocess.run([HETC, "train", model, "--precision", "fp32", "--data", DATA, "--steps", "3", "--no-checkpoint",
                         *extra], capture_output=True, text=True, env=env)
     if r.returncode:
         sys.exit(f"FAIL: hetc train {model} (poison={poison}) exited {r.returncode}:\n"

@@ -58,7 +58,7 @@ def check_model(model, refname, accum=1, passes=None):
     tied = {b for a, b in hp["tied"]}
     tmp = tempfile.mkdtemp(prefix="hetc_train_")
     gd, ck, ex = (os.path.join(tmp, d) for d in ("grads", "ckpt", "trained.onnx"))
-    cmd = [HETC, "train", onnx_path, "--data", os.path.join(SRC, hp["data"]),
+    cmd = [HETC, "train", onnx_path, "--precision", "fp32", "--data", os.path.join(SRC, hp["data"]),
            "--steps", str(hp["steps"]), "--microbatch", str(hp["batch"] // accum),
            "--accum", str(accum), "--seq", str(hp["seq"]),
            "--optimizer", "adamw", "--lr", repr(hp["lr"]), "--beta1", repr(hp["betas"][0]),

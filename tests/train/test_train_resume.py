@@ -62,8 +62,10 @@ def sums(stepdir):
 
 work = tempfile.mkdtemp(prefix="hetc_resume_")
 try:
-    for label, extra in (("adamw fp32", []), ("adamw bf16-mixed", ["--precision", "bf16-mixed"]),
-                         ("sgd momentum", ["--optimizer", "sgd", "--lr", "0.05"])):
+    for label, extra in (("adamw fp32", ["--precision", "fp32"]),
+                         ("adamw bf16-mixed", ["--precision", "bf16-mixed"]),
+                         ("sgd momentum", ["--precision", "fp32", "--optimizer", "sgd", "--lr",
+                                           "0.05"])):
         tag = label.replace(" ", "_")
         full, part = os.path.join(work, tag), os.path.join(work, tag + "_resumed")
         p = train(full, *extra)

@@ -20,7 +20,7 @@ HETC, SRC = sys.argv[1], sys.argv[2]
 model = os.path.join(SRC, "tests/models/llama_op17.onnx")
 tmp = tempfile.mkdtemp(prefix="hetc_sgd_")
 lr, wd, clip = 0.05, 0.1, 0.5
-r = subprocess.run([HETC, "train", model, "--data", os.path.join(SRC, "examples/tiny_corpus.bin"),
+r = subprocess.run([HETC, "train", model, "--precision", "fp32", "--data", os.path.join(SRC, "examples/tiny_corpus.bin"),
                     "--steps", "1", "--microbatch", "2", "--seq", "16", "--optimizer", "sgd",
                     "--lr", str(lr), "--weight-decay", str(wd), "--clip", str(clip),
                     "--momentum", "0.9", "--dump-grads", os.path.join(tmp, "g"),
@@ -54,7 +54,7 @@ for name, p in before.items():
 if n != len(grads) or n == 0:
     fails.append("compared %d parameters of %d gradients" % (n, len(grads)))
 # option handling
-r = subprocess.run([HETC, "train", model, "--data", os.path.join(SRC, "examples/tiny_corpus.bin"),
+r = subprocess.run([HETC, "train", model, "--precision", "fp32", "--data", os.path.join(SRC, "examples/tiny_corpus.bin"),
                     "--steps", "1", "--microbatch", "2", "--seq", "16", "--loss", "xent:ignore=3",
                     "--no-checkpoint", "--quiet"], capture_output=True, text=True)
 if r.returncode or "loss" not in r.stdout:
@@ -62,7 +62,7 @@ if r.returncode or "loss" not in r.stdout:
 for bad, msg in ((["--optimizer", "lion"], "adamw or sgd"), (["--loss", "mse"], "xent"),
                  (["--lr-schedule", "step"], "constant or cosine"),
                  (["--data", os.path.join(SRC, "tests/models/llama.json")], "")):
-    r = subprocess.run([HETC, "train", model, "--data",
+    r = subprocess.run([HETC, "train", model, "--precision", "fp32", "--data",
                         os.path.join(SRC, "examples/tiny_corpus.bin"), "--steps", "1",
                         "--no-checkpoint"] + bad, capture_output=True, text=True)
     if r.returncode == 0 or msg not in r.stderr or "hetc train" not in r.stderr:
