@@ -8,6 +8,12 @@ launch.sh both fail at once with a "no CUDA device" message and a non-zero
 status (the subprocess timeouts only guard against a hang).  Where a GPU is
 present those two checks do not apply (tests/cuda/test_cuda_e2e.py runs it).
 
+Precision (issue 17): without --precision, --backend=cuda compiles fp32
+(its bf16 kernels have not yet run on a GPU) where the host backend
+compiles bf16-mixed, hetc's default; with --plan FILE the plan's
+"precision" rules (a bf16-mixed host plan compiles bf16-mixed for cuda,
+with a note).  Every other compile here names its precision.
+
 usage: test_cuda_backend.py HETC WORKDIR
 """
 import os
@@ -19,8 +25,8 @@ import cudatest
 from cudatest import CLUSTER, DATA, MODEL, check, finish, fresh
 
 HETC, WORK = sys.argv[1], sys.argv[2]
-def run(cmd, timeout=600):
-    return cudatest.run(cmd, timeout, tail=2000)
+def run(cmd, timeout=600, pin="fp32"):
+    return cudatest.run(cmd, timeout, tail=2000, pin=pin)
 
 
 def needed(path):
@@ -29,17 +35,27 @@ def needed(path):
     return [l.split("[")[1].split("]")[0] for l in p.stdout.splitlines() if "(NEEDED)" in l]
 
 
-def compile_to(out, *extra):
+def compile_to(out, *extra, pin="fp32"):
+    """hetc compile into out; pin: --precision unless extra names one (None:
+    the default)"""
     return run([HETC, MODEL, CLUSTER, "--seq", "64", "--microbatch", "4", "--global-batch", "16",
-                "--threads", "2", "--steps", "3", *extra, "-o", out])
+                "--threads", "2", "--steps", "3", *extra, "-o", out], pin=pin)
+
+
+def planned_precision(out):
+    import json
+    return json.load(open(os.path.join(out, "plan.json"))).get("precision")
 
 
 fresh(WORK)
 cu, host = os.path.join(WORK, "cuda"), os.path.join(WORK, "host")
-p = compile_to(cu, "--backend=cuda")
+p = compile_to(cu, "--backend=cuda", pin=None)  # no --precision: cuda's default
 if not check(p and p.returncode == 0, "hetc compile --backend=cuda failed"):
     sys.exit(1)
 check("fp32 cuda backend" in p.stderr, "the memory report does not name the cuda backend")
+check("compile: precision fp32 (--backend cuda's default)" in p.stderr and
+      planned_precision(cu) == "fp32", "--backend=cuda without --precision does not compile "
+      f"fp32: plan.json {planned_precision(cu)}, stderr:\n{p.stderr[-1500:]}")
 nst = 0
 while os.path.exists(os.path.join(cu, f"stage_{nst}")):
     libs = needed(os.path.join(cu, f"stage_{nst}"))
@@ -108,8 +124,19 @@ p = compile_to(os.path.join(WORK, "cuda_bf16_wire"), "--backend=cuda", "--precis
 check(p and p.returncode == 2 and "--grad-reduce-dtype bf16 runs on the host backend only"
       in p.stderr, "--grad-reduce-dtype bf16 with --backend=cuda is not refused clearly")
 
-p = compile_to(host)
+p = compile_to(host, pin=None)  # no --precision, host backend: bf16-mixed
 check(p and p.returncode == 0, "hetc compile (default backend) failed")
+check(p and "compile: precision bf16-mixed (the default)" in p.stderr and
+      planned_precision(host) == "bf16-mixed" and "bf16-mixed" in
+      open(os.path.join(host, "stages.txt")).read(), "the host backend without --precision "
+      f"does not compile bf16-mixed: plan.json {planned_precision(host)}")
+# that bf16-mixed plan compiled for cuda without --precision: the plan's precision rules
+p = compile_to(os.path.join(WORK, "cuda_from_host_plan"), "--backend=cuda", "--plan",
+               os.path.join(host, "plan.json"), pin=None)
+check(p and p.returncode == 0 and
+      "compile: precision bf16-mixed (the plan's \"precision\")" in p.stderr and
+      "have not yet run on a GPU" in p.stderr, "--backend=cuda --plan of a bf16-mixed plan: "
+      f"not bf16-mixed with a note: {p and p.stderr[-1500:]}")
 libs = needed(os.path.join(host, "stage_0"))
 check(not any("cuda" in l or "nccl" in l or "cublas" in l for l in libs),
       f"the default (host) backend links CUDA libraries: {libs}")
