@@ -347,6 +347,9 @@ static const char LAUNCH_BODY[] =
     "tmp=$(mktemp -d)\n"
     "trap 'rm -rf \"$tmp\"' EXIT\n"
     "pre=()  # the per-node check: the job's launcher running launch.sh --check-stage S in stage S's places\n"
+    "# ministages sharing devices: each rank's device is that of rank device_of[i] (srun passes\n"
+    "# the environment on; mpirun gets -x below)\n"
+    "if ((${#device_of[@]})); then export HETRT_DEVICE_OF=\"${device_of[*]}\"; fi\n"
     "if ((slurm)); then\n"
     "  if [ -z \"${SLURM_JOB_ID:-}\" ]; then  # outside an allocation: submit job.sbatch, which comes back here\n"
     "    if ! command -v sbatch > /dev/null; then\n"
@@ -420,7 +423,7 @@ static const char LAUNCH_BODY[] =
     "  fi\n"
     "  pre=(\"${cmd[@]}\")\n"
     "  [ -n \"${HETC_THREADS:-}\" ] && cmd+=(-x HETC_THREADS)\n"
-    "  [ -n \"${HETRT_TIMEOUT_S:-}\" ] && cmd+=(-x HETRT_TIMEOUT_S)\n"
+    "  [ -n \"${HETRT_TIMEOUT_S:-}\" ] && cmd+=(-x HETRT_TIMEOUT_S)\n"    "  [ -n \"${HETRT_DEVICE_OF:-}\" ] && cmd+=(-x HETRT_DEVICE_OF)\n"
     "  [ -n \"${HETRT_LOCK_WAIT_S:-}\" ] && cmd+=(-x HETRT_LOCK_WAIT_S)\n"
     "  [ -n \"${HETC_FAULT_INJECT:-}\" ] && cmd+=(-x HETC_FAULT_INJECT)\n"
     "  for s in \"${!stages[@]}\"; do\n"
@@ -518,6 +521,29 @@ static void stage_places(Buf *b, const CompPlan *plan, int s, const char *what,
         if (k > 1 && order[i] >= 0 && order[i] < (int)(sizeof per / sizeof *per))
             bprintf(b, " (%d rank%s)", per[order[i]], per[order[i]] == 1 ? "" : "s");
     }
+}
+
+/* Zorse's ministages sharing devices (plan.json "group"): the ranks of a
+ * group's later stages run on its first stage's devices, rank for rank
+ * (CpStage.mate).  device_of[i] is the world rank whose device rank i uses;
+ * the ranks pick their device by it (HETRT_DEVICE_OF, stage_device_slot),
+ * co-located ranks taking no device of their own.  Empty: every rank its
+ * own device, as before groups ran. */
+static void device_of_line(Buf *b, const CompPlan *plan) {
+    int grouped = 0;
+    for (int s = 0; s < plan->nstages; s++)
+        grouped |= plan->stages[s].mate != s;
+    bprintf(b, "device_of=(");
+    for (int s = 0, first = 1, base = 0; grouped && s < plan->nstages; s++) {
+        int mbase = 0;
+        for (int q = 0; q < plan->stages[s].mate; q++)
+            mbase += stage_ranks(&plan->stages[q]);
+        for (int r = 0; r < stage_ranks(&plan->stages[s]); r++, first = 0)
+            bprintf(b, "%s%d", first ? "" : " ", (plan->stages[s].mate == s ? base : mbase) + r);
+        base += stage_ranks(&plan->stages[s]);
+    }
+    bprintf(b, ")  # the world rank whose device each rank uses (ministages sharing devices; "
+            "empty: its own)\n");
 }
 
 static int write_sbatch(const char *dir, const char *final_dir, const CompPlan *plan, int world,
@@ -629,6 +655,7 @@ int compile_write_launchers(const char *dir, const char *final_dir, const CompPl
                         comp_plan_mesh_index(plan, comp_plan_rank_mesh(plan, s, r)));
     }
     bprintf(&b, ")  # mesh of each MPI rank (stage by stage, DP rank x TP): the plan's placement\n");
+    device_of_line(&b, plan);
     bprintf(&b, "world=%d layout=\"", world);
     for (int s = 0; s < plan->nstages; s++)
         bprintf(&b, "%sstage_%d x%d", s ? " + " : "", s, stage_ranks(&plan->stages[s]));

@@ -359,6 +359,18 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
     c->mem_arena_pred = cJSON_IsNumber(ma) ? ma->valuedouble : -1;
     copy_str(c->mesh, sizeof c->mesh, o, "mesh");
     copy_str(c->device, sizeof c->device, o, "device");
+    /* Zorse's ministages sharing devices: a group number, placed by
+     * check_groups once every stage is read */
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(o, "group");
+    c->group = 0;
+    if (gr && !cJSON_IsNull(gr)) {
+        if (!cJSON_IsNumber(gr) || whole(gr->valuedouble, 0, &i64) || i64 > 1000000) {
+            ir_errorf(err, "%s: %s\"group\" must be a whole number >= 0 (0: the stage has its "
+                      "own devices)", path, where);
+            return -1;
+        }
+        c->group = (int)i64;
+    }
     /* dp need not divide the rows (heterogeneous DP: the first rows % dp
      * ranks take one row more, stage_S_lo runs the rest, or the plan's
      * row table), but every DP rank needs a row */
@@ -372,6 +384,35 @@ static int read_stage(const cJSON *o, int s, CompPlan *p, const char *path, IrEr
     if (check_rows(o, c, p->prows, path, where, err))
         return -1;
     return read_parts(o, c, path, where, err);
+}
+
+/* Ministages sharing devices (plan.json "group", Zorse's round-robin): each
+ * stage of a group runs on its first stage's devices, rank for rank
+ * (c->mate; launch.sh's device_of), so they must be placed alike: the same
+ * mesh or parts, dp and tp.  A group of one stage is the plain form. */
+static int check_groups(CompPlan *p, const char *path, IrError *err) {
+    for (int s = 0; s < p->nstages; s++) {
+        CpStage *c = &p->stages[s];
+        c->mate = s;
+        for (int q = 0; q < s && c->group > 0; q++)
+            if (p->stages[q].group == c->group) {
+                c->mate = q;
+                break;
+            }
+        const CpStage *f = &p->stages[c->mate];
+        int same = f->dp == c->dp && f->tp == c->tp && f->nparts == c->nparts &&
+                   !strcmp(f->mesh, c->mesh);
+        for (int j = 0; same && j < c->nparts; j++)
+            same = !strcmp(f->part_mesh[j], c->part_mesh[j]) && f->part_dp[j] == c->part_dp[j];
+        if (!same)
+            return ir_errorf(err, "%s: stages[%d] (\"group\" %d) is placed unlike stages[%d], "
+                             "the group's first ministage (mesh %s, dp %d, tp %d, %d parts vs "
+                             "mesh %s, dp %d, tp %d, %d parts): ministages sharing devices run "
+                             "rank for rank on the same devices, so they need the same \"mesh\" "
+                             "(or \"parts\"), \"dp\" and \"tp\"", path, s, c->group, c->mate,
+                             c->mesh, c->dp, c->tp, c->nparts, f->mesh, f->dp, f->tp, f->nparts);
+    }
+    return 0;
 }
 
 /* cluster.links and cluster.meshes[].peak_flops of plan.json. */
@@ -517,7 +558,7 @@ int comp_plan_read(const char *path, CompPlan *p, IrError *err) {
             goto done;
         }
     }
-    if (read_cluster(root, p, path, err))
+    if (check_groups(p, path, err) || read_cluster(root, p, path, err))
         goto done;
     rc = 0;
 done:

@@ -20,6 +20,10 @@ typedef struct CpStage {
     int recompute;               /* PartRecompute ("recompute": none|full|selective, default none) */
     int warmup;                  /* N_i: forward microbatches before the first backward */
     int pipe;                    /* its pipeline, 0-based (plan.json "pipe" - 1; 0 with one) */
+    int group;                   /* plan.json "group" (0: its own devices): Zorse's ministages
+                                  * sharing one GPU group's devices */
+    int mate;                    /* the first stage of its group (itself without one): its
+                                  * rank r runs on the device of stage mate's rank r */
     char mesh[64], device[64];
     double mem_pred;             /* predicted bytes per device (0: unknown) */
     double mem_arena_pred;       /* of which the arena ("mem_arena_pred_bytes"; -1: unknown) */

@@ -36,20 +36,6 @@ static int int_of(const cJSON *o, const char *key, int dflt)
     return cJSON_IsNumber(x) ? (int)x->valuedouble : dflt;
 }
 
-/* The stages (other than s) of group g, as "stage 0, 3". */
-static void group_mates(Msg *m, const cJSON *stages, int s, int g)
-{
-    int k = 0, first = 1;
-    const cJSON *o;
-    cJSON_ArrayForEach(o, stages) {
-        if (k != s && int_of(o, "group", 0) == g) {
-            put(m, "%s%d", first ? "" : ", ", k);
-            first = 0;
-        }
-        k++;
-    }
-}
-
 /* AutoHet's layer-wise gradient groups: which stages would all-reduce each
  * run of layers (plan_holders.h), or why the pipelines are no copies of the
  * model. */
@@ -77,36 +63,13 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
     char buf[sizeof err->msg - 64];
     Msg m = {buf, 0, sizeof buf};
     buf[0] = 0;
-    int bad = 0, s = 0;
+    int bad = 0;
     const cJSON *o;
-    cJSON_ArrayForEach(o, stages) {
-        int group = int_of(o, "group", 0), pipe = int_of(o, "pipe", 0);
-        /* "offload" runs since issue 18 item 4 and "parts" (a DP group over
-         * several meshes, its row table and ZeRO on it) since launch.sh
-         * places each part's ranks on its mesh: compile_plan.c reads both */
-        if (group <= 0 && pipe <= 0) {
-            s++;
-            continue;
-        }
-        size_t mark = m.n;
-        const cJSON *ly = cJSON_GetObjectItemCaseSensitive(o, "layers");
-        put(&m, "%sstage %d (layers %d-%d) needs ", bad ? "; " : "", s,
-            (int)cJSON_GetArrayItem(ly, 0)->valuedouble,
-            (int)cJSON_GetArrayItem(ly, 1)->valuedouble);
-        int forms = 0;
-        if (group > 0) {
-            put(&m, "%sministages sharing devices (group %d with stage ", forms++ ? ", " : "",
-                group);
-            group_mates(&m, stages, s, group);
-            put(&m, ")");
-        }
-        (void)pipe; /* said once for the whole plan, below */
-        bad += forms > 0;
-        if (!forms)
-            m.n = mark; /* only its pipeline: the plan-wide sentence says it */
-        m.b[m.n] = 0;
-        s++;
-    }
+    /* "offload" runs since issue 18 item 4, "parts" (a DP group over
+     * several meshes, its row table and ZeRO on it) since launch.sh places
+     * each part's ranks on its mesh, and "group" (Zorse's ministages sharing
+     * devices) since launch.sh co-locates a group's ranks on its devices:
+     * compile_plan.c reads all three.  What is left is several pipelines. */
     int npipes = 0;
     cJSON_ArrayForEach(o, stages) {
         int p = int_of(o, "pipe", 0);
@@ -124,12 +87,12 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
         cJSON_ArrayForEach(o, stages) {
             const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
             nkeys += int_of(o, "zero", 0) > 0 || int_of(o, "tp", 1) > 1 || cJSON_IsTrue(off) ||
-                     (cJSON_IsNumber(off) && off->valuedouble != 0);
+                     (cJSON_IsNumber(off) && off->valuedouble != 0) || int_of(o, "group", 0) > 0;
         }
-        if (nh > 0 && !nkeys && !bad)
+        if (nh > 0 && !nkeys)
             return 0;
-        put(&m, "%sthe plan is %d pipelines, each a whole copy of the model with its own stage "
-            "boundaries (", bad ? "; " : "", npipes);
+        put(&m, "the plan is %d pipelines, each a whole copy of the model with its own stage "
+            "boundaries (", npipes);
         for (int q = 1; q <= npipes; q++) {
             int k = 0, first = -1, last = -1, lay = 0;
             put(&m, "%spipeline %d: stages ", q > 1 ? ", " : "", q);
@@ -157,16 +120,18 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
         holder_sets(&m, root);
         int k = 0, said = 0;
         cJSON_ArrayForEach(o, stages) {
-            int z = int_of(o, "zero", 0), tp = int_of(o, "tp", 1);
+            int z = int_of(o, "zero", 0), tp = int_of(o, "tp", 1), g = int_of(o, "group", 0);
             const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
             int of = cJSON_IsTrue(off) || (cJSON_IsNumber(off) && off->valuedouble != 0);
-            if (z > 0 || tp > 1 || of) {
+            if (z > 0 || tp > 1 || of || g > 0) {
                 put(&m, "%s stage %d (pipeline %d)", said++ ? "," : ", but not these forms "
                     "on such pipelines (the layer-wise sum needs whole gradients):", k,
                     int_of(o, "pipe", 0));
                 if (z > 0) put(&m, " \"zero\" %d", z);
                 if (tp > 1) put(&m, " \"tp\" %d", tp);
                 if (of) put(&m, " \"offload\" true");
+                if (g > 0) put(&m, " \"group\" %d (ministages sharing devices: in one "
+                               "pipeline only)", g);
             }
             k++;
         }

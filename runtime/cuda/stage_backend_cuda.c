@@ -56,11 +56,14 @@ int stage_be_setup(StageRt *rt) {
     CudaBe *b = calloc(1, sizeof *b);
     if (!b) return 1;
     rt->be = b;
-    /* ranks on this node, in world-rank order: rank i takes GPU i % ndev */
-    if (rt_node_rank(&rt->ctx, &b->local_rank, &b->local_size)) return 1;
+    /* ranks on this node, in world-rank order: the i-th with a device of its
+     * own takes GPU i % ndev; a later ministage of a group takes its group
+     * mate's (launch.sh's device_of, stage_binding.c) */
+    int mate;
+    if (stage_device_slot(rt, &b->slot, &mate)) return 1;
     cudaError_t e = cudaGetDeviceCount(&b->ndev);
     if (e != cudaSuccess || b->ndev < 1) return cuda_err("cudaGetDeviceCount", e);
-    b->device = b->local_rank % b->ndev;
+    b->device = b->slot % b->ndev;
     if ((e = cudaSetDevice(b->device)) != cudaSuccess) return cuda_err("cudaSetDevice", e);
     const char *tr = getenv("HETRT_TRANSPORT");
     b->force_cpu = tr && !strcmp(tr, "cpu");

@@ -36,7 +36,7 @@ typedef struct CudaLink {
 } CudaLink;
 
 typedef struct CudaBe {
-    int device, ndev, local_rank, local_size;
+    int device, ndev, slot;      /* slot: stage_device_slot's, device = slot % ndev */
     int force_cpu;      /* HETRT_TRANSPORT=cpu */
     HkcCtx k;           /* stream and cuBLASLt of every kernel and collective (and of the
                          * node interpreter, which borrows it: stage_be_kernel_ctx) */

@@ -266,6 +266,11 @@ int stage_be_is_host(void);               /* arena pointers are host memory */
 /* One stderr line: this rank's stage, host, local rank on that host and device
  * (stage_binding.c); collective over MPI_COMM_WORLD. */
 void stage_log_binding(const StageRt *rt);
+/* This rank's device slot on its node (the GPU index before % visible GPUs)
+ * and the world rank whose device it uses (itself unless it is a later
+ * ministage of a group: HETRT_DEVICE_OF, launch.sh's device_of); collective
+ * over MPI_COMM_WORLD.  0, or -1 after rt_log_error. */
+int stage_device_slot(const StageRt *rt, int *slot, int *mate);
 int stage_be_put(StageRt *rt, void *dst, const void *src, size_t n); /* host -> arena */
 int stage_be_get(StageRt *rt, void *dst, const void *src, size_t n); /* arena -> host */
 int stage_be_zero(StageRt *rt, void *dst, size_t n);

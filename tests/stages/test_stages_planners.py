@@ -15,8 +15,8 @@ tests' batch shape: seq 64, microbatch 4, global batch 16):
   rows per microbatch = global_batch / microbatches, accum = microbatches)
   to 1e-5 relative; or refuses it, and then the plan records a form the
   binaries lack and the refusal names every such stage and each form it
-  needs.  Which forms a stage needs is read from plan.json's keys ("group",
-  "pipe"; a "dp" above the
+  needs.  Which forms a stage needs is read from plan.json's keys ("pipe"
+  with ZeRO, TP, offload or "group" on pipelines that do not line up; a "dp" above the
   rows of a microbatch: a DP rank without a row), not from the message.
   A plan that records no such form must compile; one that does must be
   refused.  "offload" is no such form since issue 18 item 4: an offloaded
@@ -151,17 +151,17 @@ def forms_of(plan):
     for k, s in enumerate(plan["stages"]):
         w = []
         # "parts" (a DP group over several meshes) runs: launch.sh places
-        # each part's ranks on its mesh (placed() below checks it)
-        if s.get("group", 0) > 0:
-            w.append("ministages sharing devices")
+        # each part's ranks on its mesh (placed() below checks it); "group"
+        # (ministages sharing devices) runs: launch.sh co-locates a group's
+        # ranks (tests/stages/test_stages_ministages.py)
         if w:
             need[k] = w
         if s.get("pipe", 0) > 0:
             meshes[s["pipe"]] = 1
     # pipelines that do not line up run (test_stages_pipes.py), but not with
     # a stage cutting a gradient its own way: ZeRO, TP or offload
-    cut = any(s.get("zero", 0) > 0 or s.get("tp", 1) > 1 or s.get("offload")
-              for s in plan["stages"])
+    cut = any(s.get("zero", 0) > 0 or s.get("tp", 1) > 1 or s.get("offload") or
+              s.get("group", 0) > 0 for s in plan["stages"])
     if len(meshes) > 1 and not lined_up(plan) and cut:
         whole = [f"{len(meshes)} pipelines", "own stage boundaries", "all-reduced"]
     return need, whole
@@ -292,8 +292,11 @@ for cluster, name in CASES:
     summary.append((cluster, name, f"compiled ({shape}; {B} microbatches x {rows} rows): "
                     f"{STEPS} steps == hetc train to {w:.2g} relative, grad norms to {wn:.2g}"))
 
-# ministages sharing devices (Zorse's round-robin; gpt_tiny's plans have one
-# ministage a group): a hand-edited plan.json whose two stages share group 1
+# ministages sharing devices run (test_stages_ministages.py) when a group's
+# stages are placed alike: a hand-edited plan.json putting uniform's two
+# stages into group 1 compiles with stage 1's ranks on stage 0's devices
+# (launch.sh device_of) when both have the same mesh, dp and tp, and is
+# refused naming both stages and their placement otherwise
 zp = t.path("plan_tiny_hetero_uniform", "plan.json")
 if os.path.exists(zp):
     q = json.load(open(zp))
@@ -302,11 +305,19 @@ if os.path.exists(zp):
     path = t.path("plan_grouped.json")
     json.dump(q, open(path, "w"), indent=1)
     rows = q["global_batch"] // q["microbatches"]
-    p = t.compile(t.path("build_grouped"), "--plan", path, mb=rows, quiet=True)
-    if check(p.returncode != 0, "a plan with ministages sharing devices compiled"):
-        refusal_names_forms("grouped", p.stderr, q)
-        check("group 1 with stage 1" in p.stderr, f"grouped: stage 0's mate not named: "
-              f"{p.stderr.strip()[-300:]}")
+    out = t.path("build_grouped")
+    p = t.compile(out, "--plan", path, mb=rows, quiet=True)
+    a, b = q["stages"][0], q["stages"][1]
+    if (a["mesh"], a["dp"], a["tp"]) == (b["mesh"], b["dp"], b["tp"]) and len(q["stages"]) == 2:
+        if check(p.returncode == 0, f"grouped: exit {p.returncode}: {p.stderr.strip()[-300:]}"):
+            sh = open(os.path.join(out, "launch.sh")).read()
+            n = a["dp"] * a["tp"]
+            want = " ".join(map(str, list(range(n)) * 2))
+            check(f"device_of=({want})" in sh, f"grouped: launch.sh has no device_of=({want})")
+    elif check(p.returncode != 0, "a group of stages placed unlike compiled"):
+        want = (f'stages[1] ("group" 1) is placed unlike stages[0], the group\'s first '
+                f'ministage (mesh {b["mesh"]}, dp {b["dp"]}')
+        check(want in p.stderr, f"grouped: {want!r} not said: {p.stderr.strip()[-300:]}")
 
 # pipelines whose stages do not line up (AutoHet's plan on three_mesh with
 # pipeline 2's middle boundary moved one layer): they run without TP, ZeRO
