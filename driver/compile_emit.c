@@ -255,6 +255,34 @@ static void report_stage(FILE *rep, FILE *kern, const CompPlan *p, const StageVa
 }
 
 /* DIR/stages.txt; and the same table at the end of plan.txt */
+/* Ministages sharing devices (plan.json "group"): each is its own process
+ * with its own arena, so a group's device holds all of them at once (not
+ * Zorse's one ministage computed + one prefetched): said under the memory
+ * table, per group, beside the planner's per-ministage prediction.
+ * arena[s]: stage s's largest arena over its binaries. */
+static void report_groups(FILE *rep, const CompPlan *p, const double *arena) {
+    for (int s = 0; s < p->nstages; s++) {
+        int n = 0;
+        double sum = 0, pred = 0;
+        for (int q = s; q < p->nstages; q++)
+            if (p->stages[q].mate == s) {
+                n++;
+                sum += arena[q];
+                pred = p->stages[q].mem_pred > pred ? p->stages[q].mem_pred : pred;
+            }
+        if (n < 2)
+            continue;
+        fprintf(rep, "group %d: stages", p->stages[s].group);
+        for (int q = s; q < p->nstages; q++)
+            if (p->stages[q].mate == s)
+                fprintf(rep, " %d", q);
+        fprintf(rep, " share stage %d's devices (launch.sh device_of): their arenas sum to "
+                "%.2f MiB per device, every ministage's process holding its own (the planner's "
+                "largest per-ministage prediction: %.3f GiB with its reserve)\n", s,
+                sum / 1048576.0, gib(pred));
+    }
+}
+
 static int write_reports(const CompileStages *cs, const char *report, size_t report_len,
                          IrError *err) {
     char path[4200];
@@ -342,6 +370,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
     const HetcBackend *be = a->backend ? a->backend : hetc_backend_host();
     int S = p->nstages, B = p->microbatches, rc = -1;
     int *warm = malloc((size_t)S * sizeof *warm), *dp = malloc((size_t)S * sizeof *dp);
+    double *arena = calloc((size_t)S, sizeof *arena); /* report_groups' */
     for (int s = 0; s < S; s++) {
         warm[s] = p->stages[s].warmup;
         dp[s] = p->stages[s].dp;
@@ -415,6 +444,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
         prog.config = cfg;
         int erc = emit_binary(cs, be, &prog, &lst, &ps[s], s, sfx, err);
         report_stage(rep, kern, p, &var[u], &mp, &lst);
+        arena[s] = (double)mp.arena_bytes > arena[s] ? (double)mp.arena_bytes : arena[s];
         lower_stats_free(&lst);
         lower_stage_free(&prog);
         memplan_free(&mp);
@@ -426,6 +456,7 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
             goto done;
         }
     }
+    report_groups(rep, p, arena);
     fclose(kern);
     kern = NULL;
     fprintf(rep, "\nstage kernels (nodes lowered to direct kernel calls; the rest run by the "
@@ -450,5 +481,6 @@ done:
     free(sch);
     free(warm);
     free(dp);
+    free(arena);
     return rc;
 }
