@@ -78,7 +78,9 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
      * stages line up: driver/plan_pipes.c) keep the planner's own simulation */
     int pipes = 0;
     for (int s = 0; s < p.nstages; s++)
-        pipes |= p.stages[s].pipe > 1;
+        pipes |= p.stages[s].pipe > 1 || hp.stages[s].group > 0;
+    /* nor does it share devices among stages: ministages (plan.json
+     * "group") keep the planner's own simulation too (alt_sim_grouped) */
     int sim_ok = p.runnable && !pipes;
     if (!sim_ok)
         info.iteration_time = p.sim_time;
@@ -90,6 +92,9 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
         fprintf(stderr, "hetc plan: %s plans a pipeline microbatch of %g x --microbatch rows: "
                 "compile plan.json with --microbatch %g x the rows given here\n", a->planner,
                 p.mb_samples, p.mb_samples);
+    int hp_grouped = 0;
+    for (int s = 0; s < hp.nstages; s++)
+        hp_grouped |= hp.stages[s].group > 0;
     sim_result_free(&sim);
     plan_free(&hp);
     free(sync);
@@ -104,11 +109,14 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
         snprintf(tl, sizeof tl, "%s/timeline.svg", a->out_dir);
         remove(tl);
         if (p.runnable)
-            fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt (its "
-                    "pipelines run under hetc compile --plan: as one pipeline where their stages "
-                    "line up, else each pipeline on its own with every layer's gradients summed "
-                    "over the stages holding it; the iteration time is the planner's own "
-                    "simulation, no timeline files)\n", a->planner, a->out_dir, a->planner);
+            fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt (%s; "
+                    "the iteration time is the planner's own simulation, no timeline files)\n",
+                    a->planner, a->out_dir, a->planner,
+                    hp_grouped ? "its ministages sharing devices run under hetc compile --plan, "
+                    "each as its own ranks on its group's devices"
+                    : "its pipelines run under hetc compile --plan: as one pipeline where their "
+                    "stages line up, else each pipeline on its own with every layer's gradients "
+                    "summed over the stages holding it");
         else
             fprintf(stderr, "hetc plan: %s: wrote %s/plan.json, plan.txt, plan_%s.txt; the stage "
                     "binaries cannot run it yet (%s): hetc compile --plan refuses it naming the "

@@ -641,8 +641,8 @@ void alt_plan_print(FILE *f, const AltContext *x, const AltPlan *p)
  * single-mesh stages, PP + DP + Megatron TP per stage, ZeRO-1/2 over the
  * stage's DP group, full recompute, one microbatch split over each stage's
  * DP ranks by its row table; CPU offload (issue 18 item 4); a DP group
- * spanning meshes (issue 18: launch.sh places each part on its mesh); no
- * ministages sharing devices; several pipelines, lined up or not (issue 18
+ * spanning meshes (issue 18: launch.sh places each part on its mesh);
+ * ministages sharing devices (launch.sh co-locates a group's ranks); several pipelines, lined up or not (issue 18
  * item 3), but no ZeRO, TP or offload on pipelines that do not line up.
  * hetc compile refuses the rest by name (compile_plan.c). */
 /* 1 when fine layers [a, b] hold a whole repeated block (what TP shards:
@@ -717,10 +717,13 @@ static void mark_runnable(const AltContext *x, AltPlan *p)
      * and its ranks on several meshes' devices (launch.sh's rank_mesh) run
      * since issue 18 */
     (void)multi;
-    /* CPU offload runs since issue 18 item 4 (runtime/stage/stage_offload.c);
-     * several ministages on one group's devices do not */
-    if (grouped && n < sizeof buf)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "ministages sharing devices; ");
+    /* CPU offload runs since issue 18 item 4 (runtime/stage/stage_offload.c),
+     * and so do several ministages on one group's devices: launch.sh
+     * co-locates each ministage's ranks on its group's devices (one
+     * pipeline only: a group is no holder set's whole gradient) */
+    if (grouped && pipes && !pipes_line_up(p) && !cut && n < sizeof buf)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "ministages sharing devices on DP "
+                              "groups whose stages do not line up; ");
     if (n && n < sizeof buf) {
         buf[n - 2] = 0;
         snprintf(p->needs, sizeof p->needs, "needs runtime work: %s", buf);
