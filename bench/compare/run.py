@@ -106,6 +106,13 @@ def run_one(hetc, model, seq, gbs, cluster, planner, outdir, timeout):
             r.update(status="ok", stages=int(m.group(2)), sim=float(m.group(5)),
                      peak=int(m.group(8)) / 100, steps=int(m.group(9)), plan_s=float(m.group(10)),
                      runnable=m.group(11).startswith("stage binaries"), needs=m.group(11))
+            # ministages sharing devices (plan.json "group") run as co-located
+            # processes, each device holding all its group's arenas
+            try:
+                with open(os.path.join(outdir, "plan.json")) as f:
+                    r["grouped"] = any(st.get("group") for st in json.load(f)["stages"])
+            except (OSError, ValueError, KeyError):
+                pass
             mem = re.findall(r"memory ([\d.]+) / ([\d.]+) GiB", p.stdout)
             r["mem"] = [float(a) for a, _ in mem]
             return r
@@ -177,6 +184,8 @@ def fmt_table(model, results):
             mem = r.get("mem", [])
             memtxt = ", ".join("%g" % m for m in mem[:8]) + (", ..." if len(mem) > 8 else "")
             run = "yes" if r.get("runnable") else "no: " + r.get("needs", "").replace("needs runtime work: ", "")
+            if r.get("runnable") and r.get("grouped"):
+                run += " (ministages co-located)"
             lines.append("| %s | %s | %.4f | %s | %d | %.0f%% | %s | %.2f | %d | %s |" % (
                 c, p, r["sim"], ratio, r["stages"], 100 * r["peak"], memtxt, r["plan_s"], r["steps"], run))
     return "\n".join(lines)
