@@ -349,7 +349,7 @@ static const char LAUNCH_BODY[] =
     "pre=()  # the per-node check: the job's launcher running launch.sh --check-stage S in stage S's places\n"
     "# ministages sharing devices: each rank's device is that of rank device_of[i] (srun passes\n"
     "# the environment on; mpirun gets -x below)\n"
-    "if ((${#device_of[@]})); then export HETRT_DEVICE_OF=\"${device_of[*]}\"; fi\n"
+    "if ((${#device_of[@]})); then export HETRT_DEVICE_OF=\"${device_of[*]}\"; else unset HETRT_DEVICE_OF; fi\n"
     "if ((slurm)); then\n"
     "  if [ -z \"${SLURM_JOB_ID:-}\" ]; then  # outside an allocation: submit job.sbatch, which comes back here\n"
     "    if ! command -v sbatch > /dev/null; then\n"

@@ -19,7 +19,8 @@ several ministages placed round-robin: plan.json stages with the same
 - launch.sh runs every ministage as its own ranks: each rank's start-up
   line says the device slot it runs on, equal to its group mate's (the
   device a CUDA rank selects is that slot modulo the visible GPUs), and
-  the groups' slots differ;
+  the groups' slots differ (launched with a stale HETRT_DEVICE_OF in the
+  environment, which launch.sh replaces);
 - 10 steps equal `hetc train` on the same global batch and microbatching
   (the plan's rows per microbatch, accum = microbatches) to 1e-5;
 - the same cluster with memory_gb 1.004: zorse makes one group of both
@@ -128,7 +129,9 @@ if check(c.returncode == 0, f"the ministage plan: hetc compile exit {c.returncod
                      *FP32, "--no-checkpoint"])
     check(ref_run.returncode == 0, "hetc train failed")
     ref = losses(ref_run.stdout)
-    pr = t.launch(out, STEPS)
+    # a stale HETRT_DEVICE_OF in the caller's environment (every rank on
+    # rank 3's device) must not reach the ranks: launch.sh sets its own
+    pr = t.launch(out, STEPS, env=dict(os.environ, HETRT_DEVICE_OF="3 3 3 3"))
     got_l, w = t.expect_losses(pr, "ministages", ref, n=STEPS)
     print(f"ministages: {STEPS} steps == hetc train to {w:.2g} relative (step 1 "
           f"{got_l.get(1)}, step {STEPS} {got_l.get(STEPS)})", flush=True)
