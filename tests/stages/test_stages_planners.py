@@ -47,7 +47,12 @@ instead: stages_planners_pipes runs examples/clusters/two_pipes.yaml at 32,
 built so that AutoHet's plan is two pipelines with their own stage
 boundaries (MUST_RUN, and it must not line up); stages_planners_uneven
 runs uneven_dp.yaml at 16, built so that hapt's and coarse's plans hold a
-DP group whose dp does not divide the rows (MUST_RUN, and they must).
+DP group whose dp does not divide the rows (MUST_RUN, and they must);
+stages_planners_offload runs ministages.yaml at 16, built so that the
+model's states do not fit its two 1.01 GiB devices: zorse's plan offloads
+every stage and shares devices between ministages, heteroauto's fits by
+recompute (both MUST_RUN), and the seven planners that model neither must
+exit 1 with "no feasible plan" naming memory.
 
 usage: test_stages_planners.py HETC WORKDIR [CLUSTER GB]
 """
@@ -80,16 +85,33 @@ MISALIGNED = {("two_pipes.yaml", "autohet")}
 # (three V100s over 4 rows: 2, 1, 1): hapt's and coarse's plans have one
 UNEVEN = {("uneven_dp.yaml", "hapt"), ("uneven_dp.yaml", "coarse")}
 MUST_RUN |= UNEVEN
+# ministages.yaml is built for CPU offload (two devices of 1.01 GiB: the
+# model's fp32 states do not fit beside the runtime reserve): zorse offloads
+# (and shares devices between ministages) and heteroauto recomputes into it;
+# the planners that model neither must say there is no plan, naming memory
+OFFLOAD = {("ministages.yaml", "zorse")}
+MUST_RUN |= OFFLOAD | {("ministages.yaml", "heteroauto")}
+NO_PLAN = {("ministages.yaml", p) for p in ("hapt", "uniform", "coarse", "coarse-blocks", "metis",
+                                            "metis-mem", "autohet")}
 STEPS = 10
 t = StageTest("tiny_hetero.yaml", horizon=STEPS, gb=GB)
 check = t.check
 
 
 def plan_with(planner, cluster, out):
-    """hetc plan --planner=NAME into out: plan.json as a dict, or None."""
+    """hetc plan --planner=NAME into out: plan.json as a dict, or None (a
+    failure of the test, unless NO_PLAN expects the planner to find none:
+    then it must exit 1 saying so and naming memory, and write no plan)."""
     p = t.run([t.hetc, "plan", MODEL, os.path.join(CLUSTERS, cluster), "--seq", str(t.seq),
                "--microbatch", str(t.mb), "--global-batch", str(t.gb), "--planner=" + planner,
-               "-o", out])
+               "-o", out], quiet=(cluster, planner) in NO_PLAN)
+    if (cluster, planner) in NO_PLAN:
+        err = p.stderr.lower()
+        check(p.returncode == 1 and "no feasible plan" in err and "memory" in err and
+              "Traceback" not in p.stderr and not os.path.exists(os.path.join(out, "plan.json")),
+              f"{cluster} {planner}: expected 'no feasible plan' naming memory, got exit "
+              f"{p.returncode}: {p.stderr.strip()[-300:]}")
+        return None
     if not check(p.returncode == 0, f"{cluster} {planner}: hetc plan exit {p.returncode}"):
         return None
     path = os.path.join(out, "plan.json")
@@ -233,8 +255,13 @@ for cluster, name in CASES:
     tag = f"{cluster.split('.')[0]}_{name}"
     plan = plan_with(name, cluster, t.path("plan_" + tag))
     if plan is None:
-        summary.append((cluster, name, "no plan.json"))
+        summary.append((cluster, name, "no feasible plan (memory: the planner models no offload)"
+                        if (cluster, name) in NO_PLAN else "no plan.json"))
         continue
+    if (cluster, name) in OFFLOAD:
+        check(all(st.get("offload") for st in plan["stages"]) and
+              any(st.get("group", 0) > 0 for st in plan["stages"]),
+              f"{label}: not every stage offloaded, or no ministages sharing devices")
     rows = plan["global_batch"] // plan["microbatches"]
     B = plan["microbatches"]
     check(plan["global_batch"] == t.gb, f"{label}: plan.json global_batch {plan['global_batch']}")
