@@ -254,7 +254,6 @@ static void report_stage(FILE *rep, FILE *kern, const CompPlan *p, const StageVa
     }
 }
 
-/* DIR/stages.txt; and the same table at the end of plan.txt */
 /* Ministages sharing devices (plan.json "group"): each is its own process
  * with its own arena, so a group's device holds all of them at once (not
  * Zorse's one ministage computed + one prefetched): said under the memory
@@ -283,6 +282,7 @@ static void report_groups(FILE *rep, const CompPlan *p, const double *arena) {
     }
 }
 
+/* DIR/stages.txt; and the same table at the end of plan.txt */
 static int write_reports(const CompileStages *cs, const char *report, size_t report_len,
                          IrError *err) {
     char path[4200];
