@@ -36,6 +36,13 @@ static int int_of(const cJSON *o, const char *key, int dflt)
     return cJSON_IsNumber(x) ? (int)x->valuedouble : dflt;
 }
 
+/* plan.json's "offload": true, or a non-zero number */
+static int offloaded(const cJSON *o)
+{
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
+    return cJSON_IsTrue(off) || (cJSON_IsNumber(off) && off->valuedouble != 0);
+}
+
 /* AutoHet's layer-wise gradient groups: which stages would all-reduce each
  * run of layers (plan_holders.h), or why the pipelines are no copies of the
  * model. */
@@ -84,11 +91,9 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
         PlanHolderSet hs[64];
         char e[256];
         int nh = plan_holder_sets(root, hs, 64, e, sizeof e), nkeys = 0;
-        cJSON_ArrayForEach(o, stages) {
-            const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
-            nkeys += int_of(o, "zero", 0) > 0 || int_of(o, "tp", 1) > 1 || cJSON_IsTrue(off) ||
-                     (cJSON_IsNumber(off) && off->valuedouble != 0) || int_of(o, "group", 0) > 0;
-        }
+        cJSON_ArrayForEach(o, stages)
+            nkeys += int_of(o, "zero", 0) > 0 || int_of(o, "tp", 1) > 1 || offloaded(o) ||
+                     int_of(o, "group", 0) > 0;
         if (nh > 0 && !nkeys)
             return 0;
         put(&m, "the plan is %d pipelines, each a whole copy of the model with its own stage "
@@ -121,8 +126,7 @@ int plan_forms_check(const cJSON *root, const char *path, IrError *err)
         int k = 0, said = 0;
         cJSON_ArrayForEach(o, stages) {
             int z = int_of(o, "zero", 0), tp = int_of(o, "tp", 1), g = int_of(o, "group", 0);
-            const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "offload");
-            int of = cJSON_IsTrue(off) || (cJSON_IsNumber(off) && off->valuedouble != 0);
+            int of = offloaded(o);
             if (z > 0 || tp > 1 || of || g > 0) {
                 put(&m, "%s stage %d (pipeline %d)", said++ ? "," : ", but not these forms "
                     "on such pipelines (the layer-wise sum needs whole gradients):", k,
