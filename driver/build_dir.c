@@ -30,7 +30,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return flag == FTW_DP ? rmdir(path) : unlink(path);
 }
 
-static void rm_tree(const char *path) {
+void build_dir_rm_tree(const char *path) {
     nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -97,7 +97,7 @@ int build_dir_begin(const char *final, char *tmp, size_t tmplen, IrError *err) {
             pid == (long)getpid()) {
             char p[8192];
             snprintf(p, sizeof p, "%s/%s", parent, e->d_name);
-            rm_tree(p);
+            build_dir_rm_tree(p);
         }
     }
     if (d) closedir(d);
@@ -176,11 +176,11 @@ int build_dir_commit(const char *final, const char *tmp, IrError *err) {
         }
     }
     if (d) closedir(d);
-    if (kept_all) rm_tree(tmp);
+    if (kept_all) build_dir_rm_tree(tmp);
     fsync_path(final, 1);
     return 0;
 }
 
 void build_dir_abandon(const char *final, const char *tmp) {
-    if (strcmp(tmp, final)) rm_tree(tmp);
+    if (strcmp(tmp, final)) build_dir_rm_tree(tmp);
 }

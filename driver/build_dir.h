@@ -25,6 +25,8 @@ void build_dir_abandon(const char *final, const char *tmp);
 /* final as an absolute path (its parent resolved; final itself need not
  * exist). */
 void build_dir_abs(const char *final, char *out, size_t n);
+/* Remove path and everything under it (symbolic links are not followed). */
+void build_dir_rm_tree(const char *path);
 /* A fresh build id: 64 random bits, never 0. */
 uint64_t build_dir_new_id(void);
 

@@ -26,6 +26,8 @@
 #include "optimizer.h"
 #include "rt_metrics.h"
 #include "precision.h"
+#include "train_compiled.h"
+#include "train_opts.h"
 #include "train_state.h"
 
 static void usage(FILE *f) {
@@ -80,18 +82,22 @@ static void usage(FILE *f) {
             "                         (default with --val-data: 10)\n"
             "  --val-batches N        microbatches of the validation file per evaluation\n"
             "                         (default 10, at most the file's)\n"
-            "  --quiet                only the final line\n");
+            "  --quiet                only the final line\n"
+            "  --engine executor|compiled  how the steps run (default executor).  executor:\n"
+            "                         the host executor runs the training graph in this\n"
+            "                         process; compiled: hetc compiles the model into a\n"
+            "                         one-stage program for this host (the stage binaries'\n"
+            "                         code: direct kernel calls, generated fused kernels, one\n"
+            "                         planned arena) and runs it: its step lines, checkpoints\n"
+            "                         (the stage binaries' layer format) and metrics.\n"
+            "                         --dump-grads and --exec-stats need the executor\n"
+            "  --program-dir DIR      compiled: keep the program in DIR (default: a scratch\n"
+            "                         directory removed after the run)\n"
+            "  --overwrite-checkpoints  compiled: start afresh in a --checkpoint-dir holding\n"
+            "                         another run's checkpoints, deleting them\n");
     compile_opts_help(f);
 }
 
-typedef struct TrainOpts {
-    const char *data, *data_format, *loss, *optimizer, *schedule, *ckpt_dir, *export_path, *dump_grads;
-    const char *metrics, *val_data;
-    int64_t steps, accum, warmup, ckpt_every, val_every, val_batches;
-    double lr, beta1, beta2, eps, wd, momentum, clip;
-    int quiet, no_ckpt, exec_stats, resume;
-    Precision precision;
-} TrainOpts;
 
 static int parse_d(const char *opt, const char *s, double *out) {
     char *end;
@@ -105,12 +111,28 @@ static int parse_d(const char *opt, const char *s, double *out) {
     return 0;
 }
 
+/* argv[first..last]: an import option compile_opts_parse_one took.  The
+ * compiled engine's `hetc compile` gets it too, but for the options hetc
+ * train gives that compile itself (rows, sequence) and -o (hetc train's
+ * IR-dump directory, not a build). */
+static void forward_import_opt(TrainOpts *t, char **argv, int first, int last) {
+    static const char *const own[] = {"--batch", "--seq", "-o", "--output", NULL};
+    for (int k = 0; own[k]; k++) {
+        size_t n = strlen(own[k]);
+        if (!strncmp(argv[first], own[k], n) && (!argv[first][n] || argv[first][n] == '='))
+            return;
+    }
+    for (int j = first; j <= last && t->nfwd < TRAIN_FWD_MAX; j++) t->fwd[t->nfwd++] = argv[j];
+}
+
 static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
     for (int i = 1; i < argc; i++) {
         const char *v;
         int r;
+        int first = i;
         if ((r = compile_opts_parse_one(co, argc, argv, &i)) != 0) {
             if (r < 0) return -1;
+            forward_import_opt(t, argv, first, i);
             continue;
         }
 #define STR(name, field)                                                     \
@@ -164,6 +186,21 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
             t->resume = 1;
             continue;
         }
+        if (!strcmp(argv[i], "--overwrite-checkpoints")) {
+            t->overwrite = 1;
+            continue;
+        }
+        STR("--program-dir", program_dir)
+        if ((r = cli_opt(argc, argv, &i, "--engine", &v)) != 0) {
+            if (r < 0) return -1;
+            if (!strcmp(v, "executor")) t->engine = TRAIN_ENGINE_EXECUTOR;
+            else if (!strcmp(v, "compiled")) t->engine = TRAIN_ENGINE_COMPILED;
+            else {
+                fprintf(stderr, "hetc train: --engine must be executor or compiled, not '%s'\n", v);
+                return -1;
+            }
+            continue;
+        }
         if (cli_take_model("train", argv[i], &co->model)) return -1;
     }
 #undef STR
@@ -189,6 +226,24 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
     }
     if (strcmp(t->optimizer, "adamw") && strcmp(t->optimizer, "sgd")) {
         fprintf(stderr, "hetc train: --optimizer must be adamw or sgd, not '%s'\n", t->optimizer);
+        return -1;
+    }
+    if (t->engine == TRAIN_ENGINE_COMPILED) {
+        /* what only the executor's in-process loop can do */
+        const char *only = t->dump_grads ? "--dump-grads" : t->exec_stats ? "--exec-stats" : NULL;
+        if (only) {
+            fprintf(stderr, "hetc train: %s needs the executor (--engine executor): the compiled "
+                    "program keeps its gradients and memory plan inside its own process\n", only);
+            return -1;
+        }
+        if (t->nfwd == TRAIN_FWD_MAX) {
+            fprintf(stderr, "hetc train: --engine compiled: more than %d import-option words\n",
+                    TRAIN_FWD_MAX - 1);
+            return -1;
+        }
+    } else if (t->program_dir || t->overwrite) {
+        fprintf(stderr, "hetc train: %s belongs to --engine compiled\n",
+                t->program_dir ? "--program-dir" : "--overwrite-checkpoints");
         return -1;
     }
     return 0;
@@ -433,6 +488,62 @@ static int resume_state(const TrainOpts *t, TrainState *st, IrError *err) {
     return 0;
 }
 
+/* The training graph both engines start from: import, the forward passes,
+ * tie-weights, the loss, (mixed-precision,) autodiff.  NULL with err set. */
+static IrGraph *train_graph(CompileOpts *co, const TrainOpts *t, const LossOpts *lo,
+                            PassContext *ctx, IrError *err) {
+    IrGraph *g = compile_import(co, NULL, 0, 0, ctx, err);
+    if (!g || compile_check_token_shape(g, co, "--microbatch", err) ||
+        compile_run_passes(g, co, ctx, err) ||
+        pass_run_pipeline(g, "tie-weights", ctx, err) || pass_loss_with(g, lo, err) ||
+        pass_maybe_dump(g, "loss", ctx, err) || (ctx->dump_index++, 0) ||
+        pass_run_pipeline(g, t->precision == PRECISION_BF16_MIXED
+                                 ? "mixed-precision,autodiff,shape-infer"
+                                 : "autodiff,shape-infer", ctx, err)) {
+        if (g) ir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static void optim_opts_of(const TrainOpts *t, OptimOpts *oo) {
+    optim_opts_default(oo);
+    oo->sgd = !strcmp(t->optimizer, "sgd");
+    oo->beta1 = t->beta1, oo->beta2 = t->beta2, oo->eps = t->eps, oo->weight_decay = t->wd;
+    oo->momentum = t->momentum, oo->clip = t->clip;
+}
+
+/* --engine compiled: compile and run the one-stage program
+ * (train_compiled.c); then --export from its final checkpoint, through the
+ * same training graph and TrainState the executor would have trained. */
+static int train_with_program(CompileOpts *co, const TrainOpts *t, const LossOpts *lo,
+                              PassContext *ctx) {
+    TrainCompiled tc;
+    int rc = train_compiled_run(&tc, co, t);
+    if (!rc && t->export_path) {
+        IrError err = {{0}};
+        TrainState st;
+        memset(&st, 0, sizeof st);
+        OptimOpts oo;
+        optim_opts_of(t, &oo);
+        co->report_params = 0; /* said by the compile already */
+        IrGraph *g = train_graph(co, t, lo, ctx, &err);
+        if (!g || train_state_init(&st, g, &oo, &err) ||
+            train_state_load_weights_layers(&st, tc.final_step, &err) ||
+            train_state_export_onnx(&st, co->model, t->export_path, &err)) {
+            fprintf(stderr, "hetc train: --export: %s\n", err.msg);
+            rc = 1;
+        } else if (!t->quiet) {
+            printf("hetc train: exported the weights of %s to %s\n", tc.final_step,
+                   t->export_path);
+        }
+        train_state_free(&st);
+        if (g) ir_graph_free(g);
+    }
+    train_compiled_cleanup(&tc);
+    return rc;
+}
+
 int cmd_train(int argc, char **argv) {
     CompileOpts co;
     compile_opts_init(&co);
@@ -473,6 +584,7 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         return 2;
     }
+    if (t.engine == TRAIN_ENGINE_COMPILED) return train_with_program(&co, &t, &lo, &ctx);
     int rc = 1;
     RtDataLoader dl, vdl;
     memset(&dl, 0, sizeof dl);
@@ -482,24 +594,15 @@ int cmd_train(int argc, char **argv) {
     TrainState st;
     memset(&st, 0, sizeof st);
     co.report_params = !t.quiet;
-    IrGraph *g = compile_import(&co, NULL, 0, 0, &ctx, &err);
-    if (!g || compile_check_token_shape(g, &co, "--microbatch", &err) ||
-        compile_run_passes(g, &co, &ctx, &err) ||
-        pass_run_pipeline(g, "tie-weights", &ctx, &err) || pass_loss_with(g, &lo, &err) ||
-        pass_maybe_dump(g, "loss", &ctx, &err) || (ctx.dump_index++, 0) ||
-        pass_run_pipeline(g, t.precision == PRECISION_BF16_MIXED
-                                 ? "mixed-precision,autodiff,shape-infer"
-                                 : "autodiff,shape-infer", &ctx, &err)) {
+    IrGraph *g = train_graph(&co, &t, &lo, &ctx, &err);
+    if (!g) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         goto done;
     }
     if (open_data(&t, &co, g, &dl, &vdl))
         goto done;
     OptimOpts oo;
-    optim_opts_default(&oo);
-    oo.sgd = !strcmp(t.optimizer, "sgd");
-    oo.beta1 = t.beta1, oo.beta2 = t.beta2, oo.eps = t.eps, oo.weight_decay = t.wd;
-    oo.momentum = t.momentum, oo.clip = t.clip;
+    optim_opts_of(&t, &oo);
     if (train_state_init(&st, g, &oo, &err) ||
         /* the update graph (@upd nodes) is built apart from fwd+bwd: dump it too */
         pass_maybe_dump(st.upd, "optimizer", &ctx, &err)) {

@@ -16,6 +16,8 @@
 #include "hk_train.h"
 #include "hostexec.h"
 #include "optimizer.h"
+#include "data_loader.h"
+#include "rt.h"
 
 /* The update graph: each trained parameter (sharing the trainer's buffer)
  * and its gradient as an input, then the optimizer pass. */
@@ -411,5 +413,38 @@ int train_state_load(TrainState *s, const char *stepdir, IrError *err) {
     free(loaded);
     if (!rc && step < 0) rc = ir_errorf(err, "%s: no 'step N' line", path);
     if (!rc) s->step = step;
+    return rc;
+}
+
+int train_state_load_weights_layers(TrainState *s, const char *stepdir, IrError *err) {
+    char *seen = ir_xcalloc((size_t)s->nparams + 1, 1);
+    char e[RT_ERRLEN], path[4200];
+    int rc = 0;
+    for (int layer = 0; !rc; layer++) {
+        snprintf(path, sizeof path, "%s/layer_%05d.bin", stepdir, layer);
+        if (access(path, F_OK)) break; /* the manifest lists 0..layers, every one a file */
+        RtCkptLayer l;
+        if (rt_ckpt_read_layer(stepdir, layer, &l, e, sizeof e)) {
+            rc = ir_errorf(err, "%s", e);
+            break;
+        }
+        for (int i = 0; i < s->nparams && !rc; i++) {
+            TrainParam *p = &s->params[i];
+            const RtCkptLoaded *x = rt_ckpt_find(&l, p->value->name);
+            if (!x) continue;
+            if (x->dtype != RT_F32 || x->nbytes != (size_t)p->n * sizeof(float))
+                rc = ir_errorf(err, "%s: '%s' is %s of %zu bytes, the model's parameter f32 "
+                               "of %lld elements", path, x->name, rt_dtype_name(x->dtype),
+                               x->nbytes, (long long)p->n);
+            else memcpy(p->data, x->data, x->nbytes);
+            seen[i] = 1;
+        }
+        rt_ckpt_layer_free(&l);
+    }
+    for (int i = 0; i < s->nparams && !rc; i++)
+        if (!seen[i])
+            rc = ir_errorf(err, "%s: no layer file holds parameter '%s' (a checkpoint of "
+                           "another model?)", stepdir, s->params[i].value->name);
+    free(seen);
     return rc;
 }

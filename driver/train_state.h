@@ -78,6 +78,10 @@ int train_state_newest(const char *dir, int64_t *step, char *path, size_t pathle
  * of another model or optimizer is refused naming the parameter.  On
  * error s may be partly loaded. */
 int train_state_load(TrainState *s, const char *stepdir, IrError *err);
+/* The weights (not the optimizer state, nor the step) of a layer-wise stage
+ * checkpoint's step directory (runtime/rt.h: the stage binaries' format),
+ * by parameter name; every parameter must be found. */
+int train_state_load_weights_layers(TrainState *s, const char *stepdir, IrError *err);
 /* copy model_path to out_path with every initializer replaced by the
  * trained weights (re-tied copies get the transposed trained weight) */
 int train_state_export_onnx(const TrainState *s, const char *model_path, const char *out_path,
