@@ -34,7 +34,9 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: hetc train MODEL.onnx --data TOKENS.bin --steps N [options]\n"
             "\n"
-            "Train on the host backend, one process, in bf16-mixed unless --precision fp32.\n"
+            "Train on this host, one process, in bf16-mixed unless --precision fp32.  By\n"
+            "default hetc compiles the model into a one-stage program (hetc compile's stage\n"
+            "binary for one device) and runs it; --engine executor runs the host executor.\n"
             "TOKENS.bin is an llm.c token file (header magic 20240520) or, with --data-format\n"
             "raw-u16, nanoGPT's headerless uint16 .bin; step k reads microbatch rows like\n"
             "llm.c's loader.\n"
@@ -83,14 +85,15 @@ static void usage(FILE *f) {
             "  --val-batches N        microbatches of the validation file per evaluation\n"
             "                         (default 10, at most the file's)\n"
             "  --quiet                only the final line\n"
-            "  --engine executor|compiled  how the steps run (default executor).  executor:\n"
-            "                         the host executor runs the training graph in this\n"
-            "                         process; compiled: hetc compiles the model into a\n"
-            "                         one-stage program for this host (the stage binaries'\n"
-            "                         code: direct kernel calls, generated fused kernels, one\n"
-            "                         planned arena) and runs it: its step lines, checkpoints\n"
-            "                         (the stage binaries' layer format) and metrics.\n"
-            "                         --dump-grads and --exec-stats need the executor\n"
+            "  --engine compiled|executor  how the steps run (default compiled).  compiled:\n"
+            "                         hetc compiles the model into a one-stage program for\n"
+            "                         this host (the stage binaries' code: direct kernel\n"
+            "                         calls, generated fused kernels, one planned arena) and\n"
+            "                         runs it: its step lines, checkpoints (the stage\n"
+            "                         binaries' layer format) and metrics.  executor: the host\n"
+            "                         executor runs the training graph in this process (its\n"
+            "                         own step-NNNNNN checkpoints); --dump-grads and\n"
+            "                         --exec-stats need it and pick it without --engine\n"
             "  --program-dir DIR      compiled: keep the program in DIR (default: a scratch\n"
             "                         directory removed after the run)\n"
             "  --overwrite-checkpoints  compiled: start afresh in a --checkpoint-dir holding\n"
@@ -113,10 +116,12 @@ static int parse_d(const char *opt, const char *s, double *out) {
 
 /* argv[first..last]: an import option compile_opts_parse_one took.  The
  * compiled engine's `hetc compile` gets it too, but for the options hetc
- * train gives that compile itself (rows, sequence) and -o (hetc train's
- * IR-dump directory, not a build). */
+ * train gives that compile itself (rows, sequence), -o (hetc train's
+ * IR-dump directory, not a build) and the IR dumps, which hetc train
+ * writes itself from the training graph it builds first. */
 static void forward_import_opt(TrainOpts *t, char **argv, int first, int last) {
-    static const char *const own[] = {"--batch", "--seq", "-o", "--output", NULL};
+    static const char *const own[] = {"--batch", "--seq", "-o", "--output", "--dump-ir-after",
+                                      "--print-ir", NULL};
     for (int k = 0; own[k]; k++) {
         size_t n = strlen(own[k]);
         if (!strncmp(argv[first], own[k], n) && (!argv[first][n] || argv[first][n] == '='))
@@ -193,6 +198,7 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         STR("--program-dir", program_dir)
         if ((r = cli_opt(argc, argv, &i, "--engine", &v)) != 0) {
             if (r < 0) return -1;
+            t->engine_given = 1;
             if (!strcmp(v, "executor")) t->engine = TRAIN_ENGINE_EXECUTOR;
             else if (!strcmp(v, "compiled")) t->engine = TRAIN_ENGINE_COMPILED;
             else {
@@ -229,9 +235,14 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         return -1;
     }
     if (t->engine == TRAIN_ENGINE_COMPILED) {
-        /* what only the executor's in-process loop can do */
+        /* what only the executor's in-process loop can do: without --engine it
+         * picks the executor, with --engine compiled it is refused */
         const char *only = t->dump_grads ? "--dump-grads" : t->exec_stats ? "--exec-stats" : NULL;
-        if (only) {
+        if (only && !t->engine_given && !t->program_dir && !t->overwrite) {
+            if (!t->quiet)
+                printf("hetc train: %s: running the executor engine (--engine executor)\n", only);
+            t->engine = TRAIN_ENGINE_EXECUTOR;
+        } else if (only) {
             fprintf(stderr, "hetc train: %s needs the executor (--engine executor): the compiled "
                     "program keeps its gradients and memory plan inside its own process\n", only);
             return -1;
@@ -513,21 +524,70 @@ static void optim_opts_of(const TrainOpts *t, OptimOpts *oo) {
     oo->momentum = t->momentum, oo->clip = t->clip;
 }
 
+/* The trained parameters of a training graph: its grad/<param> outputs. */
+static int count_trained(const IrGraph *g, int64_t *elements) {
+    int n = 0;
+    *elements = 0;
+    for (int j = 0; j < g->noutputs; j++)
+        if (!strncmp(g->outputs[j]->name, "grad/", 5)) {
+            n++;
+            *elements += ir_shape_numel(&g->outputs[j]->shape);
+        }
+    return n;
+}
+
 /* --engine compiled: compile and run the one-stage program
- * (train_compiled.c); then --export from its final checkpoint, through the
- * same training graph and TrainState the executor would have trained. */
-static int train_with_program(CompileOpts *co, const TrainOpts *t, const LossOpts *lo,
+ * (train_compiled.c).  The training graph is built here first, as the
+ * executor builds it (import, passes, loss, autodiff): a model that cannot
+ * train, or token files it cannot read (ids past its vocabulary included),
+ * are said before anything is compiled; the `params:` line, the header and
+ * --dump-ir-after / --print-ir come from it; it is freed before the
+ * program runs (its weights would sit beside the program's).  --export
+ * builds it again and loads the program's final checkpoint into it. */
+static int train_with_program(CompileOpts *co, TrainOpts *t, const LossOpts *lo,
                               PassContext *ctx) {
+    IrError err = {{0}};
+    TrainState st;
+    memset(&st, 0, sizeof st);
+    OptimOpts oo;
+    optim_opts_of(t, &oo);
+    RtDataLoader dl, vdl;
+    memset(&dl, 0, sizeof dl);
+    memset(&vdl, 0, sizeof vdl);
+    IrGraph *g = train_graph(co, t, lo, ctx, &err);
+    if (!g) {
+        fprintf(stderr, "hetc train: %s\n", err.msg);
+        return 1;
+    }
+    int rc = open_data(t, co, g, &dl, &vdl);
+    /* the update graph is the optimizer pass's: the executor's dump of it */
+    if (!rc && co->dump_after &&
+        (train_state_init(&st, g, &oo, &err) || pass_maybe_dump(st.upd, "optimizer", ctx, &err))) {
+        fprintf(stderr, "hetc train: %s\n", err.msg);
+        rc = 1;
+    }
+    if (!rc && !t->quiet) {
+        int64_t elements;
+        int n = count_trained(g, &elements);
+        printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, %s, data %s "
+               "(%s, %lld microbatches)\n", co->model, n, (long long)elements,
+               (long long)(co->batch * co->seq * t->accum), t->optimizer,
+               precision_name(t->precision), t->data, rt_token_format_name(dl.format),
+               (long long)dl.nbatches);
+    }
+    rt_data_close(&vdl);
+    rt_data_close(&dl);
+    train_state_free(&st);
+    ir_graph_free(g);
+    if (rc) return 1;
     TrainCompiled tc;
-    int rc = train_compiled_run(&tc, co, t);
+    rc = train_compiled_run(&tc, co, t);
     if (!rc && t->export_path) {
-        IrError err = {{0}};
-        TrainState st;
+        co->report_params = 0; /* said above */
+        co->print_ir = 0;
+        ctx->dump_after = NULL;
         memset(&st, 0, sizeof st);
-        OptimOpts oo;
-        optim_opts_of(t, &oo);
-        co->report_params = 0; /* said by the compile already */
-        IrGraph *g = train_graph(co, t, lo, ctx, &err);
+        g = train_graph(co, t, lo, ctx, &err);
         if (!g || train_state_init(&st, g, &oo, &err) ||
             train_state_load_weights_layers(&st, tc.final_step, &err) ||
             train_state_export_onnx(&st, co->model, t->export_path, &err)) {
@@ -552,7 +612,8 @@ int cmd_train(int argc, char **argv) {
     TrainOpts t = {.loss = "xent", .optimizer = "adamw", .schedule = "constant",
                    .ckpt_dir = "checkpoint", .accum = 1, .lr = 1e-3, .beta1 = 0.9,
                    .beta2 = 0.95, .eps = 1e-8, .wd = 0.1, .momentum = 0.9, .clip = 1.0,
-                   .precision = PRECISION_BF16_MIXED}; /* precision.h: the default */
+                   .precision = PRECISION_BF16_MIXED, /* precision.h: the default */
+                   .engine = TRAIN_ENGINE_COMPILED};
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
@@ -584,6 +645,7 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "hetc train: %s\n", err.msg);
         return 2;
     }
+    co.report_params = !t.quiet;
     if (t.engine == TRAIN_ENGINE_COMPILED) return train_with_program(&co, &t, &lo, &ctx);
     int rc = 1;
     RtDataLoader dl, vdl;
@@ -593,7 +655,6 @@ int cmd_train(int argc, char **argv) {
     memset(&met, 0, sizeof met);
     TrainState st;
     memset(&st, 0, sizeof st);
-    co.report_params = !t.quiet;
     IrGraph *g = train_graph(&co, &t, &lo, &ctx, &err);
     if (!g) {
         fprintf(stderr, "hetc train: %s\n", err.msg);

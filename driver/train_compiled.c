@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,20 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The child hetc train waits for.  SIGINT / SIGTERM / SIGHUP sent to
+ * hetc train alone (a scheduler's, a kill PID) are passed on to it, and
+ * hetc train lives on to remove its scratch directory and exit with the
+ * child's status; a terminal's ^C reaches both anyway.  The one global of
+ * this file: a signal handler has no other way to find the child. */
+static volatile sig_atomic_t child_pid;
+
+static void forward_signal(int sig) {
+    if (child_pid > 0) kill((pid_t)child_pid, sig);
+}
+
+static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP};
+#define NFORWARDED ((int)(sizeof forwarded / sizeof *forwarded))
+
 /* Run argv[0] with argv; its stdout and stderr into log_path when not
  * NULL.  The exit status (128 + signal when killed), or -1 when it could
  * not start (said so). */
@@ -58,21 +73,40 @@ static int run_child(char *const *argv, const char *log_path) {
     }
     fflush(stdout);
     fflush(stderr);
+    /* the handlers are installed before the spawn, so a signal cannot fall
+     * between the two; the child starts with the default dispositions */
+    struct sigaction sa, old[NFORWARDED];
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sigemptyset(&sa.sa_mask);
+    for (int k = 0; k < NFORWARDED; k++) sigaction(forwarded[k], &sa, &old[k]);
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    sigset_t def;
+    sigemptyset(&def);
+    for (int k = 0; k < NFORWARDED; k++) sigaddset(&def, forwarded[k]);
+    posix_spawnattr_setsigdefault(&at, &def);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF);
     pid_t pid;
-    int e = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    int e = posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
+    posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     if (fd >= 0) close(fd);
+    int rc = -1, st;
     if (e) {
         fprintf(stderr, "hetc train: cannot run %s: %s\n", argv[0], strerror(e));
-        return -1;
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) {
+    } else {
+        child_pid = pid;
+        pid_t w;
+        while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
+        child_pid = 0;
+        if (w < 0)
             fprintf(stderr, "hetc train: waiting for %s: %s\n", argv[0], strerror(errno));
-            return -1;
-        }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        else
+            rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    }
+    for (int k = 0; k < NFORWARDED; k++) sigaction(forwarded[k], &old[k], NULL);
+    return rc;
 }
 
 static void print_file(const char *path, FILE *to) {
@@ -198,33 +232,8 @@ static void run_argv(Argv *a, const TrainCompiled *tc, const TrainOpts *t) {
     add(a, "--no-trace"); /* one process: no pipeline timeline to draw */
 }
 
-/* The token files open and hold whole microbatches: said now, not after a
- * compile of seconds (the program checks them again, with the vocabulary). */
-static int check_data(const CompileOpts *co, const TrainOpts *t) {
-    RtTokenFormat fmt = RT_TOKENS_LLMC;
-    if (t->data_format && rt_token_format_parse(t->data_format, &fmt)) {
-        fprintf(stderr, "hetc train: --data-format %s: expected llmc or raw-u16\n",
-                t->data_format);
-        return -1;
-    }
-    const char *files[2] = {t->data, t->val_data};
-    for (int k = 0; k < 2; k++) {
-        if (!files[k]) continue;
-        RtDataLoader dl;
-        char rerr[RT_ERRLEN] = "";
-        memset(&dl, 0, sizeof dl);
-        if (rt_data_open_format(&dl, files[k], fmt, co->batch, co->seq, 0, 1, rerr)) {
-            fprintf(stderr, "hetc train: %s: %s\n", k ? "--val-data" : "--data", rerr);
-            return -1;
-        }
-        rt_data_close(&dl);
-    }
-    return 0;
-}
-
 int train_compiled_run(TrainCompiled *tc, const CompileOpts *co, const TrainOpts *t) {
     memset(tc, 0, sizeof *tc);
-    if (check_data(co, t)) return 1;
     const char *tmp = getenv("TMPDIR");
     snprintf(tc->scratch, sizeof tc->scratch, "%s/hetc-train-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(tc->scratch)) {
@@ -271,9 +280,12 @@ int train_compiled_run(TrainCompiled *tc, const CompileOpts *co, const TrainOpts
     run_argv(&a, tc, t);
     rc = run_child(a.w, NULL);
     argv_free(&a);
+    if (rc > 128) { /* killed: hetc train reports the signal as a shell would */
+        fprintf(stderr, "hetc train: the one-stage program was killed by signal %d\n", rc - 128);
+        return rc;
+    }
     if (rc) {
-        if (rc > 0)
-            fprintf(stderr, "hetc train: the one-stage program exited %d\n", rc);
+        if (rc > 0) fprintf(stderr, "hetc train: the one-stage program exited %d\n", rc);
         return 1;
     }
     char err[RT_ERRLEN] = "";

@@ -16,7 +16,8 @@ typedef struct TrainCompiled {
 /* Compile (co: the model and its import options, rows and sequence; t:
  * the training options) and run.  0 when the program trained every step
  * and left its final checkpoint in tc->final_step; 1 after saying what
- * failed (the compile's output, or the program's own messages). */
+ * failed (the compile's output, or the program's own messages); 128 + N
+ * when the program was killed by signal N. */
 int train_compiled_run(TrainCompiled *tc, const CompileOpts *co, const TrainOpts *t);
 void train_compiled_cleanup(TrainCompiled *tc);
 

@@ -27,6 +27,7 @@ typedef struct TrainOpts {
     int quiet, no_ckpt, exec_stats, resume, overwrite;
     Precision precision;
     TrainEngine engine;
+    int engine_given; /* --engine on the command line */
     const char *fwd[TRAIN_FWD_MAX];
     int nfwd;
 } TrainOpts;

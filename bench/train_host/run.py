@@ -8,7 +8,10 @@
 A developer benchmark (needs torch; CI never runs it).  Contenders, each a
 separate process on the same weights, batches and thread count:
 
-  hetc     `hetc train` (the single-process trainer)
+  hetc     `hetc train` (the single-process trainer; by default it compiles the
+           one-stage program and runs it: the step times exclude the compile)
+  executor `hetc train --engine executor` (the host executor loop; not in the
+           default set)
   launch   `hetc compile` onto a one-device cluster + the stage binary's launch.sh
   eager    PyTorch eager, default (foreach) AdamW, clip_grad_norm_
   compile  the same with the model under torch.compile (inductor, CPU)
@@ -127,6 +130,7 @@ def make_optimizer(model):
 
 TIME = "/usr/bin/time"  # GNU time (Debian package time): peak RSS of each run
 CONTENDERS = ("hetc", "launch", "eager", "compile", "llmc")
+KNOWN = CONTENDERS + ("executor",)
 
 
 # ------------------------------------------------------------------ models
@@ -183,9 +187,10 @@ def peak_rss_mb_of(cmd, env=None, cwd=None):
     return p.returncode, p.stdout, p.stderr, wall, int(lines[-1]) / 1024.0 if lines else float("nan")
 
 
-def run_hetc(hetc, onnx_path, data, B, T, steps, out_dir, env, precision="fp32"):
+def run_hetc(hetc, onnx_path, data, B, T, steps, out_dir, env, precision="fp32", engine=None):
     cmd = [hetc, "train", onnx_path, "--data", data, "--steps", str(steps), "--microbatch", str(B),
            "--seq", str(T), "--no-checkpoint", "-o", out_dir, "--precision", precision]
+    cmd += ["--engine", engine] if engine else []
     rc, out, err, wall, rss = peak_rss_mb_of(cmd, env=env)
     if rc != 0:
         sys.exit(f"hetc train failed ({rc}): {' '.join(cmd)}\n{out}\n{err}")
@@ -373,6 +378,10 @@ def bench_case(name, args, work, which):
             runners["hetc" + sfx] = (lambda pr: lambda: run_hetc(
                 args.hetc, onnx_path, data, B, T, steps, os.path.join(work, "hetc_out"), env,
                 pr))(pr)
+        if "executor" in which:
+            runners["executor" + sfx] = (lambda pr: lambda: run_hetc(
+                args.hetc, onnx_path, data, B, T, steps, os.path.join(work, "hetc_out"), env,
+                pr, "executor"))(pr)
         if "launch" in which:
             launch = build_launch(args.hetc, onnx_path, B, T, work, name, pr)
             runners["launch" + sfx] = (lambda l: lambda: run_launch(l, data, B, T, steps,
@@ -414,12 +423,12 @@ def bench_case(name, args, work, which):
               f"step-1 loss {v['loss1']:.7f}"
               f"{'' if good else f' FAIL (> {tol:g} from {refname})'}; "
               f"step-{steps} {v['last']:.5f}")
-    for h in ("hetc", "launch", "hetc-bf16", "launch-bf16"):
+    for h in ("hetc", "launch", "executor", "hetc-bf16", "launch-bf16", "executor-bf16"):
         if h not in res:
             continue
         hm = statistics.median(res[h]["tps"])
         ratios = [f"{hm / statistics.median(res[o]['tps']):.3f}x {o}" for o in res
-                  if not o.startswith(("hetc", "launch")) or
+                  if not o.startswith(("hetc", "launch", "executor")) or
                   (h.endswith("-bf16") and o == h[:-5])]
         print(f"  {h}: {', '.join(ratios)}")
     return ok
@@ -462,9 +471,9 @@ def main():
     if not os.access(TIME, os.X_OK):
         sys.exit(f"bench/train_host: needs GNU time at {TIME} (apt-get install time)")
     which = set(args.contenders.split(","))
-    if which - set(CONTENDERS):
-        sys.exit(f"bench/train_host: unknown contenders {sorted(which - set(CONTENDERS))}")
-    if which & {"hetc", "launch"} and not os.access(args.hetc, os.X_OK):
+    if which - set(KNOWN):
+        sys.exit(f"bench/train_host: unknown contenders {sorted(which - set(KNOWN))}")
+    if which & {"hetc", "launch", "executor"} and not os.access(args.hetc, os.X_OK):
         sys.exit(f"bench/train_host: no hetc at {args.hetc} (pass --hetc)")
     if "llmc" in which and args.llmc and not os.path.exists(os.path.join(args.llmc, "train_gpt2.c")):
         sys.exit(f"bench/train_host: --llmc {args.llmc} has no train_gpt2.c")

@@ -26,9 +26,12 @@ the executor engine, on the test models (tests/models):
   - --program-dir keeps the program (its stage_0 answers --build-id);
     without it and with --no-checkpoint nothing is left behind: no scratch
     directory under TMPDIR, no checkpoint directory;
-  - refusals: --dump-grads / --exec-stats with the compiled engine,
+  - hetc train without --engine runs the compiled program; --dump-grads
+    without --engine runs the executor (and says so);
+  - refusals: --dump-grads / --exec-stats with --engine compiled,
     --program-dir with the executor, an unknown --engine (exit 2); a model
-    file that is not ONNX (exit 1, the file named, no scratch left).
+    file that is not ONNX and a token file with an id past the vocabulary
+    near its end (exit 1, the file named, nothing compiled, no scratch left).
 
     test_train_compiled.py HETC SOURCE_DIR
 """
@@ -263,12 +266,34 @@ r = subprocess.run([HETC, "train", TINY, "--data", DATA, "--steps", "2", "--engi
                    capture_output=True, text=True, env=ENV)
 check(r.returncode == 2 and "--engine must be executor or compiled" in r.stderr,
       f"--engine jit: {r.returncode} {r.stderr[-300:]}")
+# the default engine is the compiled one; --dump-grads without --engine picks the executor
+r = subprocess.run([HETC, "train", TINY, "--data", DATA, "--steps", "2", "--seq", "32",
+                    "--no-checkpoint"], capture_output=True, text=True, env=ENV)
+check(r.returncode == 0 and "one-stage program" in r.stdout and "hetrt stage 0 of 1" in r.stdout,
+      f"hetc train without --engine: not the compiled program: {r.returncode} {r.stdout[-600:]}")
+r = subprocess.run([HETC, "train", TINY, "--data", DATA, "--steps", "2", "--seq", "32",
+                    "--no-checkpoint", "--dump-grads", os.path.join(d, "g")],
+                   capture_output=True, text=True, env=ENV)
+check(r.returncode == 0 and "running the executor engine" in r.stdout and
+      os.path.exists(os.path.join(d, "g", "loss.npy")),
+      f"--dump-grads without --engine: {r.returncode} {r.stdout[-600:]} {r.stderr[-400:]}")
 bad = os.path.join(d, "bad.onnx")
 with open(bad, "wb") as f:
     f.write(b"this is not a protobuf\xff\xff\xff")
 r = train(bad, "--data", DATA, "--steps", "2", "--no-checkpoint")
-check(r.returncode == 1 and "bad.onnx" in r.stderr and "compiling the one-stage program failed"
-      in r.stderr, f"a broken model: {r.returncode} {r.stderr[-600:]}")
+check(r.returncode == 1 and "bad.onnx" in r.stderr and "not a valid ONNX" in r.stderr and
+      "one-stage program" not in r.stdout, f"a broken model: {r.returncode} {r.stderr[-600:]}")
+# a token id past the vocabulary late in the file: refused before anything is compiled
+# (the program itself checks only the batches it reads)
+late = os.path.join(d, "late.bin")
+with open(DATA, "rb") as f:
+    blob = bytearray(f.read())
+blob[-2:] = (60000).to_bytes(2, "little")
+with open(late, "wb") as f:
+    f.write(blob)
+r = train(TINY, "--data", late, "--steps", "2", "--no-checkpoint")
+check(r.returncode == 1 and "late.bin" in r.stderr and "one-stage program" not in r.stdout,
+      f"a late token id past the vocabulary: {r.returncode} {r.stderr[-600:]}")
 no_scratch("the refusals")
 
 print("max relative differences: " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()))

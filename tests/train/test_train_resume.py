@@ -1,5 +1,9 @@
-"""hetc train --resume: continue from the newest checkpoint in
---checkpoint-dir (weights, optimizer state and the step count).
+"""hetc train --engine executor --resume: continue from the newest
+checkpoint in --checkpoint-dir (weights, optimizer state and the step
+count), in the executor's own checkpoint format (step-NNNNNN/ with a
+MANIFEST of raw fp32 files).  The compiled engine (the default) resumes
+from the stage binaries' layer-wise checkpoints: test_train_compiled.py and
+tests/stages check that.
 
 Oracle: the uninterrupted run.  gpt_tiny, 12 steps of 2 microbatches, a
 cosine schedule with warm-up, checkpoints every 6 steps; a copy of the
@@ -45,8 +49,9 @@ def check(cond, msg):
 
 
 def train(ckpt, *extra, model=MODEL, base=BASE):
-    return subprocess.run([hetc, "train", model, "--data", DATA, *base, "--checkpoint-dir", ckpt,
-                           *extra], capture_output=True, text=True, timeout=600)
+    return subprocess.run([hetc, "train", model, "--engine", "executor", "--data", DATA, *base,
+                           "--checkpoint-dir", ckpt, *extra], capture_output=True, text=True,
+                          timeout=600)
 
 
 def steps(text):
