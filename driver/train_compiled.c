@@ -119,23 +119,27 @@ static void print_file(const char *path, FILE *to) {
 }
 
 /* The one-device cluster the program is planned onto.  The planner only
- * needs a speed and a memory size (one stage, nothing to balance); the
- * program runs on this host's CPUs whatever the device says. */
+ * needs a speed (one stage, nothing to balance: any catalog entry) and a
+ * memory size: this host's RAM, so a model whose arena cannot fit is
+ * refused by the planner's memory check, naming it, before it is built.
+ * The program runs on this host's CPUs whatever the device says. */
 static int write_cluster(const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "hetc train: cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
-    fputs("# hetc train --engine compiled: one device, one stage (written by hetc)\n"
-          "name: hetc-train-host\n"
-          "dtype: fp32\n"
-          "meshes:\n"
-          "  - name: host\n"
-          "    device: A100-80GB\n"
-          "    nodes: 1\n"
-          "    devices_per_node: 1\n"
-          "    intra_node: {bandwidth_gbps: 2400, latency_us: 5}\n", f);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+    double gib = pages > 0 && psz > 0 ? (double)pages * (double)psz / 1073741824.0 : 80.0;
+    fprintf(f, "# hetc train --engine compiled: one device, one stage (written by hetc)\n"
+            "name: hetc-train-host\n"
+            "dtype: fp32\n"
+            "meshes:\n"
+            "  - name: host\n"
+            "    device: {base: A100-80GB, name: host-RAM, memory_gb: %.3f}\n"
+            "    nodes: 1\n"
+            "    devices_per_node: 1\n"
+            "    intra_node: {bandwidth_gbps: 2400, latency_us: 5}\n", gib);
     return fclose(f) ? -1 : 0;
 }
 
