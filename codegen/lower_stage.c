@@ -193,6 +193,15 @@ static char *graph_text(const IrGraph *g, int stage, const char *which, IrError 
     return text;
 }
 
+/* A TpAllReduce that --tp-reduce-dtype bf16 sends as bf16: every sum but the
+ * vocab-parallel loss's statistics (its sum of exponentials and target
+ * logit stay fp32, as the loss does). */
+static int tp_sum_bf16(const IrNode *n) {
+    const IrNode *p = n->in[0] ? n->in[0]->producer : NULL;
+    return n->op == IR_OP_TP_ALL_REDUCE && !strcmp(ir_attr_string(n, "op", "sum"), "sum") &&
+           !(p && p->op == IR_OP_VOCAB_CE_STATS);
+}
+
 /* ------------------------------------------------------------ config */
 
 /* ABI 3: the parameter's shape as the stage's graphs declare it (the train
@@ -249,6 +258,14 @@ static char *config_text(const PartStage *st, const LowerOpts *o, const MemPlan 
         sb_printf(&b, "\n");
         free(nm);
     }
+    /* --tp-reduce-dtype bf16: the largest TP sum sent as bf16 sizes the
+     * runtime's wire buffer (allocated at start-up, not in the step loop) */
+    int64_t tpmax = 0;
+    for (int i = 0; o->tp_reduce_bf16 && i < st->train->nnodes; i++)
+        if (tp_sum_bf16(st->train->nodes[i]) &&
+            ir_shape_numel(&st->train->nodes[i]->in[0]->shape) > tpmax)
+            tpmax = ir_shape_numel(&st->train->nodes[i]->in[0]->shape);
+    if (tpmax > 0) sb_printf(&b, "tp_reduce bf16 %lld\n", (long long)tpmax);
     /* ZeRO: a record only when in effect (configs without it are unchanged);
      * each param's update slice buffer (docs/STAGE_ABI.md) */
     if (st->zero) {
@@ -343,7 +360,7 @@ static int value_loc(void *u, const IrValue *v, LeArg *a) {
 }
 
 static int node_call(const MemPlan *mp, const PartStage *st, int graph, int fn, int idx,
-                     LeCall *c, IrError *err) {
+                     int tp_bf16, LeCall *c, IrError *err) {
     const IrGraph *g = graph ? st->update : st->train;
     const IrNode *n = g->nodes[idx];
     if (n->op == IR_OP_TP_ALL_REDUCE) { /* the sum over the stage's TP group, by the runtime */
@@ -355,7 +372,9 @@ static int node_call(const MemPlan *mp, const PartStage *st, int graph, int fn, 
         if (strcmp(op, "sum") && strcmp(op, "max"))
             return ir_errorf(err, "stage %d: TpAllReduce '%s': op '%s' (sum or max)", st->stage,
                              n->name, op);
-        c->fn = strcmp(op, "max") ? "hetrt_tp_allreduce" : "hetrt_tp_allreduce_max";
+        c->fn = strcmp(op, "max") ? (tp_bf16 && tp_sum_bf16(n) ? "hetrt_tp_allreduce_bf16"
+                                                               : "hetrt_tp_allreduce")
+                                  : "hetrt_tp_allreduce_max";
         c->nargs = 3;
         c->args[2] = i64_arg(ir_shape_numel(&n->in[0]->shape));
         return ptr_loc(mp, st, graph, n->out[0], "TpAllReduce output", &c->args[0], err) ||
@@ -388,12 +407,12 @@ static int node_call(const MemPlan *mp, const PartStage *st, int graph, int fn, 
 }
 
 static int action_call(const MemPlan *mp, const PartStage *st, int fn, const MpAction *a,
-                       IrDType tok, LeCall *c, IrError *err) {
+                       IrDType tok, int tp_bf16, LeCall *c, IrError *err) {
     int graph = fn == MP_FN_UPDATE;
     const MpParam *p = a->kind >= MP_ACCUM ? &mp->params[a->index] : NULL;
     memset(c, 0, sizeof *c);
     switch (a->kind) {
-    case MP_NODE: return node_call(mp, st, graph, fn, a->index, c, err);
+    case MP_NODE: return node_call(mp, st, graph, fn, a->index, tp_bf16, c, err);
     case MP_TOKENS: {
         const IrValue *v = st->train->values[a->index ? mp->targets_index : mp->data_index];
         IrDType dt = a->index ? v->dtype : tok;
@@ -655,7 +674,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
                 else stats->interp++, hist[n->op]++;
             }
             LeCall *k = ln_push(&(LnCtx){.out = &out}, NULL);
-            rc = action_call(mp, st, f, a, tok, k, err);
+            rc = action_call(mp, st, f, a, tok, o->tp_reduce_bf16, k, err);
             if (!rc && k->fn && !strcmp(k->fn, "hetrt_node")) interp_graph[graph] = 1;
         }
         funcs[f + 1].calls = out.calls; /* freed by lower_stage_free even when failing */

@@ -58,6 +58,11 @@ typedef struct LowerOpts {
      * (codegen/fuse.h; their register-only values get no buffer), 0 keeps
      * one kernel call per node (hetc compile --no-fuse) */
     int fuse;
+    /* 1 (hetc compile --tp-reduce-dtype bf16, host backend): the sum
+     * TpAllReduces but the vocab-parallel loss's statistics call
+     * hetrt_tp_allreduce_bf16, and the config gets `tp_reduce bf16 N` (N the
+     * largest, the runtime's wire buffer) */
+    int tp_reduce_bf16;
 } LowerOpts;
 
 /* What lower_stage made of the stage's nodes (hetc compile's report). */

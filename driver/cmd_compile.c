@@ -71,6 +71,11 @@ static void usage(FILE *f) {
             "                         and stages (default fp32, as Megatron; bf16 halves the\n"
             "                         bytes and rounds each partial sum; bf16-mixed only;\n"
             "                         the planner costs it so)\n"
+            "  --tp-reduce-dtype fp32|bf16  dtype of the TP all-reduces of activations and\n"
+            "                         their gradients (default fp32; bf16 halves the bytes\n"
+            "                         and rounds each partial sum, as NCCL's bf16 all-reduce;\n"
+            "                         the vocab-parallel loss's statistics stay fp32;\n"
+            "                         bf16-mixed, host backend only)\n"
             "  --recompute none|full|selective  activation recompute of every stage, overriding\n"
             "                         the plan's per-stage \"recompute\" (docs/PARTITION.md)\n");
     fprintf(f,
@@ -215,6 +220,19 @@ static int set_precision(CompileCtx *c, const char *planned) {
         fprintf(stderr, "hetc compile: --grad-reduce-dtype bf16 needs --precision bf16-mixed "
                 "(this compile runs fp32, %s; an fp32 run reduces its fp32 gradients in fp32)\n",
                 c->precision_why);
+        return -1;
+    }
+    c->ca.tp_reduce_bf16 = pa->tp_reduce_bf16;
+    if (c->ca.tp_reduce_bf16 && !c->ca.bf16_mixed) {
+        fprintf(stderr, "hetc compile: --tp-reduce-dtype bf16 needs --precision bf16-mixed "
+                "(this compile runs fp32, %s; an fp32 run sums its fp32 activations in fp32)\n",
+                c->precision_why);
+        return -1;
+    }
+    if (c->ca.tp_reduce_bf16 && strcmp(be, "host")) {
+        fprintf(stderr, "hetc compile: --tp-reduce-dtype bf16 runs on the host backend only "
+                "(the %s runtime all-reduces fp32 activations); leave it out with --backend %s\n",
+                be, be);
         return -1;
     }
     if (c->ca.grad_reduce_bf16 && strcmp(be, "host")) {

@@ -20,6 +20,7 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     /* bf16-mixed: the bf16 GEMMs at the bf16 peak, as hapt times them */
     x.co.bf16_gemm = a->precision && !strcmp(a->precision, "bf16-mixed");
     x.co.grad_reduce_bf16 = a->grad_reduce_bf16;
+    x.co.tp_reduce_bf16 = a->tp_reduce_bf16;
     x.threads = a->threads > 0 ? a->threads : 1;
     if (a->coarse_layers > 0)
         x.coarse_layers = a->coarse_layers;
@@ -74,6 +75,7 @@ int cmd_plan_alt(const PlanAltArgs *a, const ClusterSpec *cl, const PlanLayer *l
     info.precision = a->precision;
     info.cluster_dtype = a->cluster_dtype;
     info.grad_reduce_bf16 = a->grad_reduce_bf16;
+    info.tp_reduce_bf16 = a->tp_reduce_bf16;
     /* simulate.h runs one pipeline: several (AutoHet's, which run when their
      * stages line up: driver/plan_pipes.c) keep the planner's own simulation */
     int pipes = 0;

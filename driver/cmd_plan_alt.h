@@ -18,6 +18,7 @@ typedef struct PlanAltArgs {
     const char *precision;     /* what plan.txt / plan.json state (precision.h) */
     const char *cluster_dtype; /* the cluster file's dtype */
     int grad_reduce_bf16;      /* --grad-reduce-dtype bf16: DP sync at half the bytes */
+    int tp_reduce_bf16;        /* --tp-reduce-dtype bf16: TP sums at half the bytes */
 } PlanAltArgs;
 
 /* Plan with a.planner, print the plan, write DIR/plan_NAME.txt, plan.json and

@@ -132,6 +132,7 @@ static void lower_opts(const CompileStages *cs, int *dp, int nslots, LeSched *ls
      * only where the backend's row says so (not CUDA: their NVPTX lowering
      * is not launched by the CUDA runtime yet, docs/CUDA.md) */
     lo->fuse = !a->no_fuse;
+    lo->tp_reduce_bf16 = a->tp_reduce_bf16; /* --tp-reduce-dtype bf16 */
 }
 
 /* Stage s's config: the lowering's, with the shared-parameter, link, build

@@ -24,6 +24,10 @@ typedef struct CompileArgs {
      * reduce-scatter sends bf16 and sums pairwise in bf16, as NCCL's bf16
      * all-reduce does; 0: fp32 (Megatron's default) */
     int grad_reduce_bf16;
+    /* --tp-reduce-dtype bf16 (bf16-mixed, host only): the TP all-reduces of
+     * activations and their gradients the same way; the vocab-parallel
+     * loss's statistics stay fp32; 0: fp32 */
+    int tp_reduce_bf16;
 } CompileArgs;
 void compile_args_default(CompileArgs *a);
 

@@ -93,6 +93,12 @@ static int parse_word(PlanArgs *a, const char *v, int r, const char *name)
             return -1;
         }
         a->grad_reduce_bf16 = !strcmp(v, "bf16");
+    } else if (!strcmp(name, "--tp-reduce-dtype")) {
+        if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
+            fprintf(stderr, "hetc plan: --tp-reduce-dtype %s: expected fp32 or bf16\n", v);
+            return -1;
+        }
+        a->tp_reduce_bf16 = !strcmp(v, "bf16");
     } else if (!strcmp(name, "--profile-db")) {
         a->profile_db = v;
     } else {
@@ -164,7 +170,7 @@ int plan_args_parse_one(PlanArgs *a, int argc, char **argv, int *i)
     static const char *const words[] = {"--schedule", "--zero", "--recompute", "--planner",
                                         "--autohet-profile", "--profile-db",
                                         "--write-profile-db", "--precision",
-                                        "--grad-reduce-dtype", NULL};
+                                        "--grad-reduce-dtype", "--tp-reduce-dtype", NULL};
     for (int k = 0; words[k]; k++)
         if ((r = cli_opt(argc, argv, i, words[k], &v)) != 0)
             return parse_word(a, v, r, words[k]);

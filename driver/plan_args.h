@@ -36,6 +36,8 @@ typedef struct PlanArgs {
                                    --backend cuda and --plan defaults do not apply */
     int grad_reduce_bf16;       /* --grad-reduce-dtype bf16 (bf16-mixed only): the DP
                                    gradient reductions cost half the bytes */
+    int tp_reduce_bf16;         /* --tp-reduce-dtype bf16 (bf16-mixed only): the TP
+                                   all-reduces of activations cost half the bytes */
 } PlanArgs;
 
 /* Defaults; ibinds_log: where the import says what it bound (NULL: silent). */

@@ -70,6 +70,9 @@ static int step_setup(PlanCtx *pc)
     if (a->grad_reduce_bf16 && a->precision != PRECISION_BF16_MIXED)
         return fail(pc, "--grad-reduce-dtype bf16 needs --precision bf16-mixed (an fp32 run "
                         "reduces its fp32 gradients in fp32)");
+    if (a->tp_reduce_bf16 && a->precision != PRECISION_BF16_MIXED)
+        return fail(pc, "--tp-reduce-dtype bf16 needs --precision bf16-mixed (an fp32 run "
+                        "sums its fp32 activations in fp32)");
     if (a->precision == PRECISION_FP32 || a->precision == PRECISION_BF16_MIXED)
         snprintf(pc->cl.dtype, sizeof pc->cl.dtype, "fp32");
     if (!pc->layers_only && pc->quiet < 2 && strcmp(pc->cluster_dtype, pc->cl.dtype))
@@ -197,6 +200,7 @@ static int profile_options(PlanCtx *pc)
      * at each device's bf16 peak, the rest at fp32's (cm_flops_time) */
     cop->bf16_gemm = a->precision == PRECISION_BF16_MIXED;
     cop->grad_reduce_bf16 = a->grad_reduce_bf16; /* the bf16 wire: half the bytes */
+    cop->tp_reduce_bf16 = a->tp_reduce_bf16;     /* the same for the TP sums */
     if (!a->no_intra) {
         if (!pc->intra) {
             pc->intra = calloc((size_t)pc->ls.L, sizeof *pc->intra);
@@ -483,6 +487,7 @@ static int step_outputs(PlanCtx *pc)
     info.precision = precision_planned(a->precision, pc->cl.dtype);
     info.cluster_dtype = pc->cluster_dtype;
     info.grad_reduce_bf16 = a->grad_reduce_bf16;
+    info.tp_reduce_bf16 = a->tp_reduce_bf16;
     info.reserve_bytes = pc->cop.runtime_reserve_bytes;
     info.has_reserve = 1;
     if (plan_write_outputs(pc->out, &pc->plan, &pc->cl, &info, pc->sim.events, pc->sim.nevents,
@@ -746,7 +751,7 @@ int plan_pipeline_run(PlanCtx *pc)
                           (int)a->coarse_layers, pc->out, a->co.model, (long)a->global_batch,
                           a->co.seq > 0 ? (long)a->co.seq : 0, a->autohet_binary,
                           precision_planned(a->precision, pc->cl.dtype), pc->cluster_dtype,
-                          a->grad_reduce_bf16};
+                          a->grad_reduce_bf16, a->tp_reduce_bf16};
         return cmd_plan_alt(&pa, &pc->cl, pc->layers, pc->ls.L);
     }
     int rc = profile_and_search(pc);

@@ -102,7 +102,8 @@ int alt_stage_cost(const AltContext *x, int k, int i, int mesh, int dp, int tp, 
             /* Megatron: one all-reduce after each row-parallel GEMM
              * (attention out, MLP down) in the forward, one per column
              * input in the backward: two per block each way. */
-            ar = ring_allreduce(p->out_bytes * frac, tp, m->intra_bw, m->intra_lat);
+            ar = ring_allreduce(p->out_bytes * frac * (x->co.tp_reduce_bf16 ? 0.5 : 1.0), tp,
+                                m->intra_bw, m->intra_lat);
             double n = p->heavy_ops / 2.0;
             if (x->tp_block_bytes > 0) {
                 n = 2.0 * p->param_bytes / x->tp_block_bytes;

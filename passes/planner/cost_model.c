@@ -32,6 +32,7 @@ void cost_options_default(CostOptions *o)
     o->efficiency = 0.5;
     o->bf16_gemm = 0;
     o->grad_reduce_bf16 = 0;
+    o->tp_reduce_bf16 = 0;
     o->imbalance_threshold = 4.0;
     o->imbalance_lower = 0;
     o->pcie_bw = 12e9;
@@ -356,8 +357,10 @@ static void intra_sums(const CostModel *cm, int k, int i, int a, Submesh sub, in
             psh = pf / tp + (1 - pf);
             ash = (af / tp + (1 - af)) / dp;
         }
-        double ctf = li ? tp_allreduce(m, tp, li->ar_fwd, li->ar_fwd_bytes / dp) : 0;
-        double ctb = li ? tp_allreduce(m, tp, li->ar_bwd, li->ar_bwd_bytes / dp) : 0;
+        /* a bf16 TP wire (--tp-reduce-dtype bf16) moves half the bytes */
+        double tw = cm->o.tp_reduce_bf16 ? 0.5 : 1.0;
+        double ctf = li ? tp_allreduce(m, tp, li->ar_fwd, tw * li->ar_fwd_bytes / dp) : 0;
+        double ctb = li ? tp_allreduce(m, tp, li->ar_bwd, tw * li->ar_bwd_bytes / dp) : 0;
         double lparams = p->param_bytes * psh;
         r->params += tp > 1 ? lparams : p->param_bytes;
         if (li && li->attn_bytes > 0) {

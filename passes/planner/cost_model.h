@@ -112,6 +112,8 @@ typedef struct CostOptions {
                                    the mixed-precision pass runs in bf16 (PlanLayer.lp_*)
                                    are timed at the device's bf16 peak (cm_flops_time);
                                    0 (default): every FLOP at the cluster dtype's peak */
+    int tp_reduce_bf16;         /* hetc compile --tp-reduce-dtype bf16: the TP all-reduces
+                                   of activations and their gradients send half the bytes */
     int grad_reduce_bf16;       /* hetc compile --grad-reduce-dtype bf16: the DP gradient
                                    reductions (not ZeRO's parameter all-gather) move bf16,
                                    half the bytes of the fp32 gradients (0: fp32) */

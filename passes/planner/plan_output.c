@@ -424,6 +424,8 @@ int plan_write_json(FILE *f, const Plan *p, const ClusterSpec *c, const PlanOutp
         KSTR(&w, "cluster_file_dtype", info->cluster_dtype);
     if (info && info->grad_reduce_bf16)
         KSTR(&w, "grad_reduce_dtype", "bf16");
+    if (info && info->tp_reduce_bf16)
+        KSTR(&w, "tp_reduce_dtype", "bf16");
     if (info && info->has_reserve)
         KNUM(&w, "runtime_reserve_bytes", info->reserve_bytes);
     if (info && info->planner)
@@ -523,6 +525,9 @@ static void txt_header(FILE *f, const Plan *p, const ClusterSpec *c, const PlanO
         if (info->grad_reduce_bf16)
             fprintf(f, "gradients reduced in bf16 (--grad-reduce-dtype bf16): the DP sync moves "
                     "half the bytes\n");
+        if (info->tp_reduce_bf16)
+            fprintf(f, "TP sums in bf16 (--tp-reduce-dtype bf16): the TP all-reduces of "
+                    "activations and their gradients move half the bytes\n");
     }
     if (info && info->has_reserve)
         fprintf(f, "memory per device = arena (model states + K_i activation slots + scratch, "

@@ -35,6 +35,7 @@ typedef struct PlanOutputInfo {
     const char *precision, *cluster_dtype;
     int grad_reduce_bf16;       /* --grad-reduce-dtype bf16: "grad_reduce_dtype" in plan.json,
                                    said in plan.txt (0: fp32, omitted) */
+    int tp_reduce_bf16;         /* --tp-reduce-dtype bf16: "tp_reduce_dtype", the same */
     /* has_reserve: each stage's mem_pred holds reserve_bytes of runtime
      * reserve (cost_model.h); plan.json then also gives the rest,
      * mem_arena_pred_bytes: what the stage binary's arena holds */

@@ -48,9 +48,9 @@ int stage_be_probe(char *err, size_t errlen) {
 }
 
 int stage_be_setup(StageRt *rt) {
-    if (rt->cfg.grad_reduce_bf16) { /* hetc compile refuses bf16-mixed on cuda: a hand edit */
-        rt_log_error("stage %d: 'grad_reduce bf16' runs on the host backend only",
-                     rt->cfg.stage);
+    if (rt->cfg.grad_reduce_bf16 || rt->cfg.tp_reduce_bf16) { /* hetc compile refuses both */
+        rt_log_error("stage %d: '%s bf16' runs on the host backend only", rt->cfg.stage,
+                     rt->cfg.grad_reduce_bf16 ? "grad_reduce" : "tp_reduce");
         return 1;
     }
     CudaBe *b = calloc(1, sizeof *b);

@@ -89,6 +89,15 @@ static int nccl_per_range(StageRt *rt, CudaGroup *g, int64_t n, int dp, const fl
     return nccl_check(r != ncclSuccess ? r : r2, call, what);
 }
 
+/* --tp-reduce-dtype bf16 is the host backend's (hetc compile refuses it
+ * with --backend cuda; stage_be_setup refuses the config record) */
+int stage_be_tp_allreduce_bf16(StageRt *rt, float *buf, int64_t n, const char *what) {
+    (void)buf;
+    (void)n;
+    rt_log_error("%s: TP sums in bf16 run on the host backend only", what);
+    return 1;
+}
+
 int stage_be_tp_allreduce(StageRt *rt, float *buf, int64_t n, StageRedOp op, const char *what) {
     CudaBe *b = be_of(rt);
     int size;

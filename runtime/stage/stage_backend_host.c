@@ -10,9 +10,9 @@
 const char *stage_be_name(void) { return "host"; }
 int stage_be_probe(char *err, size_t errlen) { return 0; }
 /* The host backend's state: the bf16 gradient wire (empty without
- * `grad_reduce bf16`). */
+ * `grad_reduce bf16`) and the TP one (empty without `tp_reduce bf16`). */
 typedef struct HostBe {
-    StageBf16Wire wire;
+    StageBf16Wire wire, tpwire;
 } HostBe;
 static StageBf16Wire *wire_of(StageRt *rt) {
     HostBe *b = rt->be;
@@ -22,12 +22,19 @@ int stage_be_setup(StageRt *rt) {
     HostBe *b = calloc(1, sizeof *b);
     if (!b) return 1;
     rt->be = b;
-    return stage_bf16_wire_setup(rt, &b->wire);
+    int64_t pmax = 0; /* every gradient reduction is one parameter or less */
+    for (int i = 0; i < rt->cfg.nparams; i++)
+        if (rt->cfg.params[i].numel > pmax) pmax = rt->cfg.params[i].numel;
+    return stage_bf16_wire_setup(rt, &b->wire, rt->cfg.grad_reduce_bf16 ? pmax : 0,
+                                 "grad_reduce bf16") ||
+           stage_bf16_wire_setup(rt, &b->tpwire, rt->ctx.tp_size > 1 ? rt->cfg.tp_reduce_bf16 : 0,
+                                 "tp_reduce bf16");
 }
 void stage_be_teardown(StageRt *rt) {
     HostBe *b = rt->be;
     if (!b) return;
     stage_bf16_wire_teardown(&b->wire);
+    stage_bf16_wire_teardown(&b->tpwire);
     free(b);
     rt->be = NULL;
 }
@@ -81,6 +88,15 @@ int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const cha
 int stage_be_tp_allreduce(StageRt *rt, float *buf, int64_t n, StageRedOp op, const char *what) {
     return rt_allreduce(&rt->ctx, rt->ctx.tp_comm, buf, (size_t)n, MPI_FLOAT, stage_red_mpi(op),
                         what);
+}
+int stage_be_tp_allreduce_bf16(StageRt *rt, float *buf, int64_t n, const char *what) {
+    HostBe *b = rt->be;
+    if (!b || b->tpwire.op == MPI_OP_NULL) {
+        rt_log_error("%s: the program sends TP sums as bf16 but its config has no "
+                     "'tp_reduce bf16 N' record (a hand-edited config?)", what);
+        return 1;
+    }
+    return stage_bf16_allreduce(rt, &b->tpwire, rt->ctx.tp_comm, buf, n, what);
 }
 int stage_be_reduce_scatter(StageRt *rt, float *buf, int64_t n, const char *what) {
     StageBf16Wire *w = wire_of(rt);

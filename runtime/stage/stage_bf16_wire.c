@@ -1,6 +1,8 @@
 /* Gradient reduction in bf16 (`grad_reduce bf16`, hetc compile
  * --grad-reduce-dtype bf16; issue 17): the host backend's DP all-reduce,
- * ZeRO reduce-scatter and cross-stage shared sum send bf16 and add in bf16,
+ * ZeRO reduce-scatter and cross-stage shared sum send bf16 and add in bf16
+ * (and with `tp_reduce bf16 N`, --tp-reduce-dtype bf16, the TP all-reduces
+ * of activations and their gradients),
  * the way NCCL's bf16 all-reduce does (each pairwise sum in fp32, rounded
  * to nearest even).  Half the bytes on the wire, at bf16 precision of the
  * summed gradient; the accumulators, master weights and AdamW stay fp32.
@@ -22,24 +24,23 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
         b[i] = hk_f32_to_bf16(hk_bf16_to_f32(a[i]) + hk_bf16_to_f32(b[i]));
 }
 
-int stage_bf16_wire_setup(StageRt *rt, StageBf16Wire *w) {
+int stage_bf16_wire_setup(StageRt *rt, StageBf16Wire *w, int64_t cap, const char *what) {
     w->op = MPI_OP_NULL;
     w->buf = NULL;
     w->cap = 0;
-    if (!rt->cfg.grad_reduce_bf16) return 0;
-    for (int i = 0; i < rt->cfg.nparams; i++) /* every reduction is one parameter or less */
-        if (rt->cfg.params[i].numel > w->cap) w->cap = rt->cfg.params[i].numel;
+    if (cap <= 0) return 0;
+    w->cap = cap;
     /* allocated once, here: the step loop allocates nothing (train_stage_noalloc) */
-    w->buf = malloc((size_t)(w->cap > 0 ? w->cap : 1) * sizeof *w->buf);
+    w->buf = malloc((size_t)w->cap * sizeof *w->buf);
     if (!w->buf) {
-        rt_log_error("stage %d: grad_reduce bf16: no memory for the %lld-element wire buffer",
-                     rt->cfg.stage, (long long)w->cap);
+        rt_log_error("stage %d: %s: no memory for the %lld-element wire buffer", rt->cfg.stage,
+                     what, (long long)w->cap);
         return 1;
     }
     /* solo: nothing is reduced (a one-rank sum rounds nothing), and MPI,
      * never initialised, cannot make the op */
     if (!rt->ctx.solo && MPI_Op_create(bf16_sum, 1, &w->op) != MPI_SUCCESS) {
-        rt_log_error("stage %d: grad_reduce bf16: MPI_Op_create failed", rt->cfg.stage);
+        rt_log_error("stage %d: %s: MPI_Op_create failed", rt->cfg.stage, what);
         return 1;
     }
     return 0;

@@ -421,6 +421,12 @@ static int parse_line(StageConfig *c, char **f, int nf, int ln, int *seen_end, c
         c->grad_reduce_bf16 = !strcmp(f[1], "bf16");
         return 0;
     }
+    if (!strcmp(k, "tp_reduce")) { /* stage_tp.c: TP sums of activations sent as bf16 */
+        if (nf != 3 || strcmp(f[1], "bf16") || get_i64(f[2], &v) || v < 1)
+            return fail(err, errlen, ln, "expected 'tp_reduce bf16 ELEMENTS'");
+        c->tp_reduce_bf16 = v;
+        return 0;
+    }
     if (!strcmp(k, "offload")) { /* stage_offload.c */
         if (nf != 2 || get_i64(f[1], &v) || v < 0 || v > 1)
             return fail(err, errlen, ln, "expected 'offload 0|1'");

@@ -96,6 +96,9 @@ typedef struct StageConfig {
                               * host offload store (stage_offload.c), 0 without */
     int grad_reduce_bf16;    /* `grad_reduce bf16`: gradient all-reduces and
                               * reduce-scatters send bf16, summed in bf16 */
+    int64_t tp_reduce_bf16;  /* `tp_reduce bf16 N`: the largest of the TP
+                              * all-reduces the program sends as bf16
+                              * (hetrt_tp_allreduce_bf16), elements; 0 without */
     uint64_t build_id;       /* hetc compile's build id (`build` record), 0 without */
     /* Metrics (records written by hetc compile; absent in older binaries):
      * `vocab V` the model's vocabulary (token ids must be below it),
@@ -220,13 +223,16 @@ typedef struct StageRt {
 /* ------------------------------------------------------------ bf16 wire
  * `grad_reduce bf16` (stage_bf16_wire.c): gradient reductions sent as bf16
  * through one buffer of the largest parameter, allocated at setup, and an
- * MPI op that sums bf16 pairwise.  Used by the host backend. */
+ * MPI op that sums bf16 pairwise.  `tp_reduce bf16 N`: the TP all-reduces
+ * of activations and their gradients the same way, through a buffer of N.
+ * Used by the host backend. */
 typedef struct StageBf16Wire {
     MPI_Op op;     /* MPI_OP_NULL without grad_reduce bf16 */
     uint16_t *buf;
     int64_t cap;   /* elements */
 } StageBf16Wire;
-int stage_bf16_wire_setup(StageRt *rt, StageBf16Wire *w);
+/* A wire of cap elements (none when cap is 0); what names it in errors. */
+int stage_bf16_wire_setup(StageRt *rt, StageBf16Wire *w, int64_t cap, const char *what);
 void stage_bf16_wire_teardown(StageBf16Wire *w);
 /* In place over comm (DP group or a shared group); a no-op on one rank. */
 int stage_bf16_allreduce(StageRt *rt, StageBf16Wire *w, MPI_Comm comm, float *buf, int64_t n,
@@ -290,6 +296,10 @@ MPI_Op stage_red_mpi(StageRedOp op);
  * group (rt->ctx.tp_comm); a no-op without TP.  Host: MPI; CUDA: NCCL
  * (or CPU-mediated, like stage_be_allreduce). */
 int stage_be_tp_allreduce(StageRt *rt, float *buf, int64_t n, StageRedOp op, const char *what);
+/* The sum over the TP group sent and added as bf16 (`tp_reduce bf16`,
+ * hetc compile --tp-reduce-dtype bf16): the host backend's bf16 wire over
+ * tp_comm; the CUDA backend refuses it. */
+int stage_be_tp_allreduce_bf16(StageRt *rt, float *buf, int64_t n, const char *what);
 /* ZeRO over the DP group, on arena memory, with the contracts of
  * rt_dp_reduce_scatter_f32 / rt_dp_allgather_f32 (rt.h): reduce-scatter
  * leaves this rank's range rt_row_split(n, dp, dp_rank) of the DP sum in

@@ -27,8 +27,8 @@ MPI_Op stage_red_mpi(StageRedOp op) {
     return MPI_SUM;
 }
 
-/* dst = op(src) over the TP group */
-static int32_t tp_allreduce(void *dst, const void *src, int64_t n, StageRedOp op,
+/* dst = op(src) over the TP group; bf16: the sum over a bf16 wire */
+static int32_t tp_allreduce(void *dst, const void *src, int64_t n, StageRedOp op, int bf16,
                             const char *fn) {
     StageRt *rt = hetrt_stage_rt;
     if (!rt) {
@@ -43,16 +43,25 @@ static int32_t tp_allreduce(void *dst, const void *src, int64_t n, StageRedOp op
              rt->cfg.stage, rt->ctx.tp_rank, (long long)rt->step + 1, rt->micro);
     if (dst != src && stage_be_copy(rt, dst, src, nb)) return 1;
     if (rt->ctx.tp_size <= 1) return 0;
+    if (bf16) return stage_be_tp_allreduce_bf16(rt, dst, n, what);
     return stage_be_tp_allreduce(rt, dst, n, op, what);
 }
 
 int32_t hetrt_tp_allreduce(void *dst, const void *src, int64_t n) {
-    return tp_allreduce(dst, src, n, STAGE_RED_SUM, "hetrt_tp_allreduce");
+    return tp_allreduce(dst, src, n, STAGE_RED_SUM, 0, "hetrt_tp_allreduce");
+}
+
+/* --tp-reduce-dtype bf16: the activation sums (row-parallel outputs, the
+ * vocab-parallel embedding's, column-parallel input gradients) rounded to
+ * bf16, summed pairwise in fp32 and rounded again, as NCCL's bf16
+ * all-reduce does; the same bits on every TP rank (stage_bf16_wire.c) */
+int32_t hetrt_tp_allreduce_bf16(void *dst, const void *src, int64_t n) {
+    return tp_allreduce(dst, src, n, STAGE_RED_SUM, 1, "hetrt_tp_allreduce_bf16");
 }
 
 /* the vocab-parallel loss's row max (TpAllReduce op "max",
  * passes/tp_shard_vocab.c): exact in any order, so every rank gets the
  * same shift bit for bit */
 int32_t hetrt_tp_allreduce_max(void *dst, const void *src, int64_t n) {
-    return tp_allreduce(dst, src, n, STAGE_RED_MAX, "hetrt_tp_allreduce_max");
+    return tp_allreduce(dst, src, n, STAGE_RED_MAX, 0, "hetrt_tp_allreduce_max");
 }

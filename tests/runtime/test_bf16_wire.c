@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
     rt.cfg.nparams = 1;
     rt.cfg.grad_reduce_bf16 = 1;
     StageBf16Wire w;
-    rtCheck(stage_bf16_wire_setup(&rt, &w));
+    rtCheck(stage_bf16_wire_setup(&rt, &w, N, "grad_reduce bf16"));
     EXPECT(w.cap == N && w.op != MPI_OP_NULL);
 
     float *x = malloc(N * sizeof *x), *all = malloc((size_t)N * size * sizeof *all);
