@@ -17,6 +17,7 @@
 #include "compile_opts.h"
 #include "compile_stage.h"
 #include "data_loader.h"
+#include "rt.h"
 #include "hk_parallel.h"
 #include "hk_sgemm.h"
 #include "hk_train.h"
@@ -536,6 +537,24 @@ static int count_trained(const IrGraph *g, int64_t *elements) {
     return n;
 }
 
+/* --resume with the compiled engine: a --checkpoint-dir holding the
+ * executor's step-NNNNNN/ checkpoints and none of the program's layer-wise
+ * ones would start afresh from the initial weights (the program resumes
+ * from its own format, or starts from init/ without one): 1 after saying
+ * so, 0 otherwise. */
+static int executor_checkpoints(const char *dir) {
+    char path[4200], e[RT_ERRLEN];
+    int64_t step;
+    IrError err = {{0}};
+    if (rt_checkpoint_latest(dir, path, sizeof path, &step, e, sizeof e) != 1 ||
+        train_state_newest(dir, &step, path, sizeof path, &err))
+        return 0;
+    fprintf(stderr, "hetc train: --resume: %s holds hetc train --engine executor's checkpoints "
+            "(%s, step %lld), not the compiled program's; continue them with --engine executor\n",
+            dir, path, (long long)step);
+    return 1;
+}
+
 /* --engine compiled: compile and run the one-stage program
  * (train_compiled.c).  The training graph is built here first, as the
  * executor builds it (import, passes, loss, autodiff): a model that cannot
@@ -579,7 +598,7 @@ static int train_with_program(CompileOpts *co, TrainOpts *t, const LossOpts *lo,
     rt_data_close(&dl);
     train_state_free(&st);
     ir_graph_free(g);
-    if (rc) return 1;
+    if (rc || (t->resume && !t->no_ckpt && executor_checkpoints(t->ckpt_dir))) return 1;
     TrainCompiled tc;
     rc = train_compiled_run(&tc, co, t);
     if (!rc && t->export_path) {

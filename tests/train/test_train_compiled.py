@@ -23,6 +23,8 @@ the executor engine, on the test models (tests/models):
   - --resume: a run continued from its step-3 checkpoint prints steps 4-6
     exactly as the uninterrupted run; a second run into the same
     --checkpoint-dir is refused and --overwrite-checkpoints starts afresh;
+    --resume from the executor engine's checkpoints is refused (the program
+    would have started afresh), naming --engine executor;
   - --program-dir keeps the program (its stage_0 answers --build-id);
     without it and with --no-checkpoint nothing is left behind: no scratch
     directory under TMPDIR, no checkpoint directory;
@@ -251,6 +253,15 @@ if check(full.returncode == 0, f"resume: the uninterrupted run failed: {full.std
         b = subprocess.run([stage0, "--build-id"], capture_output=True, text=True)
         check(b.returncode == 0 and re.search(r"[0-9a-f]{16}", b.stdout),
               f"the kept stage_0 --build-id: {b.returncode} {b.stdout!r} {b.stderr[-300:]}")
+# the executor's checkpoints are not resumed by the compiled program (which would
+# start afresh from the initial weights): refused, naming the engine that wrote them
+ex = os.path.join(d, "ck_executor")
+r = train(TINY, *base, "--checkpoint-dir", ex, engine="executor")
+if check(r.returncode == 0, f"executor run for the resume refusal: {r.stderr[-400:]}"):
+    r = train(TINY, *base, "--checkpoint-dir", ex, "--resume")
+    check(r.returncode == 1 and "--engine executor" in r.stderr and "step-000006" in r.stderr
+          and "one-stage program" not in r.stdout,
+          f"--resume from the executor's checkpoints: {r.returncode} {r.stderr[-500:]}")
 no_scratch("resume / --program-dir")
 
 # ---- refusals
