@@ -25,6 +25,11 @@ of the ONNX file, and exactly half of it over the bf16 wire; plan.json
 says "grad_reduce_dtype": "bf16", plan.txt says it; without bf16-mixed the
 option is refused.
 
+The TP wire (--tp-reduce-dtype bf16): one stage at TP 2 on a link of zero
+latency; the TP all-reduce time (t_f / t_b less the same plan's on a link
+1e5 x faster) over the bf16 wire is half the fp32 wire's; plan.json says
+"tp_reduce_dtype": "bf16".
+
 usage: test_bf16_time.py HETC SOURCE_DIR
 """
 import json
@@ -170,6 +175,38 @@ with tempfile.TemporaryDirectory() as work:
               f"bf16 wire sync {sync['bf16']:.9g} s, oracle {want32 / 2:.9g} s")
         print(f"DP 2 sync: fp32 wire {sync['fp32'] * 1e3:.4f} ms, bf16 wire {sync['bf16'] * 1e3:.4f} ms "
               f"(oracle from {N} ONNX parameters: {want32 * 1e3:.4f} / {want32 / 2e-3:.4f})", flush=True)
+    # the bf16 TP wire (--tp-reduce-dtype bf16): one stage at TP 2 (one row per step: no DP
+    # rank without a row, --max-stages 1) on a link of zero latency; the TP all-reduces' time
+    # is each plan's t_f / t_b less that of the same plan on a link 1e5 x faster (compute
+    # alone, to 1e-5), and over the bf16 wire it must be half of the fp32 wire's
+    tpt = {}
+    for wire, gbps in (("fp32", 100), ("bf16", 100), ("fast", 10000000)):
+        y = os.path.join(work, f"tp_{wire}.yaml")
+        open(y, "w").write("name: tp-wire\ndtype: bf16\nmeshes:\n  - name: g\n"
+                           "    device: {base: A100-80GB, name: c, tflops_fp32: 10, tflops_bf16: 40,"
+                           " hbm_gbytes_s: 1000000}\n    nodes: 1\n    devices_per_node: 2\n"
+                           f"    intra_node: {{bandwidth_gbps: {gbps}, latency_us: 0}}\n")
+        out = os.path.join(work, "tp_" + wire)
+        p = subprocess.run([hetc, "plan", model, y, "-o", out, "--seq", str(SEQ), "--microbatch",
+                            "1", "--global-batch", "1", "--max-stages", "1", "--precision",
+                            "bf16-mixed", "--tp-reduce-dtype", "bf16" if wire == "bf16" else "fp32"],
+                           capture_output=True, text=True, timeout=600)
+        if not check(p.returncode == 0, f"tp plan, {wire}: exit {p.returncode}: {p.stderr[-300:]}"):
+            continue
+        j = json.load(open(os.path.join(out, "plan.json")))
+        st = j["stages"]
+        if check(len(st) == 1 and st[0]["tp"] == 2, f"tp plan {wire}: stages {[(s['dp'], s['tp']) for s in st]}"):
+            tpt[wire] = (st[0]["t_f"], st[0]["t_b"])
+        check(j.get("tp_reduce_dtype") == ("bf16" if wire == "bf16" else None),
+              f"tp plan {wire}: plan.json tp_reduce_dtype {j.get('tp_reduce_dtype')}")
+    if check(len(tpt) == 3, f"tp plans {sorted(tpt)}"):
+        for k, name in ((0, "t_f"), (1, "t_b")):
+            c32, c16 = tpt["fp32"][k] - tpt["fast"][k], tpt["bf16"][k] - tpt["fast"][k]
+            check(c32 > 0 and abs(c32 / c16 - 2) <= 1e-3,
+                  f"TP 2 {name}: all-reduce time fp32 wire {c32:.6g} s, bf16 wire {c16:.6g} s "
+                  f"(want half)")
+        print(f"TP 2 all-reduce time per microbatch: fp32 wire {(tpt['fp32'][0] - tpt['fast'][0]) * 1e6:.3f}"
+              f" us (forward), bf16 wire {(tpt['bf16'][0] - tpt['fast'][0]) * 1e6:.3f} us", flush=True)
     p = subprocess.run([hetc, "plan", model, dpy, "-o", os.path.join(work, "dp_refused"), "--seq",
                         str(SEQ), "--microbatch", str(ROWS), "--precision", "fp32",
                         "--grad-reduce-dtype", "bf16"],
