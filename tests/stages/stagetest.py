@@ -100,6 +100,33 @@ def three_stages(plan, tps):
     return q
 
 
+def tp_pair(plan):
+    """tiny_pair's planned two stages re-cut as stages_tp's hand-written plan:
+    layers 1-9 under TP 2, layers 10-18 under DP 2 x TP 2, on the planner's
+    meshes (its rows dropped: hetc compile derives them).  A new dict."""
+    q = json.loads(json.dumps(plan))
+    s0, s1 = q["stages"][0], q["stages"][1]
+    s0.update(layers=[1, 9], dp=1, tp=2, warmup=2)
+    s1.update(layers=[10, 18], dp=2, tp=2, warmup=1)
+    for s in (s0, s1):
+        s.pop("rows", None)
+    q["stages"] = [s0, s1]
+    return q
+
+
+def one_stage(plan, tp):
+    """plan re-cut into one stage holding every layer under DP 1 x TP tp, on
+    the mesh of its stage with the most memory.  A new dict."""
+    last = max(x["layers"][1] for x in plan["stages"])
+    q = json.loads(json.dumps(plan))
+    big = dict(max(q["stages"], key=lambda x: x["mem_capacity_bytes"]))
+    big.update(index=0, layers=[1, last], dp=1, tp=tp, zero=0, recompute="none", warmup=1,
+               delta=0)
+    big.pop("rows", None)
+    q["stages"], q["mesh_order"] = [big], [big["mesh"]]
+    return q
+
+
 def head_dp2(st):
     """Issue 17: planned in fp32, tiny_hetero's 16 blocks go to the two V100s
     (DP 2) and the head to the A100; the fp16 plan before it had them the

@@ -82,14 +82,8 @@ plan = t.planned(t.path("tp1"))
 if plan is None:
     sys.exit(1)
 check(plan.get("precision") == "bf16-mixed", f"plan.json precision {plan.get('precision')}")
-q = json.loads(json.dumps(plan))
-check(len(q["stages"]) == 2, f"tiny_pair plan has {len(q['stages'])} stages (want 2)")
-s0, s1 = q["stages"][0], q["stages"][1]
-s0.update(layers=[1, 9], dp=1, tp=2, warmup=2)
-s1.update(layers=[10, 18], dp=2, tp=2, warmup=1)
-for s in (s0, s1):
-    s.pop("rows", None)
-q["stages"] = [s0, s1]
+check(len(plan["stages"]) == 2, f"tiny_pair plan has {len(plan['stages'])} stages (want 2)")
+q = stagetest.tp_pair(plan)
 variants = {}
 for tag, tp in (("tp2", 2), ("tp1_same", 1)):
     v = json.loads(json.dumps(q))
@@ -173,13 +167,7 @@ if check(p.returncode == 0, f"hetc compile --plan (TP 2, recompute, ZeRO-2) exit
 # one stage holding every layer under TP 2: the tied table wte sharded by
 # vocabulary rows (tp_shard_vocab.c), the head's bf16 weight copy a Cast of
 # the rank's rows, the loss vocab-parallel
-L = max(x["layers"][1] for x in plan["stages"])
-qv = json.loads(json.dumps(plan))
-big = dict(max(qv["stages"], key=lambda x: x["mem_capacity_bytes"]))
-big.update(index=0, layers=[1, L], dp=1, tp=2, zero=0, recompute="none", warmup=1, delta=0)
-big.pop("rows", None)
-qv["stages"], qv["mesh_order"] = [big], [big["mesh"]]
-json.dump(qv, open(t.path("one_tp2.json"), "w"), indent=1)
+json.dump(stagetest.one_stage(plan, 2), open(t.path("one_tp2.json"), "w"), indent=1)
 outv = t.path("one_tp2")
 p = t.compile(outv, "--plan", t.path("one_tp2.json"))
 if check(p.returncode == 0, f"hetc compile --plan (one stage, TP 2) exit {p.returncode}"):

@@ -74,13 +74,7 @@ def hidden_size():
 plan = t.planned(t.path("base"))
 if plan is None:
     sys.exit(1)
-q = json.loads(json.dumps(plan))
-s0, s1 = q["stages"][0], q["stages"][1]
-s0.update(layers=[1, 9], dp=1, tp=2, warmup=2)
-s1.update(layers=[10, 18], dp=2, tp=2, warmup=1)
-for s in (s0, s1):
-    s.pop("rows", None)
-q["stages"] = [s0, s1]
+q = stagetest.tp_pair(plan)
 qp = t.path("tp2.json")
 json.dump(q, open(qp, "w"), indent=1)
 outw, out32 = t.path("tp2_wire"), t.path("tp2_fp32wire")
@@ -126,13 +120,7 @@ more, wr = t.expect_losses(r, "bf16-wire checkpoint resumed on the fp32 wire", r
 print(f"resumed under the fp32-wire build: step {STEPS + 1} within {wr:.2g}", flush=True)
 
 # 2. one stage under TP 2 with the vocab-parallel loss: its statistics stay fp32
-L = max(x["layers"][1] for x in plan["stages"])
-qv = json.loads(json.dumps(plan))
-big = dict(max(qv["stages"], key=lambda x: x["mem_capacity_bytes"]))
-big.update(index=0, layers=[1, L], dp=1, tp=2, zero=0, recompute="none", warmup=1, delta=0)
-big.pop("rows", None)
-qv["stages"], qv["mesh_order"] = [big], [big["mesh"]]
-json.dump(qv, open(t.path("one_tp2.json"), "w"), indent=1)
+json.dump(stagetest.one_stage(plan, 2), open(t.path("one_tp2.json"), "w"), indent=1)
 outv = t.path("one_tp2")
 p = t.compile(outv, "--plan", t.path("one_tp2.json"), "--emit-llvm", *WIRE)
 if check(p.returncode == 0, f"hetc compile --plan (one stage, TP 2) exit {p.returncode}: "
