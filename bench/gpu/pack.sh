@@ -263,7 +263,10 @@ check() {
   # every ELF's libraries: from the pack (unpacked by env.sh as on the GPU
   # machine), or from the machine's own set
   local P L
-  P=$(env -i PATH=/usr/bin:/bin bash -c ". '$G/env.sh' && echo \$HETC_GPU")
+  # (this check's own unpacked copy goes under a directory of its own, removed
+  # at the end; on the GPU machine env.sh keeps it in TMPDIR or /tmp)
+  local ct; ct=$(mktemp -d "${TMPDIR:-/tmp}/hetc_pack_check_XXXXXX")
+  P=$(env -i PATH=/usr/bin:/bin TMPDIR="$ct" bash -c ". '$G/env.sh' && echo \$HETC_GPU")
   L=$P/lib
   [ -d "$L" ] || { echo "FAIL: env.sh did not unpack pack.tar.xz" >&2; bad=1; }
   while read -r f; do
@@ -290,7 +293,7 @@ check() {
   local keep=() v
   for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do [ -n "${!v:-}" ] && keep+=("$v=${!v}"); done
   packed() {  # packed 'COMMAND': run COMMAND (a bash string) the GPU machine's way
-    local script=". '$G/env.sh'; $1"
+    local script="export TMPDIR='$ct'; . '$G/env.sh'; $1"
     if ((hide)); then
       unshare -m bash -c 'for d in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 \
           /usr/share/openmpi /etc/openmpi; do [ -d "$d" ] && mount -t tmpfs none "$d"; done
@@ -329,7 +332,7 @@ check() {
   # (2) the packed CUDA stage binary: without a GPU every rank stops at once
   # naming the missing device (exit 1, no crash, no hang)
   packed "HETRT_TIMEOUT_S=60 timeout 120 '$P/e2e/one/launch.sh' --data '$ROOT/examples/tiny_corpus.bin' \
-            --steps 1 --checkpoint-dir \$(mktemp -d)" > "$log" 2>&1 && rc=0 || rc=$?
+            --steps 1 --checkpoint-dir '$ct/ckpt'" > "$log" 2>&1 && rc=0 || rc=$?
   if ((rc == 0 || rc == 124)) || ! grep -q "no CUDA device" "$log" || sysload "$log" > /dev/null; then
     echo "FAIL: the packed launch.sh of e2e/one: exit $rc, want 1 with 'no CUDA device'" >&2
     sysload "$log" | head -3 >&2; grep -v '^ *[0-9]*:' "$log" | tail -20 >&2; bad=1
@@ -344,6 +347,7 @@ check() {
     echo "pack: packed test_cuda_kernels here: exit 77, '$(head -1 "$log")'"
   fi
   rm -f "$log"
+  rm -rf "$ct"
   ((bad == 0)) || die "checks failed"
   echo "pack: ok ($G)"
 }

@@ -7,7 +7,9 @@
 The oracle for "unsupported" is onnx.defs (the op must be a real ONNX op the
 importer does not claim) and the models pass onnx.checker.
 usage: test_import_diag.py HETC SOURCE_DIR"""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from onnx import TensorProto as T, helper, numpy_helper
 HETC, SRC = sys.argv[1], sys.argv[2]
 failures = []
 WORK = tempfile.mkdtemp(prefix="hetc_import_diag_")
+atexit.register(shutil.rmtree, WORK, True)  # removed however the test ends
 
 
 def check(cond, what):

@@ -8,9 +8,11 @@ ir/ops.def has no case.
 
     test_kernels.py KERNEL_CHECK SOURCE_DIR
 """
+import atexit
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,7 @@ rng = np.random.default_rng(1234)
 cases = []
 covered = set()
 tmp = tempfile.mkdtemp(prefix="hetc_kernels_")
+atexit.register(shutil.rmtree, tmp, True)  # removed however the test ends
 
 
 def rnd(shape, dt=np.float32, lo=-2.0, hi=2.0):

@@ -15,8 +15,10 @@ No wall-clock assertions: the timing figures are in bench/planner_bounds.
 
 usage: test_plan_bounds.py HETC SOURCE_DIR
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,6 +95,7 @@ def valid(tag, pj, stderr, nodes, per_node=8, group=None):
 
 
 tmp = tempfile.mkdtemp(prefix="hetc_plan_bounds_")
+atexit.register(shutil.rmtree, tmp, True)  # removed however the test ends
 
 # 1. a limit far below the search's needs (the tabulation alone takes longer)
 y256 = cluster(os.path.join(tmp, "c256x8.yaml"), 64)

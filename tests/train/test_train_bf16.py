@@ -26,9 +26,11 @@ test models:
 
     test_train_bf16.py HETC SOURCE_DIR
 """
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +39,7 @@ import numpy as np
 
 HETC, SRC = sys.argv[1], sys.argv[2]
 tmp = tempfile.mkdtemp(prefix="hetc_bf16_")
+atexit.register(shutil.rmtree, tmp, True)  # removed however the test ends
 fails = []
 
 

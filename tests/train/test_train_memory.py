@@ -50,9 +50,11 @@ measures it.
 (--libraries-only: check 1 alone, for the sanitizer build, whose shadow
 memory and allocator make check 2's resident sizes meaningless.)
 """
+import atexit
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -63,6 +65,7 @@ LIBS_ONLY = "--libraries-only" in sys.argv[3:]
 MODEL = os.path.join(SRC, "examples/gpt_tiny.onnx")
 DATA = os.path.join(SRC, "examples/tiny_corpus.bin")
 tmp = tempfile.mkdtemp(prefix="hetc_memory_")
+atexit.register(shutil.rmtree, tmp, True)  # removed however the test ends
 ENV = dict(os.environ, HETC_THREADS="2")
 HEAVY = re.compile(r"LLVM|cublas|cudart|libcuda\.|nccl|hetc_llvm|hetc_cudaprof")
 LOADED = re.compile(r"^\s*\d+:\s+file=(\S+)", re.M)

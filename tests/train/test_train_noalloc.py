@@ -14,8 +14,10 @@ allocated, process-wide.  Checks:
 
     test_train_noalloc.py HETC SOURCE_DIR ALLOC_COUNT_SO
 """
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +26,7 @@ HETC, SRC, SO = sys.argv[1], sys.argv[2], sys.argv[3]
 MODEL = os.path.join(SRC, "examples/gpt_tiny.onnx")
 DATA = os.path.join(SRC, "examples/tiny_corpus.bin")
 tmp = tempfile.mkdtemp(prefix="hetc_noalloc_")
+atexit.register(shutil.rmtree, tmp, True)  # removed however the test ends
 CASES = {
     "adamw": [],
     "adamw-accum2": ["--accum", "2", "--microbatch", "2"],

@@ -15,9 +15,11 @@ test-model script from the models' own torch code and weights):
 
     test_train_ref.py HETC SOURCE_DIR
 """
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +59,7 @@ def check_model(model, refname, accum=1, passes=None):
     names = hp["onnx_params"][model]
     tied = {b for a, b in hp["tied"]}
     tmp = tempfile.mkdtemp(prefix="hetc_train_")
+    atexit.register(shutil.rmtree, tmp, True)  # removed however the test ends
     gd, ck, ex = (os.path.join(tmp, d) for d in ("grads", "ckpt", "trained.onnx"))
     cmd = [HETC, "train", onnx_path, "--precision", "fp32", "--data", os.path.join(SRC, hp["data"]),
            "--steps", str(hp["steps"]), "--microbatch", str(hp["batch"] // accum),

@@ -7,7 +7,9 @@ accepted and bad options fail with a message.
 
     test_train_sgd.py HETC SOURCE_DIR
 """
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,7 @@ import onnx.numpy_helper
 HETC, SRC = sys.argv[1], sys.argv[2]
 model = os.path.join(SRC, "tests/models/llama_op17.onnx")
 tmp = tempfile.mkdtemp(prefix="hetc_sgd_")
+atexit.register(shutil.rmtree, tmp, True)  # removed however the test ends
 lr, wd, clip = 0.05, 0.1, 0.5
 r = subprocess.run([HETC, "train", model, "--precision", "fp32", "--data", os.path.join(SRC, "examples/tiny_corpus.bin"),
                     "--steps", "1", "--microbatch", "2", "--seq", "16", "--optimizer", "sgd",
