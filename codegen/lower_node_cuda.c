@@ -25,6 +25,7 @@
  * stay interpreted (the interpreter copies constants to the device once).
  * The op numbering is kernels/host's (HkBinOp, HkUnOp, HkUnaryGrad), which
  * kernels/cuda/hkc.h mirrors. */
+#include <math.h>
 #include <string.h>
 
 #include "hk.h"
@@ -67,6 +68,11 @@ static int bcast(const IrValue *v, const IrValue *y, int64_t *st) {
     return 0;
 }
 
+/* the argument ln_ptr just added is a constant's bytes (host memory) */
+static int last_is_const(const LeCall *k) {
+    return k->nargs > 0 && k->args[k->nargs - 1].kind == LE_ARG_BYTES;
+}
+
 static int cu_binary(LnCtx *c, int op) {
     if (c->n->nin != 2 || !IN(0) || !IN(1)) return ln_fail(c, "not two inputs");
     const IrValue *y = OUT(0);
@@ -78,11 +84,15 @@ static int cu_binary(LnCtx *c, int op) {
     ln_i32(k, op);
     ln_i32(k, R);
     ln_i64s(k, R, y->shape.dims);
+    int host = 0;
     ln_ptr(c, k, IN(0));
+    host |= last_is_const(k) ? 1 : 0;
     ln_i64s(k, R, sa);
     ln_ptr(c, k, IN(1));
+    host |= last_is_const(k) ? 2 : 0;
     ln_i64s(k, R, sb);
     ln_ptr(c, k, y);
+    ln_i32(k, host);
     return 1;
 }
 
@@ -254,17 +264,333 @@ static int cu_norm_grad(LnCtx *c, int rms) {
     return 1;
 }
 
+/* MatMul: equal batch dims, or one operand a single matrix (the device
+ * executor's run_matmul) */
+static int cu_matmul(LnCtx *c, int unused) {
+    (void)unused;
+    const IrValue *a = IN(0), *b = IN(1), *y = OUT(0);
+    int ra = a->shape.rank, rb = b->shape.rank;
+    if (ra < 2 || rb < 2) return ln_fail(c, "MatMul ranks < 2");
+    int64_t M = a->shape.dims[ra - 2], K = a->shape.dims[ra - 1], N = b->shape.dims[rb - 1];
+    if (b->shape.dims[rb - 2] != K || M * K == 0 || K * N == 0) return ln_fail(c, "MatMul dims");
+    int64_t ba = ln_numel(a) / (M * K), bb = ln_numel(b) / (K * N);
+    int64_t batch = ba > bb ? ba : bb;
+    if (ba != bb && ba != 1 && bb != 1) return ln_fail(c, "MatMul broadcast");
+    if (ba == bb && ba > 1) {
+        if (ra != rb) return ln_fail(c, "MatMul batch ranks");
+        for (int d = 0; d < ra - 2; d++)
+            if (a->shape.dims[d] != b->shape.dims[d]) return ln_fail(c, "MatMul batch dims");
+    }
+    if (ln_numel(y) != batch * M * N) return ln_fail(c, "MatMul output");
+    LeCall *k = ln_push(c, "hetrt_cu_matmul");
+    ln_ptr(c, k, a);
+    ln_i64(k, ba > 1 ? M * K : 0);
+    ln_ptr(c, k, b);
+    ln_i64(k, bb > 1 ? K * N : 0);
+    ln_i64(k, M);
+    ln_i64(k, N);
+    ln_i64(k, K);
+    ln_i64(k, batch);
+    ln_ptr(c, k, y);
+    return 1;
+}
+
+/* row-major strides of a shape */
+static void contig(int r, const int64_t *dims, int64_t *st) {
+    int64_t acc = 1;
+    for (int d = r - 1; d >= 0; d--) st[d] = acc, acc *= dims[d];
+}
+
+static int esize_of(LnCtx *c, const IrValue *v, int64_t *es) {
+    *es = (int64_t)ir_dtype_size(v->dtype);
+    if (*es != 1 && *es != 2 && *es != 4 && *es != 8)
+        return ln_fail(c, "%s elements", ir_dtype_name(v->dtype));
+    if (v->shape.rank > 8) return ln_fail(c, "rank %d > 8", v->shape.rank);
+    return 1;
+}
+
+/* one strided copy over dims: src + soff walked by ss, dst + doff by ds */
+static void strided(LnCtx *c, int64_t es, int r, const int64_t *dims, const IrValue *src,
+                    int64_t soff, const int64_t *ss, const IrValue *dst, int64_t doff,
+                    const int64_t *ds) {
+    LeCall *k = ln_push(c, "hetrt_cu_strided_copy");
+    ln_i64(k, es);
+    ln_i32(k, r);
+    ln_i64s(k, r, dims);
+    ln_ptr(c, k, src);
+    ln_i64(k, soff);
+    ln_i64s(k, r, ss);
+    ln_ptr(c, k, dst);
+    ln_i64(k, doff);
+    ln_i64s(k, r, ds);
+}
+
+static int cu_transpose(LnCtx *c, int unused) {
+    (void)unused;
+    const IrValue *x = IN(0), *y = OUT(0);
+    int64_t es;
+    if (!esize_of(c, x, &es)) return 0;
+    int r = x->shape.rank;
+    if (y->shape.rank != r || y->dtype != x->dtype) return ln_fail(c, "Transpose output");
+    const int64_t *p;
+    int np = ir_attr_ints(c->n, "perm", &p);
+    if (np && np != r) return ln_fail(c, "perm");
+    int64_t xst[8], src[8], dst[8];
+    contig(r, x->shape.dims, xst);
+    contig(r, y->shape.dims, dst);
+    for (int i = 0; i < r; i++) {
+        int64_t a = np ? p[i] : r - 1 - i;
+        if (a < 0) a += r;
+        if (a < 0 || a >= r || y->shape.dims[i] != x->shape.dims[a]) return ln_fail(c, "perm");
+        src[i] = xst[a];
+    }
+    strided(c, es, r, y->shape.dims, x, 0, src, y, 0, dst);
+    return 1;
+}
+
+static int cu_expand(LnCtx *c, int unused) {
+    (void)unused;
+    const IrValue *x = IN(0), *y = OUT(0);
+    int64_t es, src[8], dst[8];
+    if (!esize_of(c, y, &es)) return 0;
+    if (y->dtype != x->dtype || bcast(x, y, src)) return ln_fail(c, "not a broadcast");
+    contig(y->shape.rank, y->shape.dims, dst);
+    strided(c, es, y->shape.rank, y->shape.dims, x, 0, src, y, 0, dst);
+    return 1;
+}
+
+/* Split (split = 1: the pieces are the outputs) and Concat (the inputs)
+ * along `axis`: one strided copy per piece */
+static int cu_pieces(LnCtx *c, int split) {
+    IrNode *n = c->n;
+    const IrValue *whole = split ? IN(0) : OUT(0);
+    int64_t es, wst[8];
+    if (!esize_of(c, whole, &es)) return 0;
+    int r = whole->shape.rank;
+    int ax;
+    if (ln_norm_axis(ir_attr_int(n, "axis", 0), r, &ax)) return ln_fail(c, "axis");
+    contig(r, whole->shape.dims, wst);
+    int64_t at = 0;
+    int np = split ? n->nout : n->nin;
+    for (int i = 0; i < np; i++) {
+        const IrValue *pv = split ? OUT(i) : IN(i);
+        if (!pv) {
+            if (!split) return ln_fail(c, "Concat input %d missing", i);
+            return ln_fail(c, "Split output %d unused", i); /* its extent is unknown */
+        }
+        if (pv->shape.rank != r || pv->dtype != whole->dtype) return ln_fail(c, "pieces");
+        int64_t pst[8];
+        contig(r, pv->shape.dims, pst);
+        int64_t woff = at * wst[ax];
+        if (split) strided(c, es, r, pv->shape.dims, whole, woff, wst, pv, 0, pst);
+        else strided(c, es, r, pv->shape.dims, pv, 0, pst, whole, woff, wst);
+        at += pv->shape.dims[ax];
+    }
+    return at == whole->shape.dims[ax] ? 1 : ln_fail(c, "pieces do not tile axis %d", ax);
+}
+
+/* SumToShape: the output (right-aligned in g's rank) = g summed over its
+ * broadcast axes (the device executor's run_sum_to_shape) */
+static int cu_sum_to_shape(LnCtx *c, int unused) {
+    (void)unused;
+    const IrValue *g = IN(0), *y = OUT(0);
+    if (g->dtype != IR_F32 || y->dtype != IR_F32) return ln_fail(c, "not fp32");
+    int r = g->shape.rank, off = r - y->shape.rank;
+    if (off < 0 || r > 8) return ln_fail(c, "ranks");
+    int64_t gst[8], od[8], os[8], rd[8], rs[8];
+    contig(r, g->shape.dims, gst);
+    for (int d = 0; d < r; d++) {
+        int64_t o = d < off ? 1 : y->shape.dims[d - off], gd = g->shape.dims[d];
+        if (o != 1 && o != gd) return ln_fail(c, "not a broadcast of the output");
+        int reduced = o == 1 && gd != 1;
+        od[d] = o;
+        os[d] = reduced ? 0 : gst[d];
+        rd[d] = reduced ? gd : 1;
+        rs[d] = reduced ? gst[d] : 0;
+    }
+    LeCall *k = ln_push(c, "hetrt_cu_reduce_sum");
+    ln_i32(k, r);
+    ln_i64s(k, r, od);
+    ln_i64s(k, r, os);
+    ln_i64s(k, r, rd);
+    ln_i64s(k, r, rs);
+    ln_ptr(c, k, g);
+    ln_ptr(c, k, y);
+    return 1;
+}
+
+/* rows of the last axis (axis attribute -1 or rank - 1) */
+static int last_rows(LnCtx *c, const IrValue *x, int64_t *rows, int64_t *len) {
+    int r = x->shape.rank;
+    int64_t a = ir_attr_int(c->n, "axis", -1);
+    if (r < 1 || (a != -1 && a != r - 1)) return ln_fail(c, "not the last axis");
+    *len = x->shape.dims[r - 1];
+    *rows = *len ? ln_numel(x) / *len : 0;
+    return 1;
+}
+
+static int cu_softmax(LnCtx *c, int log) {
+    int64_t rows, len;
+    if (!last_rows(c, IN(0), &rows, &len)) return 0;
+    LeCall *k = ln_push(c, "hetrt_cu_softmax");
+    ln_ptr(c, k, IN(0));
+    ln_i64(k, rows);
+    ln_i64(k, len);
+    ln_i32(k, log);
+    ln_ptr(c, k, OUT(0));
+    return 1;
+}
+
+static int cu_softmax_grad(LnCtx *c, int unused) {
+    (void)unused;
+    int64_t rows, len;
+    if (c->n->nin < 2 || !IN(1) || !last_rows(c, IN(0), &rows, &len)) return 0;
+    LeCall *k = ln_push(c, "hetrt_cu_softmax_grad");
+    ln_ptr(c, k, IN(0));
+    ln_ptr(c, k, IN(1));
+    ln_i64(k, rows);
+    ln_i64(k, len);
+    ln_i32(k, ir_attr_int(c->n, "log", 0) != 0);
+    ln_ptr(c, k, OUT(0));
+    return 1;
+}
+
+/* batch, T, S, D, Dv of q [.., T, D], k [.., S, D], v [.., S, Dv] */
+static int attn_dims(LnCtx *c, int64_t *d) {
+    const IrValue *q = IN(0), *kk = IN(1), *v = IN(2);
+    int r = q->shape.rank;
+    if (r < 2 || kk->shape.rank != r || v->shape.rank != r) return ln_fail(c, "Attention ranks");
+    int64_t T = q->shape.dims[r - 2], D = q->shape.dims[r - 1];
+    int64_t S = kk->shape.dims[r - 2], Dv = v->shape.dims[r - 1];
+    if (T * D == 0 || S == 0) return ln_fail(c, "empty Attention");
+    int64_t batch = ln_numel(q) / (T * D);
+    if (kk->shape.dims[r - 1] != D || v->shape.dims[r - 2] != S ||
+        ln_numel(kk) != batch * S * D || ln_numel(v) != batch * S * Dv)
+        return ln_fail(c, "Attention shapes");
+    d[0] = batch, d[1] = T, d[2] = S, d[3] = D, d[4] = Dv;
+    return 1;
+}
+
+static void attn_attrs(LnCtx *c, LeCall *k, int64_t D) {
+    ln_i32(k, ir_attr_int(c->n, "causal", 1) != 0);
+    ln_f64(k, (float)ir_attr_float(c->n, "scale", 1.0 / sqrt((double)D)));
+}
+
+static int cu_attention(LnCtx *c, int unused) {
+    (void)unused;
+    int64_t d[5];
+    if (!attn_dims(c, d)) return 0;
+    if (ln_numel(OUT(0)) != d[0] * d[1] * d[4]) return ln_fail(c, "Attention output");
+    LeCall *k = ln_push(c, "hetrt_cu_attention");
+    for (int i = 0; i < 3; i++) ln_ptr(c, k, IN(i));
+    for (int i = 0; i < 5; i++) ln_i64(k, d[i]);
+    attn_attrs(c, k, d[3]);
+    ln_ptr(c, k, OUT(0));
+    return 1;
+}
+
+static int cu_attention_grad(LnCtx *c, int unused) {
+    (void)unused;
+    int64_t d[5];
+    if (c->n->nin < 4 || !IN(3) || !attn_dims(c, d)) return ln_fail(c, "AttentionGrad operands");
+    if (ln_numel(IN(3)) != d[0] * d[1] * d[4]) return ln_fail(c, "AttentionGrad dy");
+    for (int i = 0; i < 3; i++) /* the kernels write dq, dk and dv */
+        if (!ln_has_out(c, i)) return ln_fail(c, "AttentionGrad output %d unused", i);
+    LeCall *k = ln_push(c, "hetrt_cu_attention_grad");
+    for (int i = 0; i < 4; i++) ln_ptr(c, k, IN(i));
+    for (int i = 0; i < 5; i++) ln_i64(k, d[i]);
+    attn_attrs(c, k, d[3]);
+    for (int i = 0; i < 3; i++) ln_ptr(c, k, OUT(i));
+    return 1;
+}
+
+static int ids_dtype(const IrValue *v) { return v->dtype == IR_I32 || v->dtype == IR_I64; }
+
+/* Embedding (table, ids) and EmbeddingGrad (table, ids, dy); a
+ * vocab-parallel shard (vocab_start / vocab_size) has no device kernel */
+static int cu_embedding_common(LnCtx *c, int grad) {
+    const IrValue *t = IN(0), *ids = IN(1);
+    if (t->dtype != IR_F32 || t->shape.rank != 2 || !ids_dtype(ids))
+        return ln_fail(c, "Embedding operands");
+    if (ir_node_attr(c->n, "vocab_start") || ir_node_attr(c->n, "vocab_size"))
+        return ln_fail(c, "a vocab-parallel shard");
+    int64_t V = t->shape.dims[0], D = t->shape.dims[1], n = ln_numel(ids);
+    if (grad && (c->n->nin < 3 || !IN(2) || ln_numel(IN(2)) != n * D || IN(2)->dtype != IR_F32))
+        return ln_fail(c, "EmbeddingGrad dy");
+    if (OUT(0)->dtype != IR_F32 || ln_numel(OUT(0)) != (grad ? V * D : n * D))
+        return ln_fail(c, "Embedding output");
+    LeCall *k = ln_push(c, grad ? "hetrt_cu_embedding_grad" : "hetrt_cu_embedding");
+    if (!grad) {
+        ln_ptr(c, k, t);
+        if (last_is_const(k)) return ln_fail(c, "a constant table");
+    }
+    ln_i64(k, V);
+    ln_i64(k, D);
+    ln_i32(k, (int)ids->dtype); /* IR and kernels share the dtype codes */
+    ln_ptr(c, k, ids);
+    ln_i32(k, last_is_const(k));
+    ln_i64(k, n);
+    if (grad) {
+        ln_ptr(c, k, IN(2));
+        if (last_is_const(k)) return ln_fail(c, "a constant dy");
+    }
+    ln_ptr(c, k, OUT(0));
+    return 1;
+}
+
+static int cu_embedding(LnCtx *c, int unused) {
+    (void)unused;
+    return cu_embedding_common(c, 0);
+}
+
+static int cu_embedding_grad(LnCtx *c, int unused) {
+    (void)unused;
+    return cu_embedding_common(c, 1);
+}
+
+/* CrossEntropy (logits, targets) -> mean loss; its grad (logits, targets,
+ * dloss) -> dlogits */
+static int cu_ce(LnCtx *c, int grad) {
+    const IrValue *lg = IN(0), *t = IN(1);
+    if (lg->dtype != IR_F32 || lg->shape.rank < 1 || !ids_dtype(t) || OUT(0)->dtype != IR_F32)
+        return ln_fail(c, "CrossEntropy operands");
+    /* only the dloss may be a constant (host_consts: the others must not be) */
+    int64_t V = lg->shape.dims[lg->shape.rank - 1], N = V ? ln_numel(lg) / V : 0;
+    if (V == 0 || ln_numel(t) != N) return ln_fail(c, "CrossEntropy shapes");
+    if (grad && (c->n->nin < 3 || !IN(2) || IN(2)->dtype != IR_F32 || ln_numel(OUT(0)) != N * V))
+        return ln_fail(c, "CrossEntropyGrad operands");
+    LeCall *k = ln_push(c, grad ? "hetrt_cu_cross_entropy_grad" : "hetrt_cu_cross_entropy");
+    ln_ptr(c, k, lg);
+    if (last_is_const(k)) return ln_fail(c, "constant logits");
+    ln_i32(k, (int)t->dtype);
+    ln_ptr(c, k, t);
+    if (last_is_const(k)) return ln_fail(c, "constant targets");
+    ln_i64(k, N);
+    ln_i64(k, V);
+    ln_i32(k, ir_attr_int(c->n, "use_ignore", 0) != 0);
+    ln_i64(k, ir_attr_int(c->n, "ignore_index", -100));
+    if (grad) {
+        if (ln_numel(IN(2)) != 1) return ln_fail(c, "dloss is not a scalar");
+        ln_ptr(c, k, IN(2));
+        ln_i32(k, last_is_const(k));
+    }
+    ln_ptr(c, k, OUT(0));
+    return 1;
+}
+
 typedef struct CuEntry {
     LnFn fn;
     int k;
-    int multi_out; /* outputs beyond the first are the entry's (optional) */
+    int multi_out;   /* outputs beyond the first are the entry's (optional) */
+    int own_dtypes;  /* the entry checks its dtypes (else: every tensor f32) */
+    int host_consts; /* its call flags the constant operands it takes from host memory */
 } CuEntry;
 
 static const CuEntry table[IR_OP_COUNT] = {
-    [IR_OP_ADD] = {cu_binary, HK_ADD}, [IR_OP_SUB] = {cu_binary, HK_SUB},
-    [IR_OP_MUL] = {cu_binary, HK_MUL}, [IR_OP_DIV] = {cu_binary, HK_DIV},
-    [IR_OP_POW] = {cu_binary, HK_POW}, [IR_OP_MAX] = {cu_binary, HK_MAX},
-    [IR_OP_MIN] = {cu_binary, HK_MIN},
+    [IR_OP_ADD] = {cu_binary, HK_ADD, 0, 0, 1}, [IR_OP_SUB] = {cu_binary, HK_SUB, 0, 0, 1},
+    [IR_OP_MUL] = {cu_binary, HK_MUL, 0, 0, 1}, [IR_OP_DIV] = {cu_binary, HK_DIV, 0, 0, 1},
+    [IR_OP_POW] = {cu_binary, HK_POW, 0, 0, 1}, [IR_OP_MAX] = {cu_binary, HK_MAX, 0, 0, 1},
+    [IR_OP_MIN] = {cu_binary, HK_MIN, 0, 0, 1},
     [IR_OP_NEG] = {cu_unary, HK_NEG}, [IR_OP_ABS] = {cu_unary, HK_ABS},
     [IR_OP_SQRT] = {cu_unary, HK_SQRT}, [IR_OP_RECIPROCAL] = {cu_unary, HK_RECIP},
     [IR_OP_EXP] = {cu_unary, HK_EXP}, [IR_OP_LOG] = {cu_unary, HK_LOG},
@@ -274,11 +600,21 @@ static const CuEntry table[IR_OP_COUNT] = {
     [IR_OP_FLOOR] = {cu_unary, HK_FLOOR}, [IR_OP_CEIL] = {cu_unary, HK_CEIL},
     [IR_OP_GELU] = {cu_unary, HK_GELU}, [IR_OP_SILU] = {cu_unary, HK_SILU},
     [IR_OP_UNARY_GRAD] = {cu_unary_grad, 0},
-    [IR_OP_LINEAR] = {cu_linear, 0}, [IR_OP_LINEAR_GRAD] = {cu_linear_grad, 0, 1},
-    [IR_OP_CAST] = {cu_cast, 0},
-    [IR_OP_ADAMW] = {cu_adamw, 0, 1},
+    [IR_OP_LINEAR] = {cu_linear, 0, 0, 1}, [IR_OP_LINEAR_GRAD] = {cu_linear_grad, 0, 1, 1},
+    [IR_OP_CAST] = {cu_cast, 0, 0, 1},
+    [IR_OP_ADAMW] = {cu_adamw, 0, 1, 1},
     [IR_OP_LAYER_NORM] = {cu_norm, 0}, [IR_OP_RMS_NORM] = {cu_norm, 1},
     [IR_OP_LAYER_NORM_GRAD] = {cu_norm_grad, 0, 1}, [IR_OP_RMS_NORM_GRAD] = {cu_norm_grad, 1, 1},
+    [IR_OP_MATMUL] = {cu_matmul, 0},
+    [IR_OP_TRANSPOSE] = {cu_transpose, 0, 0, 1}, [IR_OP_EXPAND] = {cu_expand, 0, 0, 1},
+    [IR_OP_SPLIT] = {cu_pieces, 1, 1, 1}, [IR_OP_CONCAT] = {cu_pieces, 0, 0, 1},
+    [IR_OP_SUM_TO_SHAPE] = {cu_sum_to_shape, 0, 0, 1},
+    [IR_OP_SOFTMAX] = {cu_softmax, 0}, [IR_OP_LOG_SOFTMAX] = {cu_softmax, 1},
+    [IR_OP_SOFTMAX_GRAD] = {cu_softmax_grad, 0},
+    [IR_OP_ATTENTION] = {cu_attention, 0}, [IR_OP_ATTENTION_GRAD] = {cu_attention_grad, 0, 1},
+    [IR_OP_EMBEDDING] = {cu_embedding, 0, 0, 1, 1},
+    [IR_OP_EMBEDDING_GRAD] = {cu_embedding_grad, 0, 0, 1, 1},
+    [IR_OP_CROSS_ENTROPY] = {cu_ce, 0, 0, 1}, [IR_OP_CROSS_ENTROPY_GRAD] = {cu_ce, 1, 0, 1, 1},
 };
 
 int lower_node_cuda_has_op(IrOp op) { return (int)op >= 0 && op < IR_OP_COUNT && table[op].fn; }
@@ -308,11 +644,9 @@ int lower_node_cuda(LnCtx *c) {
         c->out->n = start;
         return ln_fail(c, "no CUDA lowering for %s", ir_op_name(n->op));
     }
-    /* AdamW's step is i64, bf16-mixed's Linear / LinearGrad are bf16: they
-     * check their own dtypes */
-    if (n->op != IR_OP_ADAMW && n->op != IR_OP_LINEAR && n->op != IR_OP_LINEAR_GRAD &&
-        n->op != IR_OP_CAST && !all_f32(n))
-        return ln_fail(c, "not all fp32");
+    /* AdamW's step is i64, bf16-mixed's Linear / LinearGrad are bf16, ids
+     * are integers, copies move any element: such entries check their own */
+    if (!e->own_dtypes && !all_f32(n)) return ln_fail(c, "not all fp32");
     if (!e->multi_out) {
         if (!n->out[0]) return ln_fail(c, "no output 0");
         for (int i = 1; i < n->nout; i++)
@@ -320,8 +654,9 @@ int lower_node_cuda(LnCtx *c) {
     }
     int r = e->fn(c, e->k);
     if (r == 1 && c->bad) r = ln_fail(c, "an operand has no buffer");
-    /* constants are host bytes in the binary: the device cannot read them */
-    for (int i = start; r == 1 && i < c->out->n; i++)
+    /* constants are host bytes in the binary: the device cannot read them,
+     * unless the entry copies them over (its call flags them) */
+    for (int i = start; r == 1 && !e->host_consts && i < c->out->n; i++)
         for (int a = 0; a < c->out->calls[i].nargs; a++)
             if (c->out->calls[i].args[a].kind == LE_ARG_BYTES) {
                 r = ln_fail(c, "a constant operand (host memory)");

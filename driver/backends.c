@@ -12,8 +12,9 @@
 
 static const HetcBackend backends[] = {
     {"host", &lower_backend_host, hetc_stage_link_args, hetc_stage_link_args_interp, ""},
-    /* every CUDA program links the interpreter (interp/cuda): its list is
-     * the same either way */
+    /* one list either way: the interpreter's archives (interp/cuda) come
+     * first and the linker takes their objects only when a node calls
+     * hetrt_node */
     {"cuda", &lower_backend_cuda, hetc_stage_link_args_cuda, hetc_stage_link_args_cuda,
      "CUDA (configure with nvcc and NCCL present, HETC_CUDA=ON)"},
 };

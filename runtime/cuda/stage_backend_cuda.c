@@ -90,6 +90,9 @@ void stage_be_teardown(StageRt *rt) {
     if (b->tp_group.nccl && b->tp_group.comm) ncclCommDestroy(b->tp_group.comm);
     if (b->dsum) cudaFree(b->dsum);
     if (b->kscratch) cudaFree(b->kscratch);
+    if (b->kbad) cudaFree(b->kbad);
+    for (int i = 0; i < b->nconsts; i++) cudaFree(b->consts[i].dev);
+    free(b->consts);
     if (b->k_up) hkc_ctx_free(&b->k);
     free(b);
     rt->be = NULL;

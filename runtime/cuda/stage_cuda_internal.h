@@ -46,6 +46,12 @@ typedef struct CudaBe {
     double *dsum;       /* device double for sums of squares */
     void *kscratch;     /* device scratch of direct kernel calls (stage_kernels_cuda.c): */
     size_t kscratch_bytes; /* grown at the first steps, then reused (no allocation later) */
+    int *kbad;          /* device flag of the id / target checks of direct calls */
+    /* device copies of the program's constants that direct calls read (the
+     * bytes live in the binary, host memory): made at their first use, keyed
+     * by the constant's address, freed at teardown */
+    struct CudaConst *consts;
+    int nconsts, capconsts;
     /* NCCL stage links (stage_p2p_cuda.c); the TP and ZeRO collectives are in
      * stage_coll_cuda.c */
     CudaLink *links;    /* only the links that use NCCL */
@@ -56,7 +62,24 @@ typedef struct CudaBe {
     int nstaging;
 } CudaBe;
 
+typedef struct CudaConst {
+    const void *host;
+    void *dev;
+    size_t bytes;
+} CudaConst;
+
 int cuda_err(const char *what, cudaError_t e); /* rt_log_error, returns 1 */
+/* The direct calls' kernel context (NULL outside hetrt_stage_main, said);
+ * their status: 0, or 1 after logging entry's error err. */
+HkcCtx *cu_kctx(const char *entry);
+int32_t cu_done(const char *entry, int rc, const char *err);
+/* The direct calls' device scratch, grown to n bytes (NULL after an error
+ * naming entry); their constants' device copies (stage_kernels_cuda.c). */
+void *cu_kscratch(const char *entry, size_t n);
+const void *cu_const(const char *entry, const void *host, size_t bytes);
+/* The direct calls' id check: 0, or 1 after naming what was out of range
+ * (reads the backend's device flag back: a stream synchronisation). */
+int cu_check_ids(const char *entry, const char *what);
 /* Wait for stream st with the runtime's deadline; comm (or NULL) is polled
  * for NCCL errors and aborted on timeout. */
 int cuda_wait_stream(StageRt *rt, cudaStream_t st, ncclComm_t comm, const char *what);

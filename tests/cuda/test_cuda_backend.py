@@ -64,8 +64,9 @@ while os.path.exists(os.path.join(cu, f"stage_{nst}")):
     nst += 1
 check(nst >= 3, f"{nst} stage binaries, want >= 3 (tiny_hetero plans 3 stages)")
 
-# issue 15 item 5: the CUDA program's elementwise nodes are direct calls of
-# the hetrt_cu_* entries (codegen/lower_node_cuda.c), the rest hetrt_node;
+# issue 15 item 5: every node of the CUDA programs of gpt_tiny is a direct
+# call of a hetrt_cu_* entry or a runtime copy (codegen/lower_node_cuda.c), so
+# the binaries carry no node interpreter, no IR parser and no IR text;
 # --interpret-nodes keeps every node interpreted
 def kernel_counts(out):
     """stage -> (direct, interpreted) from stages.txt's kernel lines"""
@@ -82,9 +83,26 @@ def symbols(path):
 
 cnt = kernel_counts(cu)
 check(len(cnt) == nst, f"stages.txt has kernel lines for {len(cnt)} of {nst} stages")
+# the IR's text form (ir/print.c): a graph header, declarations, nodes
+IR_LINE = re.compile(r"^graph \S+ opset=\d+ \{$|^  (const|param|input) %\S+ : |%\S+ = [A-Z]\w*\(")
+
+
+def ir_text_lines(path):
+    p = subprocess.run(["strings", "-n", "8", path], capture_output=True, text=True)
+    return [l for l in p.stdout.splitlines() if IR_LINE.search(l)]
+
+
 for s, (d, i) in sorted(cnt.items()):
-    check(d > 0 and i > 0, f"--backend=cuda stage {s}: {d} direct, {i} interpreted nodes "
-          "(want both: elementwise direct, GEMMs and rows still interpreted)")
+    check(d > 0 and i == 0, f"--backend=cuda stage {s}: {d} direct, {i} interpreted nodes "
+          "(want every node direct)")
+    binary = os.path.join(cu, f"stage_{s}")
+    syms = symbols(binary)
+    for name in ("hetrt_node", "hetrt_interp_open", "ir_parse", "ir_graph_free",
+                 "hexec_call_node_into", "cudaexec_call_node"):
+        check(not re.search(r" [TtU] %s$" % name, syms, re.M),
+              f"stage_{s} of --backend=cuda carries {name}: the node interpreter or the IR parser")
+    lines = ir_text_lines(binary)
+    check(not lines, f"stage_{s} of --backend=cuda embeds IR text: {lines[:2]}")
 # the transformer blocks' elementwise nodes (stage 1 holds them) call the
 # hetrt_cu_* entries; a stage's direct nodes may also be runtime copies only
 with_cu = [s for s in cnt if re.search(r" [TU] hetrt_cu_", symbols(os.path.join(cu, f"stage_{s}")))]
