@@ -389,6 +389,37 @@ static int cu_pieces(LnCtx *c, int split) {
     return at == whole->shape.dims[ax] ? 1 : ln_fail(c, "pieces do not tile axis %d", ax);
 }
 
+/* Slice (grad 0: y = x[slice]) and SliceGrad (grad 1: dx zeroed, then
+ * dx[slice] = dy): one strided copy over the slice's shape; starts, ends,
+ * axes and steps are constants resolved here (ONNX's clamping rules) */
+static int cu_slice(LnCtx *c, int grad) {
+    const IrValue *x = grad ? OUT(0) : IN(0), *y = grad ? IN(0) : OUT(0);
+    int64_t es, start[IR_MAX_RANK], step[IR_MAX_RANK], yd[IR_MAX_RANK];
+    if (!esize_of(c, x, &es)) return 0;
+    if (ln_resolve_slice(c, grad ? 2 : 1, &x->shape, start, step, yd))
+        return ln_fail(c, "starts/ends/axes/steps not constants");
+    int r = x->shape.rank;
+    if (y->shape.rank != r || y->dtype != x->dtype) return ln_fail(c, "slice rank / dtype");
+    for (int d = 0; d < r; d++)
+        if (yd[d] != y->shape.dims[d]) return ln_fail(c, "slice shape");
+    int64_t xst[8], walk[8], yst[8], base = 0;
+    contig(r, x->shape.dims, xst);
+    contig(r, y->shape.dims, yst);
+    for (int d = 0; d < r; d++) {
+        walk[d] = yd[d] > 1 ? step[d] * xst[d] : 0; /* a step may be INT64_MAX */
+        base += start[d] * xst[d];
+    }
+    if (grad) {
+        LeCall *z = ln_push(c, "hetrt_zero");
+        ln_ptr(c, z, x);
+        ln_i64(z, ln_numel(x) * es);
+    }
+    if (ln_numel(y) == 0) return 1;
+    if (grad) strided(c, es, r, y->shape.dims, y, 0, yst, x, base, walk);
+    else strided(c, es, r, y->shape.dims, x, base, walk, y, 0, yst);
+    return 1;
+}
+
 /* SumToShape: the output (right-aligned in g's rank) = g summed over its
  * broadcast axes (the device executor's run_sum_to_shape) */
 static int cu_sum_to_shape(LnCtx *c, int unused) {
@@ -609,6 +640,7 @@ static const CuEntry table[IR_OP_COUNT] = {
     [IR_OP_TRANSPOSE] = {cu_transpose, 0, 0, 1}, [IR_OP_EXPAND] = {cu_expand, 0, 0, 1},
     [IR_OP_SPLIT] = {cu_pieces, 1, 1, 1}, [IR_OP_CONCAT] = {cu_pieces, 0, 0, 1},
     [IR_OP_SUM_TO_SHAPE] = {cu_sum_to_shape, 0, 0, 1},
+    [IR_OP_SLICE] = {cu_slice, 0, 0, 1}, [IR_OP_SLICE_GRAD] = {cu_slice, 1, 0, 1},
     [IR_OP_SOFTMAX] = {cu_softmax, 0}, [IR_OP_LOG_SOFTMAX] = {cu_softmax, 1},
     [IR_OP_SOFTMAX_GRAD] = {cu_softmax_grad, 0},
     [IR_OP_ATTENTION] = {cu_attention, 0}, [IR_OP_ATTENTION_GRAD] = {cu_attention_grad, 0, 1},

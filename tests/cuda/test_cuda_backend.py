@@ -108,6 +108,18 @@ for s, (d, i) in sorted(cnt.items()):
 with_cu = [s for s in cnt if re.search(r" [TU] hetrt_cu_", symbols(os.path.join(cu, f"stage_{s}")))]
 check(1 in with_cu, f"stages calling hetrt_cu_* entries: {with_cu}, want stage 1 among them")
 print("cuda direct/interpreted nodes per stage:", cnt, "; hetrt_cu_* in stages", with_cu, flush=True)
+# the LLaMA-style test model (RMSNorm, rotary's Slice / Neg / Concat and its
+# constant cos / sin tables, GQA, SwiGLU) is all direct calls too
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+cl = os.path.join(WORK, "llama")
+p = run([HETC, os.path.join(SRC, "tests", "models", "llama_op17.onnx"), CLUSTER, "--seq", "16",
+         "--microbatch", "2", "--global-batch", "4", "--steps", "2", "--backend=cuda", "-o", cl])
+if check(p and p.returncode == 0, "hetc compile --backend=cuda of llama_op17 failed"):
+    for s, (d, i) in sorted(kernel_counts(cl).items()):
+        check(d > 0 and i == 0, f"llama_op17 --backend=cuda stage {s}: {d} direct, {i} "
+              "interpreted (want every node direct)")
+        check(not re.search(r" [TtU] hetrt_node$", symbols(os.path.join(cl, f"stage_{s}")), re.M),
+              f"llama_op17 --backend=cuda stage_{s} carries hetrt_node")
 ci = os.path.join(WORK, "cuda_interp")
 p = compile_to(ci, "--backend=cuda", "--interpret-nodes")
 if check(p and p.returncode == 0, "hetc compile --backend=cuda --interpret-nodes failed"):
