@@ -442,6 +442,31 @@ void fuse_free(FuseGraph *fg) {
     memset(fg, 0, sizeof *fg);
 }
 
+void fuse_keep(const IrGraph *g, FuseGraph *fg, int (*keep)(const FkKernel *k)) {
+    int w = 0;
+    for (int i = 0; i < fg->ngroups; i++) {
+        FuseGroup *gr = &fg->groups[i];
+        if (keep(&gr->k)) {
+            if (w != i) {
+                fg->groups[w] = *gr;
+                for (int j = 0; j < gr->nnodes; j++) fg->group_of[gr->nodes[j]] = w;
+            }
+            w++;
+            continue;
+        }
+        /* back to one call per node: every member's output gets a buffer */
+        for (int j = 0; j < gr->nnodes; j++) {
+            fg->group_of[gr->nodes[j]] = -1;
+            fg->internal[g->nodes[gr->nodes[j]]->out[0]->id] = 0;
+        }
+        fg->nfused -= gr->nnodes;
+        free(gr->nodes);
+        fk_free(&gr->k);
+    }
+    for (int i = w; i < fg->ngroups; i++) memset(&fg->groups[i], 0, sizeof fg->groups[i]);
+    fg->ngroups = w;
+}
+
 const FuseGroup *fuse_group_at(const FuseGraph *fg, int node) {
     if (!fg || node < 0 || node >= fg->nnodes_graph || fg->group_of[node] < 0) return NULL;
     const FuseGroup *gr = &fg->groups[fg->group_of[node]];

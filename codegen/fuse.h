@@ -52,6 +52,11 @@ typedef struct FuseGraph {
 int fuse_graph(const IrGraph *g, const int *pos, const char *prefix, FuseGraph *fg,
                IrError *err);
 void fuse_free(FuseGraph *fg);
+/* Drop the groups whose kernel keep() refuses (g: the graph fuse_graph
+ * grouped): their nodes go back to one call each, their values to buffers.
+ * For a backend whose code generator lowers fewer kernels (NVPTX: none that
+ * needs libm). */
+void fuse_keep(const IrGraph *g, FuseGraph *fg, int (*keep)(const FkKernel *k));
 /* group whose last member is node i, or NULL */
 const FuseGroup *fuse_group_at(const FuseGraph *fg, int node);
 /* 1 if node i is in a group but not its last member (no call of its own) */

@@ -19,7 +19,7 @@
 
 #include "ir.h" /* IrError */
 
-#define LE_MAX_ARGS 16
+#define LE_MAX_ARGS 24 /* hetrt_cu_launch: 6 + FK_MAX_ARGS pointers */
 
 /* C types of extern function parameters / results. */
 typedef enum LeType { LE_VOID, LE_I32, LE_I64, LE_F32, LE_F64, LE_PTR } LeType;

@@ -1,5 +1,5 @@
 /* hetc's calls into LLVM (llvm_emit.h le_emit_program, fused_llvm.h
- * fk_emit_host), forwarded to the hetc_llvm module (lazy_module.h): the
+ * fk_emit_host, fk_ptx), forwarded to the hetc_llvm module (lazy_module.h): the
  * executable does not link libLLVM, so commands that emit no code
  * (`hetc train`, `run`, `plan`, ...) never load it.  HETC_LLVM_MODULE is
  * the module's path in this build tree (codegen/CMakeLists.txt), as the
@@ -35,4 +35,18 @@ int fk_emit_host(void *mod, const FkKernel *k, IrError *err) {
         (int (*)(void *, const FkKernel *, IrError *))lazy_module_sym(
             HETC_LLVM_MODULE, HETC_LLVM_MODULE_REL, "fk_emit_host", err);
     return f ? f(mod, k, err) : -1;
+}
+
+int fk_ptx(const FkKernel *const *ks, int n, const char *cpu, char **ptx, char **ll,
+           IrError *err) {
+    int (*f)(const FkKernel *const *, int, const char *, char **, char **, IrError *) =
+        (int (*)(const FkKernel *const *, int, const char *, char **, char **,
+                 IrError *))lazy_module_sym(HETC_LLVM_MODULE, HETC_LLVM_MODULE_REL, "fk_ptx",
+                                            err);
+    if (!f) {
+        *ptx = NULL;
+        if (ll) *ll = NULL;
+        return -1;
+    }
+    return f(ks, n, cpu, ptx, ll, err);
 }

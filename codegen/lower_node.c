@@ -975,4 +975,4 @@ int lower_node(LnCtx *c) {
 
 /* The host backend's codegen row (lower_node.h): the host kernels above, no
  * runtime entries of its own, generated kernels allowed (host arena). */
-const LowerBackend lower_backend_host = {"host", lower_node, NULL, 0, 1};
+const LowerBackend lower_backend_host = {"host", lower_node, NULL, 0, LOWER_FUSE_HOST};

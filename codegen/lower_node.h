@@ -73,8 +73,14 @@ typedef struct LowerBackend {
      * the stage's hetrt list: its set of runtime/abi/stage_abi.def */
     const LeExtern *externs;
     int nexterns;
-    int fuse; /* 1: generated host kernels (codegen/fuse.h) may run on its arena */
+    int fuse; /* LOWER_FUSE_*: which generated kernels (codegen/fuse.h) may run on its arena */
 } LowerBackend;
+enum {
+    LOWER_FUSE_NONE = 0,
+    LOWER_FUSE_HOST = 1,   /* host loops, on unless --no-fuse */
+    LOWER_FUSE_DEVICE = 2, /* NVPTX kernels (fused_llvm.h fk_ptx) launched by the runtime
+                            * (hetrt_cu_launch), only with --fuse */
+};
 extern const LowerBackend lower_backend_host; /* lower_node.c */
 extern const LowerBackend lower_backend_cuda; /* lower_node_cuda.c */
 

@@ -703,6 +703,7 @@ int lower_node_cuda(LnCtx *c) {
 }
 
 /* The CUDA backend's codegen row (lower_node.h; its link list: driver/backends.c):
- * device arenas, so no generated host kernels (docs/CUDA.md). */
+ * device arenas, so no generated host kernels; the NVPTX ones with --fuse
+ * (docs/CUDA.md). */
 const LowerBackend lower_backend_cuda = {"cuda", lower_node_cuda, lower_node_cuda_externs,
-                                         NCUDA_EXTERNS, 0};
+                                         NCUDA_EXTERNS, LOWER_FUSE_DEVICE};

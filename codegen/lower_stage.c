@@ -2,6 +2,7 @@
  * (lower_stage.h, docs/STAGE_ABI.md). */
 #include "lower_stage.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -499,6 +500,20 @@ static FuseSet *fuse_stage(const PartStage *st, IrError *err) {
     return fs;
 }
 
+/* A device backend's fused kernels are not host code: nothing to define in
+ * the stage module (their PTX travels in the launch calls). */
+static int define_fused_device(const void *ctx, void *mod, IrError *err) {
+    (void)ctx, (void)mod, (void)err;
+    return 0;
+}
+
+static int fused_prog(const LeProgram *prog) {
+    return prog->define == define_fused || prog->define == define_fused_device;
+}
+
+/* NVPTX lowers every kernel but those that need libm (fused_llvm.h) */
+static int ptx_lowerable(const FkKernel *k) { return !fk_needs_libm(k); }
+
 /* the call running group gr: its kernel on (inputs..., outputs...) */
 static void fused_call(LnCtx *c, const FuseGroup *gr) {
     LeCall *k = ln_push(c, gr->k.name);
@@ -506,8 +521,69 @@ static void fused_call(LnCtx *c, const FuseGroup *gr) {
     for (int i = 0; i < gr->nouts; i++) ln_ptr(c, k, gr->outs[i]);
 }
 
+static LeArg text_arg(const char *s) {
+    size_t n = strlen(s) + 1; /* the runtime reads it as a C string */
+    char *b = ir_xmalloc(n);
+    memcpy(b, s, n);
+    return (LeArg){.kind = LE_ARG_BYTES, .bytes = b, .nbytes = (int64_t)n};
+}
+
+/* The device backend's call (--backend=cuda --fuse): hetrt_cu_launch of the
+ * group's kernel, its PTX module and name as constants of the binary, its
+ * pointers padded with NULL to the entry's 16; constant inputs flagged. */
+static int fused_call_device(LnCtx *c, const FuseGroup *gr, IrError *err) {
+    const FkKernel *kp = &gr->k;
+    char *ptx = NULL;
+    if (fk_ptx(&kp, 1, "sm_80", &ptx, NULL, err)) return -1;
+    LeCall *k = ln_push(c, "hetrt_cu_launch");
+    k->args[k->nargs++] = text_arg(ptx);
+    free(ptx);
+    k->args[k->nargs++] = text_arg(kp->name);
+    int na = gr->nins + gr->nouts, mask_at;
+    ln_i64(k, fk_numel(kp));
+    ln_i32(k, na);
+    mask_at = k->nargs;
+    ln_i32(k, 0);
+    int64_t cb[FK_MAX_ARGS];
+    for (int i = 0; i < na; i++) {
+        const IrValue *v = i < gr->nins ? gr->ins[i] : gr->outs[i - gr->nins];
+        cb[i] = (int64_t)ir_value_bytes(v);
+    }
+    ln_i64s(k, na, cb);
+    int64_t mask = 0;
+    for (int i = 0; i < na; i++) {
+        ln_ptr(c, k, i < gr->nins ? gr->ins[i] : gr->outs[i - gr->nins]);
+        if (k->args[k->nargs - 1].kind == LE_ARG_BYTES) mask |= (int64_t)1 << i;
+    }
+    for (int i = na; i < FK_MAX_ARGS; i++) ln_null(k);
+    k->args[mask_at].i = mask;
+    return 0;
+}
+
+int lower_stage_write_ptx(const LeProgram *prog, const char *path, IrError *err) {
+    if (prog->define != define_fused_device) return 0;
+    const FuseSet *fs = prog->define_ctx;
+    int n = fs->g[0].ngroups + fs->g[1].ngroups, j = 0;
+    if (!n) return 0;
+    const FkKernel **ks = ir_xcalloc((size_t)n, sizeof *ks);
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < fs->g[g].ngroups; i++) ks[j++] = &fs->g[g].groups[i].k;
+    char *ptx = NULL;
+    int rc = fk_ptx(ks, n, "sm_80", &ptx, NULL, err);
+    free(ks);
+    if (rc) return -1;
+    FILE *f = fopen(path, "w");
+    if (!f) rc = ir_errorf(err, "cannot write %s: %s", path, strerror(errno));
+    else {
+        fputs(ptx, f);
+        if (fclose(f)) rc = ir_errorf(err, "cannot write %s", path);
+    }
+    free(ptx);
+    return rc;
+}
+
 void lower_stage_print_fused(const LeProgram *prog, const PartStage *st, FILE *f) {
-    if (prog->define != define_fused) return;
+    if (!fused_prog(prog)) return;
     const FuseSet *fs = prog->define_ctx;
     for (int g = 0; g < 2; g++)
         for (int i = 0; i < fs->g[g].ngroups; i++) {
@@ -594,10 +670,19 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
         return ir_errorf(err, "lower_stage: no stage, options or graphs");
     if (check_opts(st, o, err)) return -1;
     FuseSet *fs = NULL;
-    /* fused kernels are host code: a device backend keeps per-node calls */
+    /* generated kernels: host loops where the backend runs host code (on
+     * unless --no-fuse), NVPTX kernels launched by a device backend (only
+     * with --fuse: not yet run on a GPU, docs/CUDA.md) */
     const LowerBackend *be = o->backend ? o->backend : &lower_backend_host;
-    if (o->direct && o->fuse && be->fuse && !(fs = fuse_stage(st, err))) return -1;
-    if (fs) prog->define = define_fused, prog->define_ctx = fs; /* freed with prog */
+    int device = be->fuse == LOWER_FUSE_DEVICE;
+    int want = be->fuse == LOWER_FUSE_HOST ? o->fuse >= 1 : device ? o->fuse == 2 : 0;
+    if (o->direct && want && !(fs = fuse_stage(st, err))) return -1;
+    if (fs && device) {
+        fuse_keep(st->train, &fs->g[0], ptx_lowerable);
+        fuse_keep(st->update, &fs->g[1], ptx_lowerable);
+    }
+    if (fs) /* freed with prog */
+        prog->define = device ? define_fused_device : define_fused, prog->define_ctx = fs;
     if (memplan_build_fused(st, o->nslots, fs ? &fs->g[0] : NULL, fs ? &fs->g[1] : NULL, mp,
                             err)) {
         lower_stage_free(prog);
@@ -647,7 +732,14 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
                 LocCtx lc = {mp, st, graph};
                 LnCtx c = {.n = (IrNode *)n, .loc = value_loc, .u = &lc, .tp = st->tp,
                            .out = &out};
-                fused_call(&c, gr);
+                if (device) {
+                    if (fused_call_device(&c, gr, err)) {
+                        rc = -1;
+                        break;
+                    }
+                } else {
+                    fused_call(&c, gr);
+                }
                 if (c.bad) {
                     rc = ir_errorf(err, "stage %d: fused kernel %s: a value has no buffer",
                                    st->stage, gr->k.name);
@@ -703,7 +795,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
         prog->nexterns = st->tp > 1 ? lower_hetrt_nexterns_tp : lower_hetrt_nexterns;
         if (o->direct) { /* the runtime's entries, the kernels', the backend's own
                           * (CUDA: hetrt_cu_*), the generated kernels' */
-            int ngen = fs ? fs->g[0].ngroups + fs->g[1].ngroups : 0;
+            int ngen = fs && !device ? fs->g[0].ngroups + fs->g[1].ngroups : 0;
             int ncu = be->nexterns;
             LeExtern *ex = ir_xcalloc((size_t)(prog->nexterns + lower_node_nexterns + ncu + ngen),
                                       sizeof *ex);
@@ -713,7 +805,7 @@ int lower_stage_stats(const PartStage *st, const LowerOpts *o, LeProgram *prog, 
             int nx = prog->nexterns + lower_node_nexterns;
             if (ncu) memcpy(ex + nx, be->externs, sizeof *ex * (size_t)ncu);
             nx += ncu;
-            for (int g = 0; fs && g < 2; g++)
+            for (int g = 0; ngen && g < 2; g++)
                 for (int i = 0; i < fs->g[g].ngroups; i++) {
                     const FkKernel *k = &fs->g[g].groups[i].k;
                     LeExtern *x = &ex[nx++];

@@ -54,9 +54,11 @@ typedef struct LowerOpts {
      * its table of kernels, its own runtime entries, whether generated host
      * kernels may run); NULL: lower_backend_host */
     const struct LowerBackend *backend;
-    /* with direct (host): 1 groups elementwise nodes into generated kernels
-     * (codegen/fuse.h; their register-only values get no buffer), 0 keeps
-     * one kernel call per node (hetc compile --no-fuse) */
+    /* with direct: 1 groups elementwise nodes into generated kernels where
+     * the backend runs them by default (host loops; codegen/fuse.h, their
+     * register-only values get no buffer), 2 also where it runs them only
+     * when asked (CUDA's NVPTX kernels: hetc compile --fuse), 0 keeps one
+     * kernel call per node (--no-fuse) */
     int fuse;
     /* 1 (hetc compile --tp-reduce-dtype bf16, host backend): the sum
      * TpAllReduces but the vocab-parallel loss's statistics call
@@ -105,6 +107,9 @@ int lower_stage_interprets(const LeProgram *prog);
 /* The generated (fused) kernels of a lowered stage: the member nodes, the
  * external inputs and outputs, and each FkKernel listing (fk_print). */
 void lower_stage_print_fused(const LeProgram *prog, const PartStage *st, FILE *f);
+/* A device backend's generated kernels (--backend=cuda --fuse) as one PTX
+ * module into path; nothing (0) when the program launches none. */
+int lower_stage_write_ptx(const LeProgram *prog, const char *path, IrError *err);
 
 /* Escape a name for the config text: '%', space and control bytes as %XX
  * (docs/STAGE_ABI.md).  Returns a malloc'd string. */

@@ -60,6 +60,9 @@ static void usage(FILE *f) {
             "                         embeds the IR text)\n"
             "  --no-fuse              one kernel call per node: no generated fused elementwise\n"
             "                         kernels (to compare; docs/CODEGEN.md)\n"
+            "  --fuse                 with --backend=cuda: the fused elementwise kernels as\n"
+            "                         generated PTX too (off by default there until validated\n"
+            "                         on a GPU; docs/CUDA.md); the host backend always fuses\n"
             "  --precision fp32|bf16-mixed  training precision.  bf16-mixed: every Linear on bf16\n"
             "                         operands with f32 accumulation, the rest fp32 (planned\n"
             "                         with bf16 GEMM time; docs/TRAINING.md \"Mixed precision\n"
@@ -149,6 +152,7 @@ static int parse_compile_opt(CompileCtx *c, int argc, char **argv, int *ip) {
     if (!strcmp(argv[i], "--emit-llvm")) return ca->emit_llvm = 1;
     if (!strcmp(argv[i], "--interpret-nodes")) return ca->interpret_nodes = 1;
     if (!strcmp(argv[i], "--no-fuse")) return ca->no_fuse = 1;
+    if (!strcmp(argv[i], "--fuse")) return ca->fuse = 1;
     if ((r = cli_opt(argc, argv, ip, "--recompute", &v)) != 0) {
         PartRecompute rm;
         if (r < 0) return OPT_BAD;
@@ -195,6 +199,11 @@ static int check_train_opts(const CompileArgs *ca) {
     }
     if (ca->steps < 1) {
         fprintf(stderr, "hetc compile: --steps must be >= 1\n");
+        return 2;
+    }
+    if (ca->fuse && (ca->no_fuse || ca->interpret_nodes)) {
+        fprintf(stderr, "hetc compile: --fuse contradicts %s: give one of them\n",
+                ca->no_fuse ? "--no-fuse" : "--interpret-nodes");
         return 2;
     }
     return 0;

@@ -128,10 +128,9 @@ static void lower_opts(const CompileStages *cs, int *dp, int nslots, LeSched *ls
     lo->direct = !a->interpret_nodes;
     /* its direct-call table (CUDA: device arenas) */
     lo->backend = (a->backend ? a->backend : hetc_backend_host())->lower;
-    /* the generated fused kernels are host loops: lower_stage runs them
-     * only where the backend's row says so (not CUDA: their NVPTX lowering
-     * is not launched by the CUDA runtime yet, docs/CUDA.md) */
-    lo->fuse = !a->no_fuse;
+    /* generated fused kernels: the host's loops unless --no-fuse; CUDA's
+     * NVPTX kernels only with --fuse (not yet run on a GPU, docs/CUDA.md) */
+    lo->fuse = a->no_fuse ? 0 : a->fuse ? 2 : 1;
     lo->tp_reduce_bf16 = a->tp_reduce_bf16; /* --tp-reduce-dtype bf16 */
 }
 
@@ -349,6 +348,10 @@ static int emit_binary(const CompileStages *cs, const HetcBackend *be, LeProgram
             lower_stage_print_fused(prog, st, ff);
             if (fclose(ff)) erc = ir_errorf(err, "cannot write %s", fpath);
         }
+        /* a device backend's kernels as one PTX module (the binary holds one
+         * per kernel): DIR/stage_K.ptx, what ptxas checks */
+        snprintf(fpath, sizeof fpath, "%s/stage_%d.ptx", cs->out_dir, s);
+        if (!erc && lower_stage_write_ptx(prog, fpath, err)) erc = -1;
     }
     unlink(obj);
     /* durable before the build directory is swapped in (build_dir.h) */

@@ -16,6 +16,7 @@ typedef struct CompileArgs {
     int emit_llvm;
     int interpret_nodes; /* --interpret-nodes: every node through hetrt_node (no direct calls) */
     int no_fuse;         /* --no-fuse: one kernel call per node, no generated kernels */
+    int fuse;            /* --fuse: generated kernels on CUDA too (NVPTX, hetrt_cu_launch) */
     /* --backend=NAME: a row of backends.c (NULL: host; cuda links
      * hetrt_stage_cuda, docs/CUDA.md) */
     const struct HetcBackend *backend;

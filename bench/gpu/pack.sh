@@ -16,9 +16,10 @@
 #   bin/       test_cuda_kernels, test_cuda_direct (kernels and the direct-call
 #              entries vs host twins), test_cuda_table
 #   e2e/NAME/  `hetc --backend=cuda` builds of examples/gpt_tiny.onnx: `one`
-#              (one stage, direct kernel calls + hetrt_node), `one_bf16` (the
-#              same in --precision bf16-mixed), `one_interp`
-#              (the same, --interpret-nodes) and `hetero` (examples/clusters/
+#              (one stage, direct kernel calls), `one_bf16` (the
+#              same in --precision bf16-mixed), `one_fused` (--fuse: the
+#              fused kernels as launched PTX), `one_interp`
+#              (--interpret-nodes) and `hetero` (examples/clusters/
 #              tiny_hetero.yaml, 3 stages); e2e/NAME/ref_losses.json: `hetc
 #              train`'s losses (host)
 #   bench/gpt2/  the GPT-2 124M shape (tools/gen_model.py, zero weights:
@@ -89,8 +90,11 @@ pack() {
   # interpreted, and tiny_hetero's 3 stages
   # one_bf16: the one stage in --precision bf16-mixed (issue 17), against
   # hetc train --precision bf16-mixed on the host
+  # one_fused: the one stage with --fuse, its fused kernels generated PTX
+  # launched by hetrt_cu_launch (gpt_tiny fuses the update's clip scale)
   local cases=("one:$G/e2e/one_gpu.yaml" "one_interp:$G/e2e/one_gpu.yaml:--interpret-nodes"
-               "one_bf16:$G/e2e/one_gpu.yaml:--precision=bf16-mixed")
+               "one_bf16:$G/e2e/one_gpu.yaml:--precision=bf16-mixed"
+               "one_fused:$G/e2e/one_gpu.yaml:--fuse")
   ((quick)) || cases+=("hetero:examples/clusters/tiny_hetero.yaml")
   for c in "${cases[@]}"; do
     local name cl flag d pflag

@@ -93,6 +93,8 @@ void stage_be_teardown(StageRt *rt) {
     if (b->kbad) cudaFree(b->kbad);
     for (int i = 0; i < b->nconsts; i++) cudaFree(b->consts[i].dev);
     free(b->consts);
+    for (int i = 0; i < b->nptx; i++) cudaLibraryUnload(b->ptx[i].lib);
+    free(b->ptx);
     if (b->k_up) hkc_ctx_free(&b->k);
     free(b);
     rt->be = NULL;

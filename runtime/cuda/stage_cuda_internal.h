@@ -52,6 +52,10 @@ typedef struct CudaBe {
      * by the constant's address, freed at teardown */
     struct CudaConst *consts;
     int nconsts, capconsts;
+    /* the generated fused kernels' PTX modules, loaded at their first launch
+     * (hetrt_cu_launch), keyed by the module text's address */
+    struct CudaPtx *ptx;
+    int nptx, capptx;
     /* NCCL stage links (stage_p2p_cuda.c); the TP and ZeRO collectives are in
      * stage_coll_cuda.c */
     CudaLink *links;    /* only the links that use NCCL */
@@ -67,6 +71,12 @@ typedef struct CudaConst {
     void *dev;
     size_t bytes;
 } CudaConst;
+
+typedef struct CudaPtx {
+    const char *text;
+    cudaLibrary_t lib;
+    cudaKernel_t kernel;
+} CudaPtx;
 
 int cuda_err(const char *what, cudaError_t e); /* rt_log_error, returns 1 */
 /* The direct calls' kernel context (NULL outside hetrt_stage_main, said);

@@ -7,6 +7,7 @@
  * calls links no node interpreter and no IR parser.  Shapes were resolved at
  * compile time (codegen/lower_node_cuda.c).  Declarations: stage_abi.h. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "stage_cuda_internal.h"
@@ -226,4 +227,68 @@ int32_t hetrt_cu_cross_entropy_grad(const float *logits, int32_t tdt, const void
                 err))
         return 1;
     return cu_check_ids(en, "a target is");
+}
+
+/* ------------------------------------------------------------ generated kernels */
+
+/* The module of one generated kernel: loaded (the driver JIT-compiles the
+ * PTX for this GPU) at its first launch, found again by the text's address. */
+static const CudaPtx *ptx_module(const char *entry, const char *text, const char *name) {
+    CudaBe *b = (CudaBe *)hetrt_stage_rt->be;
+    for (int i = 0; i < b->nptx; i++)
+        if (b->ptx[i].text == text) return &b->ptx[i];
+    if (b->nptx == b->capptx) {
+        int cap = b->capptx ? 2 * b->capptx : 16;
+        CudaPtx *m = realloc(b->ptx, (size_t)cap * sizeof *m);
+        if (!m) {
+            rt_log_error("%s: out of memory for the kernel modules", entry);
+            return NULL;
+        }
+        b->ptx = m, b->capptx = cap;
+    }
+    CudaPtx p = {text, NULL, NULL};
+    cudaError_t e = cudaLibraryLoadData(&p.lib, text, NULL, NULL, 0, NULL, NULL, 0);
+    if (e == cudaSuccess) e = cudaLibraryGetKernel(&p.kernel, p.lib, name);
+    if (e != cudaSuccess) {
+        rt_log_error("stage %d: %s: generated kernel %s: cannot load its PTX: %s",
+                     hetrt_stage_rt->cfg.stage, entry, name, cudaGetErrorString(e));
+        if (p.lib) cudaLibraryUnload(p.lib);
+        return NULL;
+    }
+    b->ptx[b->nptx++] = p;
+    return &b->ptx[b->nptx - 1];
+}
+
+int32_t hetrt_cu_launch(const char *ptx, const char *name, int64_t numel, int32_t nargs,
+                        int32_t host, const int64_t *cbytes, void *a0, void *a1, void *a2,
+                        void *a3, void *a4, void *a5, void *a6, void *a7, void *a8, void *a9,
+                        void *a10, void *a11, void *a12, void *a13, void *a14, void *a15) {
+    const char *en = "hetrt_cu_launch";
+    HkcCtx *k = cu_kctx(en);
+    if (!k) return 1;
+    void *a[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
+    if (nargs < 0 || nargs > 16) {
+        rt_log_error("stage %d: %s: %s: %d arguments (at most 16)", hetrt_stage_rt->cfg.stage,
+                     en, name, nargs);
+        return 1;
+    }
+    for (int i = 0; i < nargs; i++)
+        if ((host >> i) & 1 && !(a[i] = (void *)cu_const(en, a[i], (size_t)cbytes[i]))) return 1;
+    const CudaPtx *m = ptx_module(en, ptx, name);
+    if (!m) return 1;
+    if (numel <= 0) return 0;
+    /* a grid-stride loop: any grid covers every element; enough blocks to
+     * fill the GPU several times over, no more */
+    int64_t blocks = (numel + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    void *args[16];
+    for (int i = 0; i < nargs; i++) args[i] = &a[i];
+    dim3 grid = {(unsigned)blocks, 1, 1}, block = {256, 1, 1};
+    cudaError_t e = cudaLaunchKernel((const void *)m->kernel, grid, block, args, 0, k->stream);
+    if (e != cudaSuccess) {
+        rt_log_error("stage %d: %s: generated kernel %s: %s", hetrt_stage_rt->cfg.stage, en, name,
+                     cudaGetErrorString(e));
+        return 1;
+    }
+    return 0;
 }

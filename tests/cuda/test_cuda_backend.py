@@ -18,6 +18,7 @@ usage: test_cuda_backend.py HETC WORKDIR
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -120,6 +121,44 @@ if check(p and p.returncode == 0, "hetc compile --backend=cuda of llama_op17 fai
               "interpreted (want every node direct)")
         check(not re.search(r" [TtU] hetrt_node$", symbols(os.path.join(cl, f"stage_{s}")), re.M),
               f"llama_op17 --backend=cuda stage_{s} carries hetrt_node")
+# --fuse: the fused elementwise kernels (RoPE, SwiGLU and their backward on
+# the LLaMA-style model) become generated PTX, one module per kernel in the
+# binary, launched by hetrt_cu_launch; --emit-llvm's stage_K.ptx (all of a
+# stage's kernels) assembles with ptxas for sm_80 and sm_90
+cf = os.path.join(WORK, "llama_fused")
+p = run([HETC, os.path.join(SRC, "tests", "models", "llama_op17.onnx"), CLUSTER, "--seq", "16",
+         "--microbatch", "2", "--global-batch", "4", "--steps", "2", "--backend=cuda", "--fuse",
+         "--emit-llvm", "-o", cf])
+if check(p and p.returncode == 0, "hetc compile --backend=cuda --fuse of llama_op17 failed"):
+    txt = open(os.path.join(cf, "stages.txt")).read()
+    fused = {int(m.group(1)): int(m.group(2)) for m in re.finditer(
+        r"^stage (\d+): .*\n  fused: \d+ of them in (\d+) generated", txt, re.M)}
+    check(sum(fused.values()) > 0, "llama_op17 --backend=cuda --fuse: no generated kernels:\n" + txt)
+    ptxas = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas"
+                                      if os.access("/usr/local/cuda/bin/ptxas", os.X_OK) else None)
+    for s, k in sorted(fused.items()):
+        ll = open(os.path.join(cf, f"stage_{s}.ll")).read()
+        launches = len(re.findall(r"call i32 @hetrt_cu_launch\(", ll))
+        check(launches == k, f"stage {s}: {launches} hetrt_cu_launch calls for {k} fused kernels")
+        check(not re.search(r"^define .*@fused_", ll, re.M),
+              f"stage {s}: a fused kernel was defined as host code in the CUDA program")
+        strs = subprocess.run(["strings", "-n", "6", os.path.join(cf, f"stage_{s}")],
+                              capture_output=True, text=True).stdout
+        entries = len(re.findall(r"^\.visible \.entry ", strs, re.M))
+        check(entries == k, f"stage_{s}: {entries} PTX kernel entries in the binary, want {k}")
+        for arch in ("sm_80", "sm_90"):
+            if not ptxas:
+                print("ptxas not found: the PTX modules are not assembled", flush=True)
+                break
+            a = subprocess.run([ptxas, "-arch=" + arch, os.path.join(cf, f"stage_{s}.ptx"),
+                                "-o", os.path.join(cf, f"stage_{s}.{arch}.cubin")],
+                               capture_output=True, text=True)
+            check(a.returncode == 0, f"ptxas -arch={arch} stage_{s}.ptx: {a.stderr[-800:]}")
+    print("--backend=cuda --fuse: generated kernels per stage", fused, flush=True)
+p = run([HETC, MODEL, CLUSTER, "--backend=cuda", "--fuse", "--no-fuse", "-o",
+         os.path.join(WORK, "bad_fuse")])
+check(p and p.returncode == 2 and "--fuse contradicts --no-fuse" in p.stderr,
+      "--fuse with --no-fuse is not refused clearly")
 ci = os.path.join(WORK, "cuda_interp")
 p = compile_to(ci, "--backend=cuda", "--interpret-nodes")
 if check(p and p.returncode == 0, "hetc compile --backend=cuda --interpret-nodes failed"):
