@@ -632,7 +632,7 @@ void lower_stage_free(LeProgram *prog) {
     free((void *)prog->sched);
     free((void *)prog->ir_train);
     free((void *)prog->ir_update);
-    if (prog->define == define_fused) {
+    if (fused_prog(prog)) {
         FuseSet *fs = (FuseSet *)prog->define_ctx;
         fuse_free(&fs->g[0]);
         fuse_free(&fs->g[1]);
