@@ -21,7 +21,15 @@
 #include <time.h>
 
 #define HK_MAX_THREADS 256
-#define SPIN_ITERS 20000 /* ~10-50 us of polling before a worker sleeps */
+/* Polling before a worker (or the caller waiting for one) sleeps: ~0.1-0.5
+ * ms.  Between two parallel kernels the caller often runs a short serial
+ * stretch (an unsplit GEMM, a small kernel); a worker that went to sleep
+ * costs a futex wake and a reschedule per kernel.  20,000 iterations left
+ * gpt_tiny's one-stage program 12 % slower in wall time at the same CPU
+ * time (2-core EPYC, 7 alternating runs of 200 steps); 2,000,000 gained
+ * nothing more; the GPT-2 shape, its kernels long, did not change.  Ranks
+ * that share cores get one thread each from launch.sh: no worker spins. */
+#define SPIN_ITERS 200000
 
 /* One job, on the caller's stack.  Workers find it through pool.job and
  * announce themselves in pool.refs before reading it, so the caller only
