@@ -22,6 +22,8 @@
 #              (--interpret-nodes) and `hetero` (examples/clusters/
 #              tiny_hetero.yaml, 3 stages); e2e/NAME/ref_losses.json: `hetc
 #              train`'s losses (host)
+#   bench/gpt2_bf16/  the same in --precision bf16-mixed --fuse (its init:
+#              bench/gpt2's)
 #   bench/gpt2/  the GPT-2 124M shape (tools/gen_model.py, zero weights:
 #              throughput only) compiled --backend=cuda, B 8 x T 1024; its
 #              initial checkpoint (500 MB of zeros) as init.tar.gz
@@ -149,6 +151,16 @@ EOF
       --global-batch 8 --steps 20 --lr 1e-3 -o "$bd" > "$G/bench/gpt2.compile.log" 2>&1 ||
       { tail -20 "$G/bench/gpt2.compile.log" >&2; die "hetc compile of the GPT-2 bench failed"; }
     tar -C "$bd" -czf "$bd/init.tar.gz" init
+    # the same model in bf16-mixed with the fused kernels as PTX (issue 17's
+    # bench in bf16: run.sh --bench-dtype bf16); its initial checkpoint is
+    # the fp32 build's (fp32 master weights), unpacked there by run.sh
+    local bd16=$G/bench/gpt2_bf16
+    "$hetc" "$tmp/gpt2.onnx" "$tmp/one_gpu.yaml" --backend=cuda --precision=bf16-mixed --fuse --seq 1024 \
+      --microbatch 8 --global-batch 8 --steps 20 --lr 1e-3 -o "$bd16" > "$G/bench/gpt2_bf16.compile.log" 2>&1 ||
+      { tail -20 "$G/bench/gpt2_bf16.compile.log" >&2; die "hetc compile of the bf16 GPT-2 bench failed"; }
+    diff -rq "$bd/init" "$bd16/init" > /dev/null ||
+      die "the bf16 GPT-2 bench's initial checkpoint differs from the fp32 build's"
+    rm -rf "$bd16/init"; ln -s ../gpt2/init "$bd16/init"
     rm -rf "$bd/init" "$tmp"
   fi
 

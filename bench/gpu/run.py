@@ -142,7 +142,9 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5, help="untimed first steps")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
-                    help="PyTorch's precision (hetc's CUDA backend stores fp32 today)")
+                    help="PyTorch's precision (bf16: autocast); a --prebuilt build runs the "
+                         "precision it was compiled with (pack.sh: bench/gpt2 fp32, "
+                         "bench/gpt2_bf16 bf16-mixed)")
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--skip-hetc", action="store_true")
     ap.add_argument("--prebuilt", metavar="DIR",

@@ -3,7 +3,7 @@
 # machine (docs/CUDA.md, "Running on a lent GPU"; bench/gpu/README.md).
 #
 #   bench/gpu/run.sh [--pack DIR] [--skip-bench] [--bench-steps N] [--no-torch-compile]
-#                    [--profile] [--timeline]
+#                    [--bench-dtype fp32|bf16] [--profile] [--timeline]
 #
 # Needs the folder bench/gpu/pack.sh made on the development machine
 # (default .gpu/, carried with the call): the stage binaries, the kernel test,
@@ -20,7 +20,9 @@
 #                 max relative difference <= 1e-4; and the one stage in
 #                 --precision bf16-mixed vs hetc train in bf16 (<= 1e-2)
 #   (c) bench     bench/gpu/run.py: GPT-2 124M shape, B 8 x T 1024, hetc
-#                 (packed build) vs PyTorch eager and torch.compile, fp32
+#                 (packed build) vs PyTorch eager and torch.compile, fp32; with
+#                 --bench-dtype bf16 hetc's bf16-mixed --fuse build vs PyTorch
+#                 under bf16 autocast
 #   (d) profile   (--profile) bench/gpu/kernel_profile.py: that build's kernels under
 #                 ncu, grouped by family, ms per step and the GPU-busy share
 #   (e) timeline  (--timeline) the same build for 6 steps with ktrace.c preloaded
@@ -34,6 +36,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 pack=.gpu out=${OUT:-/tmp/hetc_gpu_out} bench=1 bench_steps=20 bench_compile=1 profile=0 timeline=0
+bench_dtype=fp32
 while (($#)); do
   case "$1" in
     --pack) pack=$2; shift 2 ;;
@@ -41,9 +44,12 @@ while (($#)); do
     --skip-bench) bench=0; shift ;;
     --bench-steps) bench_steps=$2; shift 2 ;;
     --no-torch-compile) bench_compile=0; shift ;;
+    --bench-dtype) bench_dtype=$2; shift 2
+      [[ $bench_dtype == fp32 || $bench_dtype == bf16 ]] ||
+        { echo "run.sh: --bench-dtype must be fp32 or bf16, not '$bench_dtype'" >&2; exit 2; } ;;
     --profile) profile=1; shift ;;
     --timeline) timeline=1; shift ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -137,12 +143,13 @@ rm -rf "$work"
 if ((bench)); then
   bd=$G/bench/gpt2
   if [ -f "$bd/init.tar.gz" ] && [ ! -d "$bd/init" ]; then tar -C "$bd" -xzf "$bd/init.tar.gz"; fi
+  [ "$bench_dtype" = bf16 ] && bd=$G/bench/gpt2_bf16   # its init links to gpt2's
   extra=(); ((bench_compile)) || extra+=(--skip-compile)
-  timeout "$(left 330)" python3 bench/gpu/run.py --prebuilt "$bd" --steps "$bench_steps" "${extra[@]}" \
-    > "$out/bench.log" 2>&1
+  timeout "$(left 330)" python3 bench/gpu/run.py --prebuilt "$bd" --steps "$bench_steps" \
+    --dtype "$bench_dtype" "${extra[@]}" > "$out/bench.log" 2>&1
   rc=$?
   if ((rc)); then
-    row bench "GPT-2 124M B8xT1024" FAIL "exit $rc (bench.log)"
+    row bench "GPT-2 124M B8xT1024 $bench_dtype" FAIL "exit $rc (bench.log)"
   fi
   while IFS= read -r l; do
     IFS='|' read -r _ _ label tps mfu ratio loss _ <<< "$l"
