@@ -18,7 +18,7 @@
 #   e2e/NAME/  `hetc --backend=cuda` builds of examples/gpt_tiny.onnx: `one`
 #              (one stage, direct kernel calls), `one_bf16` (the
 #              same in --precision bf16-mixed), `one_fused` (--fuse: the
-#              fused kernels as launched PTX), `one_interp`
+#              fused kernels as launched PTX), `one_bf16_fused`, `one_interp`
 #              (--interpret-nodes) and `hetero` (examples/clusters/
 #              tiny_hetero.yaml, 3 stages); e2e/NAME/ref_losses.json: `hetc
 #              train`'s losses (host)
@@ -87,29 +87,35 @@ pack() {
   local OPT=(--lr 3e-3 --warmup 3 --lr-schedule cosine)
   printf 'name: one-gpu\ndtype: fp16\nmeshes:\n  - name: gpu\n    device: A100-80GB\n    nodes: 1\n    devices_per_node: 1\n' \
     > "$G/e2e/one_gpu.yaml"
-  # NAME:CLUSTER[:FLAG]: one stage with direct kernel calls (the default of
+  # NAME:CLUSTER[:FLAGS] (FLAGS comma-separated): one stage with direct kernel calls (the default of
   # --backend=cuda: codegen/lower_node_cuda.c) and with every node
   # interpreted, and tiny_hetero's 3 stages
   # one_bf16: the one stage in --precision bf16-mixed (issue 17), against
   # hetc train --precision bf16-mixed on the host
   # one_fused: the one stage with --fuse, its fused kernels generated PTX
-  # launched by hetrt_cu_launch (gpt_tiny fuses the update's clip scale)
+  # launched by hetrt_cu_launch (gpt_tiny fuses the update's clip scale);
+  # one_bf16_fused: the same in bf16-mixed, where the Casts fuse with GELU,
+  # the residual adds and their gradients (kernels loading / storing bf16)
   local cases=("one:$G/e2e/one_gpu.yaml" "one_interp:$G/e2e/one_gpu.yaml:--interpret-nodes"
                "one_bf16:$G/e2e/one_gpu.yaml:--precision=bf16-mixed"
-               "one_fused:$G/e2e/one_gpu.yaml:--fuse")
+               "one_fused:$G/e2e/one_gpu.yaml:--fuse"
+               "one_bf16_fused:$G/e2e/one_gpu.yaml:--precision=bf16-mixed,--fuse")
   ((quick)) || cases+=("hetero:examples/clusters/tiny_hetero.yaml")
   for c in "${cases[@]}"; do
-    local name cl flag d pflag
-    IFS=: read -r name cl flag <<< "$c"
+    local name cl flags d pflag f fl
+    IFS=: read -r name cl flags <<< "$c"
     d=$G/e2e/$name
     # every case names its precision, the compile and its host reference
-    # alike: fp32 unless its FLAG says otherwise (hetc's default is
+    # alike: fp32 unless its FLAGS say otherwise (hetc's default is
     # bf16-mixed, --backend=cuda's fp32)
     pflag=--precision=fp32
-    [[ $flag == --precision=* ]] && pflag=$flag
-    [[ $flag == "$pflag" ]] && flag=
-    echo "== compile $name ($cl) --backend=cuda $flag $pflag"
-    "$hetc" examples/gpt_tiny.onnx "$cl" --backend=cuda ${flag:+"$flag"} "$pflag" --seq $SEQ --microbatch $MB \
+    local flag=()
+    IFS=, read -r -a fl <<< "$flags"
+    for f in "${fl[@]+"${fl[@]}"}"; do
+      if [[ $f == --precision=* ]]; then pflag=$f; else flag+=("$f"); fi
+    done
+    echo "== compile $name ($cl) --backend=cuda ${flag[*]+"${flag[*]}"} $pflag"
+    "$hetc" examples/gpt_tiny.onnx "$cl" --backend=cuda ${flag[@]+"${flag[@]}"} "$pflag" --seq $SEQ --microbatch $MB \
       --global-batch $GB --threads 2 --steps $STEPS "${OPT[@]}" -o "$d" > "$d.compile.log" 2>&1 ||
       { tail -20 "$d.compile.log" >&2; die "hetc compile of $name failed"; }
     # the initial checkpoint is layer-wise, the same for every plan: one copy
