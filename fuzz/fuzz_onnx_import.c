@@ -16,13 +16,30 @@
 #include <unistd.h>
 
 /* The fuzzer API gives no context pointer: the scratch dir is process state. */
-static char model_dir[64];
+static char model_dir[4096];
+
+/* the scratch dir's four entries, at exit (libFuzzer ends with exit()) */
+static void remove_model_dir(void) {
+    static const char *const names[] = {"w.bin", "out.bin"};
+    char p[4200];
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(p, sizeof p, "%s/%s", model_dir, names[i]);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/sub", model_dir);
+    rmdir(p);
+    rmdir(model_dir);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    strcpy(model_dir, "/tmp/hetc_fuzz_onnx_XXXXXX");
+    /* under TMPDIR (scripts/test gives the suite its own), else /tmp */
+    const char *t = getenv("TMPDIR");
+    if (!t || !*t || strlen(t) > 4000) t = "/tmp";
+    snprintf(model_dir, sizeof model_dir, "%s/hetc_fuzz_onnx_XXXXXX", t);
     if (!mkdtemp(model_dir)) abort();
-    char p[128];
+    atexit(remove_model_dir);
+    char p[4200];
     snprintf(p, sizeof p, "%s/w.bin", model_dir);
     FILE *f = fopen(p, "wb");
     if (!f) abort();
