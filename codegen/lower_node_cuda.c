@@ -295,12 +295,6 @@ static int cu_matmul(LnCtx *c, int unused) {
     return 1;
 }
 
-/* row-major strides of a shape */
-static void contig(int r, const int64_t *dims, int64_t *st) {
-    int64_t acc = 1;
-    for (int d = r - 1; d >= 0; d--) st[d] = acc, acc *= dims[d];
-}
-
 static int esize_of(LnCtx *c, const IrValue *v, int64_t *es) {
     *es = (int64_t)ir_dtype_size(v->dtype);
     if (*es != 1 && *es != 2 && *es != 4 && *es != 8)
@@ -336,8 +330,8 @@ static int cu_transpose(LnCtx *c, int unused) {
     int np = ir_attr_ints(c->n, "perm", &p);
     if (np && np != r) return ln_fail(c, "perm");
     int64_t xst[8], src[8], dst[8];
-    contig(r, x->shape.dims, xst);
-    contig(r, y->shape.dims, dst);
+    hk_contig_strides(r, x->shape.dims, xst);
+    hk_contig_strides(r, y->shape.dims, dst);
     for (int i = 0; i < r; i++) {
         int64_t a = np ? p[i] : r - 1 - i;
         if (a < 0) a += r;
@@ -354,7 +348,7 @@ static int cu_expand(LnCtx *c, int unused) {
     int64_t es, src[8], dst[8];
     if (!esize_of(c, y, &es)) return 0;
     if (y->dtype != x->dtype || bcast(x, y, src)) return ln_fail(c, "not a broadcast");
-    contig(y->shape.rank, y->shape.dims, dst);
+    hk_contig_strides(y->shape.rank, y->shape.dims, dst);
     strided(c, es, y->shape.rank, y->shape.dims, x, 0, src, y, 0, dst);
     return 1;
 }
@@ -369,7 +363,7 @@ static int cu_pieces(LnCtx *c, int split) {
     int r = whole->shape.rank;
     int ax;
     if (ln_norm_axis(ir_attr_int(n, "axis", 0), r, &ax)) return ln_fail(c, "axis");
-    contig(r, whole->shape.dims, wst);
+    hk_contig_strides(r, whole->shape.dims, wst);
     int64_t at = 0;
     int np = split ? n->nout : n->nin;
     for (int i = 0; i < np; i++) {
@@ -380,7 +374,7 @@ static int cu_pieces(LnCtx *c, int split) {
         }
         if (pv->shape.rank != r || pv->dtype != whole->dtype) return ln_fail(c, "pieces");
         int64_t pst[8];
-        contig(r, pv->shape.dims, pst);
+        hk_contig_strides(r, pv->shape.dims, pst);
         int64_t woff = at * wst[ax];
         if (split) strided(c, es, r, pv->shape.dims, whole, woff, wst, pv, 0, pst);
         else strided(c, es, r, pv->shape.dims, pv, 0, pst, whole, woff, wst);
@@ -403,8 +397,8 @@ static int cu_slice(LnCtx *c, int grad) {
     for (int d = 0; d < r; d++)
         if (yd[d] != y->shape.dims[d]) return ln_fail(c, "slice shape");
     int64_t xst[8], walk[8], yst[8], base = 0;
-    contig(r, x->shape.dims, xst);
-    contig(r, y->shape.dims, yst);
+    hk_contig_strides(r, x->shape.dims, xst);
+    hk_contig_strides(r, y->shape.dims, yst);
     for (int d = 0; d < r; d++) {
         walk[d] = yd[d] > 1 ? step[d] * xst[d] : 0; /* a step may be INT64_MAX */
         base += start[d] * xst[d];
@@ -429,7 +423,7 @@ static int cu_sum_to_shape(LnCtx *c, int unused) {
     int r = g->shape.rank, off = r - y->shape.rank;
     if (off < 0 || r > 8) return ln_fail(c, "ranks");
     int64_t gst[8], od[8], os[8], rd[8], rs[8];
-    contig(r, g->shape.dims, gst);
+    hk_contig_strides(r, g->shape.dims, gst);
     for (int d = 0; d < r; d++) {
         int64_t o = d < off ? 1 : y->shape.dims[d - off], gd = g->shape.dims[d];
         if (o != 1 && o != gd) return ln_fail(c, "not a broadcast of the output");

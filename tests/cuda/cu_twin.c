@@ -127,21 +127,20 @@ int32_t hetrt_cu_matmul(const float *a, int64_t sa, const float *b, int64_t sb, 
     return 0;
 }
 
-/* dst[doff + sum idx*ds] = src[soff + sum idx*ss] over dims: an odometer */
+/* dst[doff + sum idx*ds] = src[soff + sum idx*ss] over dims (hk_iter's rows) */
 int32_t hetrt_cu_strided_copy(int64_t esize, int32_t rank, const int64_t *dims, const void *src,
                               int64_t soff, const int64_t *ss, void *dst, int64_t doff,
                               const int64_t *ds) {
-    int64_t n = hk_numel(rank, dims), idx[8] = {0};
-    if (rank < 0 || rank > 8) return fail("hetrt_cu_strided_copy", "rank");
-    for (int64_t e = 0; e < n; e++) {
-        int64_t so = soff, dof = doff;
-        for (int d = 0; d < rank; d++) so += idx[d] * ss[d], dof += idx[d] * ds[d];
-        memcpy((char *)dst + dof * esize, (const char *)src + so * esize, (size_t)esize);
-        for (int d = rank - 1; d >= 0; d--) {
-            if (++idx[d] < dims[d]) break;
-            idx[d] = 0;
-        }
-    }
+    if (rank < 0 || rank > HK_MAX_RANK) return fail("hetrt_cu_strided_copy", "rank");
+    int64_t st[2][HK_MAX_RANK] = {{0}}, base[2] = {soff, doff}, off[2];
+    memcpy(st[0], ss, sizeof(int64_t) * (size_t)rank);
+    memcpy(st[1], ds, sizeof(int64_t) * (size_t)rank);
+    HkIter it;
+    hk_iter_init(&it, rank, dims, 2, (const int64_t(*)[HK_MAX_RANK])st, base);
+    while (hk_iter_next(&it, off))
+        for (int64_t i = 0; i < it.n; i++)
+            memcpy((char *)dst + (off[1] + i * it.inner[1]) * esize,
+                   (const char *)src + (off[0] + i * it.inner[0]) * esize, (size_t)esize);
     return 0;
 }
 

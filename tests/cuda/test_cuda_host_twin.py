@@ -19,17 +19,12 @@ import subprocess
 import sys
 
 import cudatest
-from cudatest import check, finish, fresh
+from cudatest import check, finish, fresh, losses
 
 HETC, SRC, WORK, LLC, CC = sys.argv[1:6]
 LINK = sys.argv[6:]
 DATA = os.path.join(SRC, "examples", "tiny_corpus.bin")
-STEP_RE = re.compile(r"^step\s+(\d+)/\d+ \| loss (\S+)", re.M)
 CLUSTER = os.path.join(WORK, "one_gpu.yaml")
-
-
-def losses(text):
-    return {int(m.group(1)): float(m.group(2)) for m in STEP_RE.finditer(text)}
 
 
 def run(cmd, env=None):
