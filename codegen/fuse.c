@@ -64,7 +64,10 @@ static NodeInfo classify(const IrNode *n) {
      * register, bf16 -> f32 widens (no instruction); a bf16 value is read
      * inside a group only by such a widening Cast, so the other ops never see
      * one, and a bf16 kernel input or output is loaded / stored as bf16 */
+    /* (a stochastically rounded weight copy, `sr`, stays its own call: it
+     * draws bits by element index and step, passes/stochastic_round.c) */
     if (n->op == IR_OP_CAST && !n->dead && n->nout == 1 && n->nin == 1 &&
+        !ir_attr_int(n, "sr", 0) &&
         n->out[0]->shape.rank <= FK_MAX_RANK && n->in[0] &&
         ir_shape_equal(&n->in[0]->shape, &n->out[0]->shape)) {
         if (is_f32(n->in[0]) && is_bf16(n->out[0])) return (NodeInfo){FN_RBF16, 0};

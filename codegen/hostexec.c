@@ -83,7 +83,7 @@ static int call_node(IrNode *n, const void **in, void **out, size_t *outbytes, I
             return node_error(n, err);
         }
     }
-    HxCall c = {.n = n, .in = in, .out = out, .k = e->k, .err = err};
+    HxCall c = {.n = n, .in = in, .out = out, .k = e->k, .err = err, .step = -1};
     if (e->run(&c)) {
         for (int i = 0; i < n->nout; i++) free(out[i]), out[i] = NULL;
         return node_error(n, err);
@@ -112,7 +112,7 @@ int hexec_call_node_into(IrNode *n, const void **in, void **out, IrError *err) {
             ir_errorf(err, "no buffer for input %d ('%s')", i, n->in[i]->name);
             return node_error(n, err);
         }
-    HxCall c = {.n = n, .in = in, .out = out, .k = e->k, .err = err};
+    HxCall c = {.n = n, .in = in, .out = out, .k = e->k, .err = err, .step = -1};
     return e->run(&c) ? node_error(n, err) : 0;
 }
 

@@ -70,6 +70,11 @@ HxRun *hexec_run_new(IrGraph *g, const HxRunOpts *o, IrError *err);
  * be given each step; dtype and shape must match exactly; their data is
  * read in place, never copied). */
 int hexec_run_step(HxRun *r, IrTensor *const *inputs, int ninputs, IrError *err);
+/* The 0-based optimizer step the next hexec_run_step runs (hetc train's
+ * executor engine sets it before each forward): what a Cast with `sr`
+ * (--bf16-rounding stochastic) draws its rounding bits with.  Such a Cast
+ * fails in a run that never set it. */
+void hexec_run_set_step(HxRun *r, int64_t step);
 int hexec_run_noutputs(const HxRun *r);
 /* Output i's data after the last step, BORROWED: valid until the next step
  * or hexec_run_free (a donated value's storage when the output was written

@@ -14,6 +14,9 @@ typedef struct HxCall {
     void **out;
     int k;            /* the table entry's kernel selector (HkBinOp, HkUnOp, ...) */
     IrError *err;
+    /* the 0-based optimizer step being run (hexec_run_set_step), which a
+     * stochastically rounded Cast draws its bits with; -1 outside a run */
+    int64_t step;
 } HxCall;
 
 typedef int (*HxRunFn)(HxCall *c);

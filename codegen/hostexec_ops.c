@@ -224,6 +224,16 @@ static int run_dropout(HxCall *c) {
 static int run_cast(HxCall *c) {
     char e[HK_ERRLEN];
     if (same_numel(c, 0, 0)) return -1;
+    int64_t key = ir_attr_int(c->n, "sr", 0);
+    if (key) { /* a weight's bf16 copy, rounded stochastically (hk_bf16.h) */
+        if (IN_V(c, 0)->dtype != IR_F32 || OUT_V(c, 0)->dtype != IR_BF16)
+            return kfail(c, "a stochastically rounded Cast (sr) is f32 -> bf16 only");
+        if (c->step < 0)
+            return kfail(c, "a stochastically rounded Cast (sr) runs only inside a training "
+                            "run that knows its step");
+        hk_bf16_round_sr(c->in[0], c->out[0], numel(IN_V(c, 0)), key, c->step);
+        return 0;
+    }
     if (hk_cast((HkDType)IN_V(c, 0)->dtype, c->in[0], (HkDType)OUT_V(c, 0)->dtype, c->out[0],
                 numel(IN_V(c, 0)), e))
         return kfail(c, e);

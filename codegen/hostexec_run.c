@@ -62,6 +62,7 @@ struct HxRun {
     int64_t arena_bytes;
     unsigned char empty[HX_ALIGN]; /* an empty graph input nobody fed */
     HxRunStats st;
+    int64_t step; /* hexec_run_set_step's; -1 until set */
 };
 
 static int64_t align_up(int64_t x) { return (x + HX_ALIGN - 1) / HX_ALIGN * HX_ALIGN; }
@@ -137,6 +138,7 @@ HxRun *hexec_run_new(IrGraph *g, const HxRunOpts *o, IrError *err) {
     HxRun *r = ir_xcalloc(1, sizeof *r);
     int nv = g->nvalues, nn = g->nnodes, rc = 0;
     r->g = g;
+    r->step = -1;
     r->nids = nv;
     r->stor_of = ir_xmalloc(((size_t)nv + 1) * sizeof *r->stor_of);
     r->inplace = ir_xcalloc((size_t)nv + 1, 1);
@@ -287,6 +289,8 @@ static int feed(HxRun *r, IrTensor *const *inputs, int ninputs, IrError *err) {
     return 0;
 }
 
+void hexec_run_set_step(HxRun *r, int64_t step) { r->step = step; }
+
 int hexec_run_step(HxRun *r, IrTensor *const *inputs, int ninputs, IrError *err) {
     IrGraph *g = r->g;
     if (feed(r, inputs, ninputs, err)) return -1;
@@ -317,7 +321,7 @@ int hexec_run_step(HxRun *r, IrTensor *const *inputs, int ninputs, IrError *err)
             else if (r->inplace[y->id] == PREP_OVERWRITE && r->poison)
                 memset(r->out[j], 0xff, r->nbytes[y->id]); /* NaN in every float lane */
         }
-        HxCall c = {.n = n, .in = r->in, .out = r->out, .k = e->k, .err = err};
+        HxCall c = {.n = n, .in = r->in, .out = r->out, .k = e->k, .err = err, .step = r->step};
         if (e->run(&c)) return node_error(n, err);
     }
     r->st.steps++;

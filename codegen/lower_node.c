@@ -296,8 +296,23 @@ static int lw_copy(LnCtx *c, int unused) {
     return 1;
 }
 
+/* a weight's stochastically rounded bf16 copy (attribute sr; host and CUDA
+ * lowering): the runtime knows the step its bits are drawn with */
+int lower_cast_sr(LnCtx *c) {
+    const IrValue *x = IN(0), *y = OUT(0);
+    if (x->dtype != IR_F32 || y->dtype != IR_BF16 || ln_numel(x) != ln_numel(y))
+        return ln_fail(c, "a stochastically rounded Cast (sr) is f32 -> bf16 of one shape");
+    LeCall *k = ln_push(c, "hetrt_round_bf16_sr");
+    ln_ptr(c, k, x);
+    ln_ptr(c, k, y);
+    ln_i64(k, ln_numel(x));
+    ln_i64(k, ir_attr_int(c->n, "sr", 0));
+    return 1;
+}
+
 static int lw_cast(LnCtx *c, int unused) {
     const IrValue *x = IN(0), *y = OUT(0);
+    if (ir_attr_int(c->n, "sr", 0)) return lower_cast_sr(c);
     if (ln_numel(x) != ln_numel(y)) return ln_fail(c, "output size");
     LeCall *k = ln_push(c, "hk_cast");
     ln_i32(k, x->dtype);

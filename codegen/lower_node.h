@@ -113,6 +113,9 @@ LeCall *ln_adamw_args(LnCtx *c, const char *fn, int f32_only);
 /* A unary op's kernel enum: Gelu's `approximate` picks HK_GELU_TANH; 0
  * after ln_fail (an approximation the kernels lack), else 1. */
 int ln_unary_op(LnCtx *c, int *op);
+/* A Cast with `sr` (--bf16-rounding stochastic): hetrt_round_bf16_sr, host
+ * and device alike (the runtime supplies the step). */
+int lower_cast_sr(LnCtx *c);
 /* Slice's starts, ends, axes, steps (constant operands i0..i0+3) resolved
  * for data of shape xs by ONNX's clamping rules; 0, or -1 when not constant
  * or invalid */

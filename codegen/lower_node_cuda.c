@@ -155,6 +155,7 @@ static IrDType linear_dtype(const LnCtx *c, int grad) {
 static int cu_cast(LnCtx *c, int unused) {
     (void)unused;
     const IrValue *x = IN(0), *y = OUT(0);
+    if (ir_attr_int(c->n, "sr", 0)) return lower_cast_sr(c);
     int ok = (x->dtype == IR_F32 && y->dtype == IR_BF16) ||
              (x->dtype == IR_BF16 && y->dtype == IR_F32);
     if (!ok) return ln_fail(c, "Cast %s -> %s (f32 <-> bf16 only)", ir_dtype_name(x->dtype),

@@ -70,6 +70,9 @@ static void usage(FILE *f) {
             "                         file's \"precision\" when it has one, else fp32 with\n"
             "                         --backend cuda (its bf16 kernels have not yet run on a\n"
             "                         GPU), else bf16-mixed\n"
+            "  --bf16-rounding nearest|stochastic  (bf16-mixed) how the bf16 copies of the\n"
+            "                         fp32 master weights are rounded: nearest-even (default)\n"
+            "                         or stochastically, as llm.c (docs/TRAINING.md)\n"
             "  --grad-reduce-dtype fp32|bf16  dtype of the gradient all-reduce between DP ranks\n"
             "                         and stages (default fp32, as Megatron; bf16 halves the\n"
             "                         bytes and rounds each partial sum; bf16-mixed only;\n"
@@ -132,6 +135,8 @@ static int parse_train_opt(CompileArgs *ca, int argc, char **argv, int *i) {
     DBL("--weight-decay", weight_decay) DBL("--momentum", momentum) DBL("--clip", clip)
     I64("--steps", steps) I64("--warmup", warmup)
     STR("--optimizer", optimizer) STR("--lr-schedule", lr_schedule) STR("--loss", loss)
+    if ((r = cli_opt(argc, argv, i, "--bf16-rounding", &v)) != 0)
+        return r < 0 || precision_rounding_parse("hetc compile", v, &ca->bf16_sr) ? OPT_BAD : 1;
 #undef DBL
 #undef I64
 #undef STR
@@ -201,6 +206,12 @@ static int check_train_opts(const CompileArgs *ca) {
         fprintf(stderr, "hetc compile: --steps must be >= 1\n");
         return 2;
     }
+    if (ca->bf16_sr && ca->interpret_nodes) {
+        fprintf(stderr, "hetc compile: --bf16-rounding stochastic needs direct calls (the node "
+                "interpreter does not know the step its bits are drawn with): leave out "
+                "--interpret-nodes\n");
+        return 2;
+    }
     if (ca->fuse && (ca->no_fuse || ca->interpret_nodes)) {
         fprintf(stderr, "hetc compile: --fuse contradicts %s: give one of them\n",
                 ca->no_fuse ? "--no-fuse" : "--interpret-nodes");
@@ -224,6 +235,9 @@ static int set_precision(CompileCtx *c, const char *planned) {
                 "memory and time were planned for %s)\n", precision_name(pa->precision),
                 c->plan_file, planned, planned);
     c->ca.bf16_mixed = pa->precision == PRECISION_BF16_MIXED;
+    if (precision_rounding_check("hetc compile", c->ca.bf16_sr, pa->precision,
+                                 c->precision_why))
+        return -1;
     c->ca.grad_reduce_bf16 = pa->grad_reduce_bf16; /* parsed with the plan options */
     if (c->ca.grad_reduce_bf16 && !c->ca.bf16_mixed) {
         fprintf(stderr, "hetc compile: --grad-reduce-dtype bf16 needs --precision bf16-mixed "

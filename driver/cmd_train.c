@@ -54,6 +54,9 @@ static void usage(FILE *f) {
             "                         torch.autocast(bfloat16); weights, gradients, AdamW\n"
             "                         state, norms, softmax, attention and the loss stay fp32\n"
             "                         (docs/TRAINING.md); fp32: every tensor and kernel fp32\n"
+            "  --bf16-rounding nearest|stochastic  (bf16-mixed) the bf16 copies of the fp32\n"
+            "                         master weights rounded to nearest-even (default) or\n"
+            "                         stochastically, as llm.c\n"
             "  --loss SPEC            xent | xent:ignore=N (default xent)\n"
             "  --optimizer adamw|sgd  (default adamw)\n"
             "  --lr X                 peak learning rate (default 1e-3)\n"
@@ -167,6 +170,10 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
             if (r < 0 || precision_parse("hetc train", v, 0, &t->precision)) return -1;
             continue;
         }
+        if ((r = cli_opt(argc, argv, &i, "--bf16-rounding", &v)) != 0) {
+            if (r < 0 || precision_rounding_parse("hetc train", v, &t->bf16_sr)) return -1;
+            continue;
+        }
         I64("--val-every", val_every) I64("--val-batches", val_batches)
         I64("--steps", steps) I64("--accum", accum) I64("--warmup", warmup)
         I64("--checkpoint-every", ckpt_every)
@@ -235,6 +242,8 @@ static int parse_args(int argc, char **argv, CompileOpts *co, TrainOpts *t) {
         fprintf(stderr, "hetc train: --optimizer must be adamw or sgd, not '%s'\n", t->optimizer);
         return -1;
     }
+    if (precision_rounding_check("hetc train", t->bf16_sr, t->precision, "--precision"))
+        return -1;
     if (t->engine == TRAIN_ENGINE_COMPILED) {
         /* what only the executor's in-process loop can do: without --engine it
          * picks the executor, with --engine compiled it is refused */
@@ -509,9 +518,9 @@ static IrGraph *train_graph(CompileOpts *co, const TrainOpts *t, const LossOpts 
         compile_run_passes(g, co, ctx, err) ||
         pass_run_pipeline(g, "tie-weights", ctx, err) || pass_loss_with(g, lo, err) ||
         pass_maybe_dump(g, "loss", ctx, err) || (ctx->dump_index++, 0) ||
-        pass_run_pipeline(g, t->precision == PRECISION_BF16_MIXED
-                                 ? "mixed-precision,autodiff,shape-infer"
-                                 : "autodiff,shape-infer", ctx, err)) {
+        pass_run_pipeline(g, t->precision != PRECISION_BF16_MIXED ? "autodiff,shape-infer"
+                             : t->bf16_sr ? "mixed-precision,stochastic-rounding,autodiff,shape-infer"
+                                          : "mixed-precision,autodiff,shape-infer", ctx, err)) {
         if (g) ir_graph_free(g);
         return NULL;
     }
@@ -588,10 +597,11 @@ static int train_with_program(CompileOpts *co, TrainOpts *t, const LossOpts *lo,
     if (!rc && !t->quiet) {
         int64_t elements;
         int n = count_trained(g, &elements);
-        printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, %s, data %s "
-               "(%s, %lld microbatches)\n", co->model, n, (long long)elements,
+        printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, %s%s, data "
+               "%s (%s, %lld microbatches)\n", co->model, n, (long long)elements,
                (long long)(co->batch * co->seq * t->accum), t->optimizer,
-               precision_name(t->precision), t->data, rt_token_format_name(dl.format),
+               precision_name(t->precision), t->bf16_sr ? " (weights rounded stochastically)" : "",
+               t->data, rt_token_format_name(dl.format),
                (long long)dl.nbatches);
     }
     rt_data_close(&vdl);
@@ -712,10 +722,11 @@ int cmd_train(int argc, char **argv) {
     double step_flops = graph_flops(g) * (double)t.accum;
     double t0 = now_s();
     if (!t.quiet)
-        printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, %s, data %s "
-               "(%s, %lld microbatches)\n",
+        printf("hetc train: %s, %d parameters (%lld elements), %lld tokens/step, %s, %s%s, data "
+               "%s (%s, %lld microbatches)\n",
                co.model, st.nparams, (long long)st.total, (long long)tok_per_step, t.optimizer,
                precision_name(t.precision),
+               t.bf16_sr ? " (weights rounded stochastically)" : "",
                t.data, rt_token_format_name(dl.format), (long long)dl.nbatches);
     double loss = 0;
     int64_t allocs1 = 0; /* the executor's allocations by the end of step 1 */

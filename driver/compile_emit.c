@@ -417,7 +417,10 @@ int compile_emit_stages(CompileStages *cs, PartStage *ps, const StageVariant *va
     shared = both;
     fprintf(rep, "\nstage memory plan (per rank, %s %s backend; planner GiB: the planner's "
                  "prediction with its runtime reserve, pred arena MiB: without it)\n",
-            a->bf16_mixed ? "bf16-mixed (the backward keeps bf16 Linear operands)" : "fp32",
+            !a->bf16_mixed ? "fp32"
+            : a->bf16_sr   ? "bf16-mixed (the backward keeps bf16 Linear operands; weight copies "
+                             "rounded stochastically)"
+                           : "bf16-mixed (the backward keeps bf16 Linear operands)",
             be->name);
     fprintf(rep, "stage  ranks  slots  params MiB  grads MiB  optim MiB  act/slot MiB  scratch MiB"
                  "  arena MiB  planner GiB  pred arena MiB\n");

@@ -76,7 +76,9 @@ static IrGraph *stage_graph(const CompileStages *cs, int64_t local, IrError *err
     (void)unmapped;
     /* after the layer ids: each Cast takes its Linear's layer, so the
      * pipeline cuts between layers see the f32 values only */
-    if (cs->args->bf16_mixed && pass_run_pipeline(g, "mixed-precision,shape-infer", &ctx, err)) {
+    if (cs->args->bf16_mixed &&
+        pass_run_pipeline(g, cs->args->bf16_sr ? "mixed-precision,stochastic-rounding,shape-infer"
+                                               : "mixed-precision,shape-infer", &ctx, err)) {
         ir_graph_free(g);
         return NULL;
     }

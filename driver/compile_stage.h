@@ -29,6 +29,9 @@ typedef struct CompileArgs {
      * activations and their gradients the same way; the vocab-parallel
      * loss's statistics stay fp32; 0: fp32 */
     int tp_reduce_bf16;
+    /* --bf16-rounding stochastic (bf16-mixed): the weights' bf16 copies
+     * rounded stochastically (the stochastic-rounding pass); 0: nearest */
+    int bf16_sr;
 } CompileArgs;
 void compile_args_default(CompileArgs *a);
 

@@ -60,3 +60,19 @@ Precision precision_compile_default(const char *planned, const char *backend,
     *why = "the default";
     return PRECISION_BF16_MIXED;
 }
+
+int precision_rounding_parse(const char *cmd, const char *v, int *stochastic) {
+    if (!strcmp(v, "nearest") || !strcmp(v, "stochastic")) {
+        *stochastic = !strcmp(v, "stochastic");
+        return 0;
+    }
+    fprintf(stderr, "%s: --bf16-rounding expects nearest or stochastic, got '%s'\n", cmd, v);
+    return -1;
+}
+
+int precision_rounding_check(const char *cmd, int stochastic, Precision p, const char *why) {
+    if (!stochastic || p == PRECISION_BF16_MIXED) return 0;
+    fprintf(stderr, "%s: --bf16-rounding stochastic needs --precision bf16-mixed (this run is "
+            "%s, %s: it has no bf16 weight copies to round)\n", cmd, precision_name(p), why);
+    return -1;
+}

@@ -44,4 +44,12 @@ const char *precision_planned(Precision p, const char *dtype);
 Precision precision_compile_default(const char *planned, const char *backend,
                                     const char **why);
 
+/* --bf16-rounding nearest|stochastic (bf16-mixed): how the bf16 copies of
+ * the fp32 master weights are rounded; *stochastic 0 or 1 (passes/
+ * stochastic_round.c).  -1 after saying why on stderr. */
+int precision_rounding_parse(const char *cmd, const char *v, int *stochastic);
+/* The check both commands make once the precision is known: 0, or -1
+ * after saying why (stochastic rounding of an fp32 run's weights). */
+int precision_rounding_check(const char *cmd, int stochastic, Precision p, const char *why);
+
 #endif

@@ -185,6 +185,10 @@ static void compile_argv(Argv *a, const char *self, const char *cluster, const c
     addf(a, "--seq", "%lld", (long long)co->seq);
     add(a, "--precision");
     add(a, precision_name(t->precision));
+    if (t->bf16_sr) {
+        add(a, "--bf16-rounding");
+        add(a, "stochastic");
+    }
     add(a, "--optimizer");
     add(a, t->optimizer);
     add(a, "--lr-schedule");

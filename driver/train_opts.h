@@ -26,6 +26,7 @@ typedef struct TrainOpts {
     double lr, beta1, beta2, eps, wd, momentum, clip;
     int quiet, no_ckpt, exec_stats, resume, overwrite;
     Precision precision;
+    int bf16_sr; /* --bf16-rounding stochastic */
     TrainEngine engine;
     int engine_given; /* --engine on the command line */
     const char *fwd[TRAIN_FWD_MAX];

@@ -184,6 +184,7 @@ static void own_gradients(TrainState *s) {
 int train_state_forward_backward(TrainState *s, IrTensor *const *in, int nin, float scale,
                                  double *loss, IrError *err) {
     own_gradients(s);
+    hexec_run_set_step(s->run, s->step); /* 0-based: the steps completed */
     if (hexec_run_step(s->run, in, nin, err)) return -1;
     *loss = *(const float *)hexec_run_output(s->run, s->loss_index, NULL);
     if (s->grads_zero && scale == 1.0f) { /* grad = 0 + 1 * g: read g where it is */

@@ -157,6 +157,9 @@ static void recast_saved_casts(AdCtx *c, int first_bwd) {
                 snprintf(name, sizeof name, "re/%s", p->name);
                 IrNode *k = ir_node_insert(g, i, IR_OP_CAST, name, 1, &p->in[0], 1, &o);
                 ir_node_set_int(k, "to", v->dtype);
+                /* a stochastically rounded weight copy: the same key, so the
+                 * same bits as the forward's (passes/stochastic_round.c) */
+                if (ir_attr_int(p, "sr", 0)) ir_node_set_int(k, "sr", ir_attr_int(p, "sr", 0));
                 k->module_id = p->module_id;
                 k->layer_id = p->layer_id;
                 k->stage_id = p->stage_id;

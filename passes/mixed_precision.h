@@ -32,4 +32,11 @@ int mixed_precision_converts(const IrNode *n);
  * number of Linears restored (0: g is left as it was). */
 int mixed_precision_strip(IrGraph *g);
 
+/* stochastic-rounding (passes/stochastic_round.c; --bf16-rounding
+ * stochastic): after mixed-precision, each Cast(to=bf16) of a parameter
+ * gets `sr`, the key its kernel draws its rounding bits with. */
+int pass_stochastic_round(IrGraph *g, PassContext *ctx, IrError *err);
+/* 1 if a live Cast of g has `sr` (tp_shard marks its rank's graph again) */
+int mixed_precision_has_sr(const IrGraph *g);
+
 #endif

@@ -38,6 +38,9 @@ static const Pass pass_table[] = {
     {"mixed-precision", "bf16 autocast: Cast(to=bf16) on every f32 Linear's operands, the Linear "
                         "in bf16, Cast(to=f32) after it (--precision bf16-mixed)",
      pass_mixed_precision, 1},
+    {"stochastic-rounding", "after mixed-precision: the bf16 copies of the weights rounded "
+                            "stochastically (attribute sr; --bf16-rounding stochastic)",
+     pass_stochastic_round, 1},
     {"autodiff", "reverse-mode gradients of 'loss' for every parameter (outputs grad/<param>)",
      pass_autodiff, 1},
     {"optimizer", "AdamW (default hyper-parameters) after global-norm clipping: optimizer "

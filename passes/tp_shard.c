@@ -721,7 +721,7 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
     Ts t = {.tp = tp, .rank = rank, .res = out, .first = first, .last = last};
     if (!(t.c = clone_graph(g, err))) return ir_error_prefix(err, "tp_shard");
     out->graph = t.c;
-    int mixed = 0;
+    int mixed = 0, sr = 0;
     if (tp > 1) {
         /* bf16-mixed (passes/mixed_precision.h): the matchers below see the
          * f32 Linears of the graph before the autocast, and the autocast
@@ -730,6 +730,7 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
          * column-parallel input gradient and the row-parallel partial sums
          * are reduced in fp32 (Megatron's default), the row-parallel bias
          * added in f32 after the sum. */
+        sr = mixed_precision_has_sr(t.c);
         mixed = mixed_precision_strip(t.c);
         /* row-parallel Linears anchor the patterns; the node list grows
          * while rewriting, so walk the original nodes only */
@@ -753,7 +754,8 @@ int tp_shard_layers(const IrGraph *g, int tp, int rank, int first, int last, TpS
     free(t.copy_val);
     PassContext ctx;
     pass_context_default(&ctx);
-    if (mixed && pass_mixed_precision(t.c, &ctx, err)) {
+    if (mixed && (pass_mixed_precision(t.c, &ctx, err) ||
+                  (sr && pass_stochastic_round(t.c, &ctx, err)))) {
         ir_error_prefix(err, "tp_shard rank %d of %d", rank, tp);
         tp_shard_free(out);
         return -1;

@@ -96,10 +96,13 @@ pack() {
   # launched by hetrt_cu_launch (gpt_tiny fuses the update's clip scale);
   # one_bf16_fused: the same in bf16-mixed, where the Casts fuse with GELU,
   # the residual adds and their gradients (kernels loading / storing bf16)
+  # one_bf16_sr: bf16-mixed with the weight copies rounded stochastically
+  # (hkc_round_bf16_sr draws the host twin's bits)
   local cases=("one:$G/e2e/one_gpu.yaml" "one_interp:$G/e2e/one_gpu.yaml:--interpret-nodes"
                "one_bf16:$G/e2e/one_gpu.yaml:--precision=bf16-mixed"
                "one_fused:$G/e2e/one_gpu.yaml:--fuse"
-               "one_bf16_fused:$G/e2e/one_gpu.yaml:--precision=bf16-mixed,--fuse")
+               "one_bf16_fused:$G/e2e/one_gpu.yaml:--precision=bf16-mixed,--fuse"
+               "one_bf16_sr:$G/e2e/one_gpu.yaml:--precision=bf16-mixed,--bf16-rounding=stochastic")
   ((quick)) || cases+=("hetero:examples/clusters/tiny_hetero.yaml")
   for c in "${cases[@]}"; do
     local name cl flags d pflag f fl
@@ -109,10 +112,12 @@ pack() {
     # alike: fp32 unless its FLAGS say otherwise (hetc's default is
     # bf16-mixed, --backend=cuda's fp32)
     pflag=--precision=fp32
-    local flag=()
+    local flag=() rflag=()
     IFS=, read -r -a fl <<< "$flags"
     for f in "${fl[@]+"${fl[@]}"}"; do
       if [[ $f == --precision=* ]]; then pflag=$f; else flag+=("$f"); fi
+      # what changes the numbers goes to the host reference too
+      [[ $f == --bf16-rounding=* ]] && rflag+=("$f")
     done
     echo "== compile $name ($cl) --backend=cuda ${flag[*]+"${flag[*]}"} $pflag"
     "$hetc" examples/gpt_tiny.onnx "$cl" --backend=cuda ${flag[@]+"${flag[@]}"} "$pflag" --seq $SEQ --microbatch $MB \
@@ -127,11 +132,11 @@ pack() {
     K=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['microbatches'])" "$d/plan.json")
     # the reference depends only on the accumulation count K and the
     # precision (same model, data and optimizer): one hetc train per pair
-    ref=$G/e2e/ref_k${K}_${pflag#--precision=}.json
+    ref=$G/e2e/ref_k${K}_${pflag#--precision=}${rflag[0]:+_${rflag[0]#--bf16-rounding=}}.json
     if [ -f "$ref" ]; then cp "$ref" "$d/ref_losses.json"; continue; fi
     echo "== reference: hetc train (host), $STEPS steps, accum $K $pflag"
     "$hetc" train examples/gpt_tiny.onnx --data examples/tiny_corpus.bin --steps $STEPS \
-      --microbatch $MB --accum "$K" --seq $SEQ "${OPT[@]}" "$pflag" --no-checkpoint \
+      --microbatch $MB --accum "$K" --seq $SEQ "${OPT[@]}" "$pflag" ${rflag[@]+"${rflag[@]}"} --no-checkpoint \
       > "$d/ref_train.log"
     python3 - "$d/ref_train.log" "$d/ref_losses.json" <<'EOF'
 import json, re, sys

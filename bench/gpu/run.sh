@@ -102,7 +102,7 @@ done
 # --- (b) end to end vs hetc train on the host --------------------------------
 work=$(mktemp -d /tmp/hetc_gpu_e2e_XXXXXX)
 : > "$out/e2e.log"
-for name in one one_bf16 one_fused one_bf16_fused one_interp hetero; do
+for name in one one_bf16 one_fused one_bf16_fused one_bf16_sr one_interp hetero; do
   d=$G/e2e/$name
   [ -x "$d/launch.sh" ] || { row e2e "gpt_tiny $name" FAIL "not packed"; continue; }
   [ -f "$d/ref_losses.json" ] || { row e2e "gpt_tiny $name" FAIL "no reference losses (a --quick pack?)"; continue; }

@@ -1,5 +1,6 @@
 /* Dtype conversion, device side.  Host twin: kernels/host/hk_cast.c. */
 #include "hkc_internal.cuh"
+#include "hk_sr.h"
 
 /* dtype codes: HkDType (1 f32, 2 u8, 6 i32, 7 i64, 9 bool, 11 f64, 16 bf16). */
 __device__ static inline double load_any(int t, const void *p, int64_t i) {
@@ -49,4 +50,16 @@ extern "C" int hkc_cast(HkcCtx *c, int from, const void *x, int to, void *y, int
     if (n == 0) return 0;
     k_cast<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(from, x, to, y, n);
     return hkc_launched("cast", err);
+}
+
+/* --bf16-rounding stochastic: a weight's bf16 copy (kernels/host/hk_sr.h) */
+__global__ static void k_round_sr(const float *x, uint16_t *y, int64_t n, uint32_t seed) {
+    HKC_LOOP(i, n) y[i] = hk_f32_to_bf16_sr(x[i], hk_sr_threshold(seed, i));
+}
+
+extern "C" int hkc_round_bf16_sr(HkcCtx *c, const float *x, uint16_t *y, int64_t n,
+                                 int64_t key, int64_t step, char *err) {
+    if (n == 0) return 0;
+    k_round_sr<<<hkc_blocks(n), HKC_THREADS, 0, c->stream>>>(x, y, n, hk_sr_seed(key, step));
+    return hkc_launched("stochastic rounding", err);
 }

@@ -80,6 +80,10 @@ int hkc_strided_copy(HkcCtx *c, size_t esize, HkcShape shape, const void *src, i
 /* dtype codes are HkDType's: 1 f32, 6 i32, 7 i64, 9 bool, 11 f64, 2 u8, 16 bf16
  * (f32 -> bf16 rounds to nearest even as hk_f32_to_bf16, bit for bit). */
 int hkc_cast(HkcCtx *c, int from, const void *x, int to, void *y, int64_t n, char *err);
+/* f32 -> bf16 rounded stochastically with (key, step), element i's bits
+ * those of kernels/host/hk_sr.h (host twin: hk_bf16_round_sr) */
+int hkc_round_bf16_sr(HkcCtx *c, const float *x, uint16_t *y, int64_t n, int64_t key,
+                      int64_t step, char *err);
 /* y[o] = reduce over the walk of `red` (strides rs from x's element o_off):
  * out element o sits at x offset sum idx_d*os[d] over `out`.  op 0 sum,
  * 1 mean (divides by the reduced count), 2 max.  Accumulates in double. */

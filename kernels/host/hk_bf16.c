@@ -5,6 +5,8 @@
 #include <stdio.h>
 
 #include "hk.h"
+#include "hk_parallel.h"
+#include "hk_vmath.h"
 #include "hk_train.h"
 #include "hk_ws.h"
 
@@ -14,6 +16,24 @@ void hk_bf16_expand(const uint16_t *x, float *y, int64_t n) {
 
 void hk_bf16_round(const float *x, uint16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = hk_f32_to_bf16(x[i]);
+}
+
+typedef struct SrJob {
+    const float *x;
+    uint16_t *y;
+    uint32_t seed;
+} SrJob;
+
+HK_VECTOR_CLONES
+static void sr_span(void *vj, int64_t i0, int64_t i1) {
+    const SrJob *j = vj;
+    for (int64_t i = i0; i < i1; i++)
+        j->y[i] = hk_f32_to_bf16_sr(j->x[i], hk_sr_threshold(j->seed, i));
+}
+
+void hk_bf16_round_sr(const float *x, uint16_t *y, int64_t n, int64_t key, int64_t step) {
+    SrJob j = {x, y, hk_sr_seed(key, step)};
+    hk_parallel_for(n, 1 << 15, sr_span, &j);
 }
 
 /* Scratch for `n` f32 arrays of the given lengths, carved from one hk_ws

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hk_sr.h"
+
 static inline float hk_bf16_to_f32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;
@@ -30,6 +32,11 @@ static inline uint16_t hk_f32_to_bf16(float f) {
 /* n elements each way */
 void hk_bf16_expand(const uint16_t *x, float *y, int64_t n);
 void hk_bf16_round(const float *x, uint16_t *y, int64_t n);
+
+/* y[i] = hk_f32_to_bf16_sr(x[i], hk_sr_threshold(hk_sr_seed(key, step), i)):
+ * split across the kernel pool (each element's bits depend on its index
+ * only, so the result does not depend on the threads) */
+void hk_bf16_round_sr(const float *x, uint16_t *y, int64_t n, int64_t key, int64_t step);
 
 /* The IR's Linear with bf16 operands: y[M,N] = bf16(x[M,K] w[K,N] + bias[N]),
  * the products summed in f32 (the operands widened exactly, OpenBLAS sgemm:

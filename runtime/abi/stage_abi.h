@@ -64,7 +64,7 @@ typedef struct HetcStageDesc {
 
 /* 3: IR texts only for interpreted graphs, hetrt_node defined by the
  * interpreter library, `shape` in param records (docs/STAGE_ABI.md). */
-#define HETC_STAGE_ABI_VERSION 3
+#define HETC_STAGE_ABI_VERSION 4
 
 /* ---- the hetrt entries generated stage functions call (runtime/stage/stage_exec.c).
  * Every one returns 0 or nonzero (status: the generated function stops and

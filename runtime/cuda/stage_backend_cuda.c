@@ -170,6 +170,16 @@ int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {
     return stage_be_get(rt, out, b->dsum, sizeof *out);
 }
 
+int stage_be_round_sr(StageRt *rt, const float *x, uint16_t *y, int64_t n, int64_t key,
+                      int64_t step) {
+    char e[HKC_ERRLEN];
+    if (hkc_round_bf16_sr(&be_of(rt)->k, x, y, n, key, step, e)) {
+        rt_log_error("stochastic rounding of a weight copy: %s", e);
+        return 1;
+    }
+    return 0;
+}
+
 /* Wait for the stream with the runtime's deadline (NCCL has none of its own):
  * a peer that died leaves the collective pending, and the job must end. */
 int cuda_wait_stream(StageRt *rt, cudaStream_t st, ncclComm_t comm, const char *what) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hk_bf16.h"
 #include "stage_internal.h"
 
 const char *stage_be_name(void) { return "host"; }
@@ -74,6 +75,12 @@ int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {
     double s = 0; /* in double: millions of squares */
     for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
     *out = s;
+    return 0;
+}
+int stage_be_round_sr(StageRt *rt, const float *x, uint16_t *y, int64_t n, int64_t key,
+                      int64_t step) {
+    (void)rt;
+    hk_bf16_round_sr(x, y, n, key, step);
     return 0;
 }
 int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const char *what) {

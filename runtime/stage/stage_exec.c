@@ -146,6 +146,12 @@ int32_t hetrt_accum(void *acc, const void *g, int64_t n) {
     return stage_be_axpy(rt, acc, g, n, 1.0f / (float)rt->cfg.accum);
 }
 
+int32_t hetrt_round_bf16_sr(const void *x, void *y, int64_t n, int64_t key) {
+    StageRt *rt = need_rt("hetrt_round_bf16_sr");
+    if (!rt || n < 0) return 1;
+    return stage_be_round_sr(rt, x, y, n, key, rt->step);
+}
+
 int32_t hetrt_loss(const void *loss) {
     StageRt *rt = need_rt("hetrt_loss");
     if (!rt) return 1;

@@ -283,6 +283,9 @@ int stage_be_zero(StageRt *rt, void *dst, size_t n);
 int stage_be_copy(StageRt *rt, void *dst, const void *src, size_t n);
 int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha);
 int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out);
+/* y (bf16) = x (f32) rounded stochastically with (key, step) (hk_sr.h) */
+int stage_be_round_sr(StageRt *rt, const float *x, uint16_t *y, int64_t n, int64_t key,
+                      int64_t step);
 /* In-place sum of n floats of the arena over the DP group (shared < 0) or
  * the group of shared parameter `shared` (rt->shared_comm[shared]). */
 int stage_be_allreduce(StageRt *rt, int shared, float *buf, int64_t n, const char *what);

@@ -258,6 +258,27 @@ int main(void) {
                        (long long)n);
             }
         }
+        /* --bf16-rounding stochastic: the device draws the host's bits */
+        const int64_t key = 0x2468ace, step = 11;
+        hk_bf16_round_sr((const float *)bits, want, n, key, step);
+        if (hkc_round_bf16_sr(&k, dF, dH, n, key, step, err)) {
+            printf("FAIL bf16 stochastic rounding: %s\n", err);
+            failures++;
+        } else {
+            cudaDeviceSynchronize();
+            cudaMemcpy(got, dH, 2 * (size_t)n, cudaMemcpyDeviceToHost);
+            int64_t bad = -1;
+            for (int64_t i = 0; i < n && bad < 0; i++)
+                if (got[i] != want[i]) bad = i;
+            if (bad >= 0) {
+                printf("FAIL bf16 stochastic rounding: element %lld, f32 bits %08x -> device "
+                       "%04x host %04x\n", (long long)bad, bits[bad], got[bad], want[bad]);
+                failures++;
+            } else {
+                printf("ok   bf16 stochastic rounding (%lld elements, bit for bit)\n",
+                       (long long)n);
+            }
+        }
         free(bits), free(want), free(got), free(back), free(wback);
         cudaFree(dF), cudaFree(dH), cudaFree(dB2);
     }

@@ -48,7 +48,7 @@ def case(name, model, precision, seq, mb, accum, steps, opts, interpreted=0):
     check(m and int(m.group(2)) == interpreted,
           f"{name}: nodes left to hetrt_node, want {interpreted}:\n{txt[-600:]}")
     ll = open(os.path.join(d, "stage_0.ll")).read()
-    entries = sorted(set(re.findall(r"call i32 @(hetrt_cu_\w+)\(", ll)))
+    entries = sorted(set(re.findall(r"call i32 @(hetrt_cu_\w+|hetrt_round_bf16_sr)\(", ll)))
     obj, exe = os.path.join(d, "stage_0.twin.o"), os.path.join(d, "stage_0_twin")
     p = run([LLC, "-O1", "-filetype=obj", "-relocation-model=pic", os.path.join(d, "stage_0.ll"),
              "-o", obj])
@@ -73,7 +73,7 @@ def case(name, model, precision, seq, mb, accum, steps, opts, interpreted=0):
                  f"{name}: {len(got)} / {len(ref)} loss lines of {steps}"):
         return None
     worst = max(abs(got[k] - ref[k]) / abs(ref[k]) for k in ref)
-    print(f"{name}: {len(entries)} hetrt_cu_* entries ({', '.join(e[9:] for e in entries)}); "
+    print(f"{name}: {len(entries)} hetrt_cu_* entries ({', '.join(e.replace('hetrt_cu_', '') for e in entries)}); "
           f"{steps} steps, loss {got[1]:.6f} -> {got[steps]:.6f}, worst rel {worst:.2e} "
           "vs hetc train", flush=True)
     return worst, entries
@@ -93,6 +93,10 @@ used = set()
 for name, model, prec, seq, mb, acc, tol, extra, interp in (
         ("gpt_tiny_fp32", tiny, "fp32", 64, 4, 4, 1e-5, [], 0),
         ("gpt_tiny_bf16", tiny, "bf16-mixed", 64, 4, 2, 1e-5, [], 0),
+        # the weight copies rounded stochastically: a runtime entry of every
+        # backend (the step it draws with is the runtime's)
+        ("gpt_tiny_bf16_sr", tiny, "bf16-mixed", 64, 4, 2, 1e-5,
+         ["--bf16-rounding", "stochastic"], 0),
         ("llama_fp32", os.path.join(models, "llama_op17.onnx"), "fp32", 16, 2, 2, 1e-5, [], 0),
         ("gpt2_primitive", os.path.join(models, "gpt2_op17.onnx"), "fp32", 16, 2, 2, 1e-5, prim,
          6)):
@@ -106,6 +110,6 @@ want = {"hetrt_cu_" + e for e in (
     "binary", "unary", "unary_grad", "linear", "linear_grad", "cast", "linear_bf16",
     "linear_grad_bf16", "adamw", "norm", "norm_grad", "matmul", "strided_copy", "reduce_sum",
     "attention", "attention_grad", "embedding", "embedding_grad", "cross_entropy",
-    "cross_entropy_grad")}
+    "cross_entropy_grad")} | {"hetrt_round_bf16_sr"}
 check(want <= used, f"entries no case called: {sorted(want - used)}")
 finish()

@@ -7,7 +7,8 @@
  *  - hk_linear_bf16 / hk_linear_backward_bf16 against a brute-force double
  *    product of the same bf16 operands: y and dx rounded once, within one
  *    bf16 ulp (the f32 sum may land on the other side of a rounding
- *    boundary); dw and dbias (f32) within the f32 summation error. */
+ *    boundary); dw and dbias (f32) within the f32 summation error;
+ *  - stochastic rounding against its statistical promise (check_stochastic). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,8 +128,118 @@ static void check_linear(int64_t M, int64_t K, int64_t N) {
     free(ry), free(rdx), free(rdw), free(rdb);
 }
 
+/* Stochastic rounding (hk_f32_to_bf16_sr, hk_bf16_round_sr) against what
+ * it promises, not against its own formula: every result is one of the two
+ * bf16 neighbours of x (the truncation and the next one away from zero);
+ * bf16 values, zeros and infinities stay, NaN stays NaN; the share of
+ * elements rounded away from zero is d / 2^16 (d the dropped bits) within
+ * 5 binomial sigmas, over the elements of one step and over the steps of
+ * one element, so the mean rounding error vanishes; decisions of
+ * neighbouring steps and of two keys are independent (the both-up share is
+ * p^2); the pool-split tensor entry equals its element-wise definition. */
+static uint16_t trunc_bf16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    return (uint16_t)(b >> 16);
+}
+static void within_sigma(const char *what, long ups, long n, double p) {
+    double sd = sqrt(p * (1 - p) / (double)n), got = (double)ups / (double)n;
+    if (fabs(got - p) > 5 * sd + 1e-12) {
+        fails++;
+        fprintf(stderr, "stochastic rounding, %s: %ld of %ld rounded up (%.6f), expected %.6f "
+                        "+- %.6f\n", what, ups, n, got, p, 5 * sd);
+    }
+}
+static void check_stochastic(void) {
+    enum { N = 1 << 20 };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *y = malloc(N * sizeof *y);
+    /* neighbours, on random f32 values of every magnitude and sign */
+    unsigned s = 12345;
+    for (int i = 0; i < N; i++) {
+        s = s * 1664525u + 1013904223u;
+        uint32_t b = s;
+        x[i] = bits_f(b);
+    }
+    hk_bf16_round_sr(x, y, N, 0x1234567, 7);
+    long bad = 0;
+    for (int i = 0; i < N; i++) {
+        if (isnan(x[i])) {
+            bad += !isnan(hk_bf16_to_f32(y[i]));
+            continue;
+        }
+        uint16_t t = trunc_bf16(x[i]);
+        if (y[i] != t && y[i] != (uint16_t)(t + 1)) bad++;
+        /* what it means: |y| is |x| rounded down or up to a bf16 value */
+        double ax = fabs((double)x[i]), ay = fabs((double)hk_bf16_to_f32(y[i]));
+        if (y[i] == t && ay > ax) bad++;
+        if (y[i] != t && ay < ax) bad++;
+        /* the element-wise definition (and so no dependence on the threads) */
+        if (y[i] != hk_f32_to_bf16_sr(x[i], hk_sr_threshold(hk_sr_seed(0x1234567, 7), i)))
+            bad++;
+    }
+    const float fixed[] = {0.0f, -0.0f, 1.0f, -3.5f, INFINITY, -INFINITY, 0x1p-130f, 65536.0f};
+    for (int k = 0; k < (int)(sizeof fixed / sizeof *fixed); k++)
+        for (int step = 0; step < 64; step++) {
+            uint16_t h = hk_f32_to_bf16_sr(fixed[k], hk_sr_threshold(hk_sr_seed(99, step), k));
+            uint32_t b;
+            memcpy(&b, &fixed[k], 4);
+            if (h != (uint16_t)(b >> 16)) bad++;
+        }
+    if (!isnan(hk_bf16_to_f32(hk_f32_to_bf16_sr(NAN, 0)))) bad++;
+    if (bad) fails++, fprintf(stderr, "stochastic rounding: %ld bad results\n", bad);
+    /* the share rounded up: d / 2^16, over the elements of one step */
+    const uint32_t ds[] = {1, 0x1000, 0x4000, 0x8000, 0xc000, 0xffff};
+    for (int k = 0; k < (int)(sizeof ds / sizeof *ds); k++) {
+        float v = bits_f(0x3f810000u | ds[k]); /* 1.0078125 plus d of the next ulp */
+        for (int i = 0; i < N; i++) x[i] = v;
+        hk_bf16_round_sr(x, y, N, 0x7654321, 3);
+        long ups = 0;
+        double err = 0;
+        for (int i = 0; i < N; i++) {
+            ups += y[i] != 0x3f81;
+            err += (double)hk_bf16_to_f32(y[i]) - (double)v;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "d = 0x%04x over %d elements", (unsigned)ds[k], N);
+        within_sigma(what, ups, N, ds[k] / 65536.0);
+        /* the mean error, in units of the ulp (2^-7), is within the same bound */
+        double ulp = 0x1p-7, p = ds[k] / 65536.0;
+        if (fabs(err / N / ulp) > 5 * sqrt(p * (1 - p) / N) + 1e-12)
+            fails++, fprintf(stderr, "stochastic rounding: mean error %g ulp\n", err / N / ulp);
+        /* one element over 2^16 steps, and the both-up share of steps k, k+1
+         * and of two keys at one step */
+        long u1 = 0, both = 0, keys = 0;
+        int prev = -1;
+        for (int step = 0; step < 65536; step++) {
+            int up = hk_f32_to_bf16_sr(v, hk_sr_threshold(hk_sr_seed(42, step), 5)) != 0x3f81;
+            int up2 = hk_f32_to_bf16_sr(v, hk_sr_threshold(hk_sr_seed(43, step), 5)) != 0x3f81;
+            u1 += up;
+            both += prev == 1 && up;
+            keys += up && up2;
+            prev = up;
+        }
+        snprintf(what, sizeof what, "d = 0x%04x over 65536 steps", (unsigned)ds[k]);
+        within_sigma(what, u1, 65536, p);
+        snprintf(what, sizeof what, "d = 0x%04x, steps k and k+1 both up", (unsigned)ds[k]);
+        within_sigma(what, both, 65535, p * p);
+        snprintf(what, sizeof what, "d = 0x%04x, keys 42 and 43 both up", (unsigned)ds[k]);
+        within_sigma(what, keys, 65536, p * p);
+    }
+    /* negative values: the magnitude rounds the same way */
+    for (int i = 0; i < N; i++) x[i] = -bits_f(0x3f818000u);
+    hk_bf16_round_sr(x, y, N, 5, 0);
+    long ups = 0;
+    for (int i = 0; i < N; i++) ups += y[i] == 0xbf82;
+    within_sigma("-(1 + half an ulp)", ups, N, 0.5);
+    free(x);
+    free(y);
+    printf("stochastic rounding: checked\n");
+}
+
 int main(void) {
     check_rounding();
+    check_stochastic();
     check_linear(1, 1, 1);
     check_linear(5, 17, 3);
     check_linear(33, 64, 70);

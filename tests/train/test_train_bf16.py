@@ -22,7 +22,10 @@ test models:
     values -- move it the other way);
   - --dump-ir-after=mixed-precision shows Cast nodes to bf16 and Linears
     with bf16 values, no GEMM (MatMul, Gemm, Linear) left in f32, and the
-    fp32 run's IR has none.
+    fp32 run's IR has none;
+  - --bf16-rounding stochastic (check_sr): the same criterion, a small
+    step-1 change from nearest, and `sr` on every weight Cast (forward and
+    the backward's re-cast, one key) and on no other.
 
     test_train_bf16.py HETC SOURCE_DIR
 """
@@ -43,8 +46,8 @@ atexit.register(shutil.rmtree, tmp, True)  # removed however the test ends
 fails = []
 
 
-def train(name, model, hp, precision):
-    out = os.path.join(tmp, name, precision)
+def train(name, model, hp, precision, sr=False):
+    out = os.path.join(tmp, name, precision + ("_sr" if sr else ""))
     cmd = [HETC, "train", model, "--data", os.path.join(SRC, hp["data"]),
            "--steps", str(hp["steps"]), "--microbatch", str(hp["batch"]), "--seq", str(hp["seq"]),
            "--optimizer", "adamw", "--lr", repr(hp["lr"]), "--beta1", repr(hp["betas"][0]),
@@ -52,7 +55,8 @@ def train(name, model, hp, precision):
            "--weight-decay", repr(hp["weight_decay"]), "--clip", repr(hp["clip"]),
            "--lr-schedule", hp["lr_schedule"], "--precision", precision,
            "--checkpoint-dir", os.path.join(out, "ckpt"), "-o", out,
-           "--dump-ir-after=mixed-precision,autodiff", "--exec-stats"]
+           "--dump-ir-after=mixed-precision,autodiff" + (",stochastic-rounding" if sr else ""),
+           "--exec-stats"] + (["--bf16-rounding", "stochastic"] if sr else [])
     r = subprocess.run(cmd, capture_output=True, text=True,
                        env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     if r.returncode:
@@ -155,6 +159,48 @@ def check_model(name, onnx, autocast_direction):
              bf_arena, fp_arena, 100.0 * (bf_arena / fp_arena - 1)))
     print("  losses  torch:", np.round(want, 5).tolist())
     print("          bf16 :", np.round(bf16, 5).tolist())
+    check_sr(name, model, hp, want, bf16)
+
+
+def check_sr(name, model, hp, want, bf16):
+    """--bf16-rounding stochastic: the same criterion against torch's
+    autocast; step 1 differs from round-to-nearest (the weight copies were
+    rounded otherwise) by about as much as the Linears' roundings move it,
+    not more (at most 10x the bf16 - fp32 spread of the trajectory); every
+    parameter's Cast to bf16 carries sr after the pass, the activations'
+    none, and the backward's re-cast of a weight the same key."""
+    sr, irs, _ = train(name, model, hp, "bf16-mixed", sr=True)
+    relerr = np.abs(sr - want) / np.abs(want)
+    if relerr.mean() >= 0.015 or relerr.max() >= 0.03:
+        fails.append("%s: --bf16-rounding stochastic vs torch autocast: mean %.3e, worst %.3e"
+                     % (name, relerr.mean(), relerr.max()))
+    d1 = abs(sr[0] - bf16[0]) / abs(bf16[0])
+    if not 1e-7 < d1 < 1e-2:
+        fails.append("%s: stochastic rounding moved step 1 by %.3e relative to nearest (want "
+                     "1e-7 .. 1e-2: it rounds the weight copies, a small change)" % (name, d1))
+    ir = [t for f, t in irs.items() if "stochastic-rounding" in f]
+    ad = [t for f, t in irs.items() if "autodiff" in f]
+    if len(ir) != 1 or len(ad) != 1:
+        fails.append("%s: no IR dump after stochastic-rounding / autodiff: %s" % (name, sorted(irs)))
+        return
+    # which values are parameters: the dump's `param` declarations
+    params = set(re.findall(r"^\s*param %(\S+) :", ir[0], re.M))
+    casts = re.findall(r"^\s*%\S+ = Cast\(%(\S+?)\) \{([^}]*)\} : bf16\[", ir[0], re.M)
+    wsr = [(x, a) for x, a in casts if x in params]
+    if not wsr or any(not re.search(r"\bsr=\d+", a) for x, a in wsr):
+        fails.append("%s: parameter Casts without sr after stochastic-rounding: %s"
+                     % (name, [x for x, a in wsr if "sr=" not in a][:4] or "none found"))
+    if any("sr=" in a for x, a in casts if x not in params):
+        fails.append("%s: an activation's Cast got sr" % name)
+    keys = {x: re.search(r"sr=(\d+)", a).group(1) for x, a in wsr if "sr=" in a}
+    re_casts = re.findall(r"^\s*%re/\S+ = Cast\(%(\S+?)\) \{([^}]*)\} : bf16\[", ad[0], re.M)
+    bad = [x for x, a in re_casts if x in keys and "sr=%s" % keys[x] not in a]
+    if not re_casts or bad:
+        fails.append("%s: backward re-casts of weights without the forward's key: %s (of %d)"
+                     % (name, bad[:4], len(re_casts)))
+    print("%s: --bf16-rounding stochastic vs torch autocast: mean rel err %.3e, max step %.3e; "
+          "step 1 vs nearest %.2e; %d weight Casts with sr, %d backward re-casts with their key"
+          % (name, relerr.mean(), relerr.max(), d1, len(wsr), len(re_casts)))
 
 
 check_model("gpt2", "gpt2_op17.onnx", True)
