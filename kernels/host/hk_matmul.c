@@ -114,12 +114,29 @@ int hk_gemm_f32(const float *a, const float *b, const float *c, int rc, const in
     return 0;
 }
 
+typedef struct BiasJob {
+    const float *bias;
+    float *y;
+    int64_t N;
+} BiasJob;
+
+HK_VECTOR_CLONES
+static void bias_rows(void *vj, int64_t r0, int64_t r1) {
+    const BiasJob *j = vj;
+    const float *restrict b = j->bias;
+    for (int64_t i = r0; i < r1; i++) {
+        float *restrict yr = j->y + i * j->N;
+        for (int64_t c = 0; c < j->N; c++) yr[c] += b[c];
+    }
+}
+
 void hk_linear_f32(const float *x, const float *w, const float *bias, int64_t M, int64_t K,
                    int64_t N, float *y) {
     mm(HK_F32, x, w, y, M, K, N);
-    if (bias)
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) y[i * N + j] += bias[j];
+    if (bias && N > 0) { /* rows on the kernel pool: one add per element, the same bits */
+        BiasJob j = {bias, y, N};
+        hk_parallel_for(M, hk_row_grain(N), bias_rows, &j);
+    }
 }
 
 /* One head at a time per pool chunk (heads are independent: each output
@@ -138,12 +155,22 @@ typedef struct AttnJob {
 /* One attention row's P (hk.h): hk_vmath.h's exp, which vectorizes (libm's,
  * one call per element, was ~7 % of a gpt_tiny step), the sum in column
  * order in double, one rounding per element. */
+#define HK_ATTN_ROW_BUF 512
 HK_VECTOR_CLONES
 void hk_attn_softmax_row(float *row, int64_t lim, int64_t S) {
     double m = -INFINITY;
     for (int64_t c = 0; c < lim; c++) m = row[c] > m ? row[c] : m;
-    double sum = hk_sum_exp_f32(row, 1, lim, m);
-    for (int64_t c = 0; c < lim; c++) row[c] = (float)(hk_exp_d((double)row[c] - m) / sum);
+    if (lim <= HK_ATTN_ROW_BUF) {
+        /* each exp once, kept in double: the values hk_sum_exp_f32 adds and
+         * the second pass below would compute again, so the same bits */
+        double e[HK_ATTN_ROW_BUF], sum = 0;
+        for (int64_t c = 0; c < lim; c++) e[c] = hk_exp_d((double)row[c] - m);
+        for (int64_t c = 0; c < lim; c++) sum += e[c];
+        for (int64_t c = 0; c < lim; c++) row[c] = (float)(e[c] / sum);
+    } else {
+        double sum = hk_sum_exp_f32(row, 1, lim, m);
+        for (int64_t c = 0; c < lim; c++) row[c] = (float)(hk_exp_d((double)row[c] - m) / sum);
+    }
     for (int64_t c = lim > 0 ? lim : 0; c < S; c++) row[c] = 0.0f;
 }
 

@@ -3,8 +3,10 @@
  * torch's fp32 formulas to within an ulp or two. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "hk_parallel.h"
 #include "hk_train.h"
 
 int hk_adamw_step_f32(float *p, const float *g, float *m, float *v, int64_t n, int64_t step,
@@ -85,6 +87,22 @@ static void adamw_span(const AdamwK *k, const float *restrict p, const float *re
     ADAMW_BODY(p, m, v, g, po, mo, vo)
 }
 
+typedef struct AdamwJob {
+    const AdamwK *k;
+    const float *p, *m, *v, *g;
+    float *po, *mo, *vo;
+} AdamwJob;
+
+static void adamw_job_inplace(void *vj, int64_t lo, int64_t hi) {
+    const AdamwJob *j = vj;
+    adamw_span_inplace(j->k, j->po, j->mo, j->vo, j->g, lo, hi);
+}
+
+static void adamw_job(void *vj, int64_t lo, int64_t hi) {
+    const AdamwJob *j = vj;
+    adamw_span(j->k, j->p, j->m, j->v, j->g, lo, hi, j->po, j->mo, j->vo);
+}
+
 int hk_adamw_fused_f32(const float *p, const float *m, const float *v, const float *g,
                        int64_t n, float lr, int64_t step, const float *clip_scale,
                        double beta1, double beta2, double eps, double weight_decay,
@@ -121,10 +139,11 @@ int hk_adamw_fused_f32(const float *p, const float *m, const float *v, const flo
         if (v_out != v) memcpy(v_out, v, (size_t)n * sizeof *v);
         inplace = 1;
     }
-    /* one span today; splitting [0, n) into per-thread spans goes here once
-     * kernels/host has its thread pool (hk_parallel): spans are independent */
-    if (inplace) adamw_span_inplace(&k, p_out, m_out, v_out, g, 0, n);
-    else adamw_span(&k, p, m, v, g, 0, n, p_out, m_out, v_out);
+    /* spans of the kernel pool: each element is updated by one call from
+     * its own inputs, so the bits do not depend on the threads (a gpt_tiny
+     * step ran the whole update on one core while the other waited) */
+    AdamwJob j = {&k, p, m, v, g, p_out, m_out, v_out};
+    hk_parallel_for(n, HK_GRAIN_CHEAP, inplace ? adamw_job_inplace : adamw_job, &j);
     return 0;
 }
 
@@ -183,4 +202,77 @@ void hk_axpy_f32(int64_t n, float alpha, const float *x, float *y)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += alpha * x[i];
+}
+
+/* The same on the kernel pool (one call per element: the same bits),
+ * vectorized (this file: -O3, no FMA contraction) */
+typedef struct AxpyJob {
+    const float *x;
+    float *y;
+    float alpha;
+} AxpyJob;
+
+HK_ADAMW_CLONES
+static void axpy_span(void *vj, int64_t lo, int64_t hi) {
+    const AxpyJob *j = vj;
+    const float *restrict x = j->x;
+    float *restrict y = j->y;
+    const float alpha = j->alpha;
+    for (int64_t i = lo; i < hi; i++)
+        y[i] += alpha * x[i];
+}
+
+void hk_axpy_par_f32(int64_t n, float alpha, const float *x, float *y)
+{
+    AxpyJob j = {x, y, alpha};
+    hk_parallel_for(n, HK_GRAIN_CHEAP, axpy_span, &j);
+}
+
+/* Sum of squares in double, in a fixed association that does not depend on
+ * the threads: blocks of HK_SUMSQ_BLOCK elements, each summed in
+ * HK_SUMSQ_LANES interleaved double accumulators (a vector's worth: the
+ * in-order sum was one dependent add per element), the lanes added in
+ * order, then the blocks' sums in block order. */
+#define HK_SUMSQ_BLOCK 8192
+#define HK_SUMSQ_LANES 8
+typedef struct SumsqJob {
+    const float *x;
+    int64_t n, base; /* chunk item k is block base + k; its sum goes to part[k] */
+    double *part;
+} SumsqJob;
+
+HK_ADAMW_CLONES
+static void sumsq_blocks(void *vj, int64_t b0, int64_t b1) {
+    const SumsqJob *j = vj;
+    const float *restrict x = j->x;
+    for (int64_t k = b0; k < b1; k++) {
+        int64_t b = j->base + k;
+        int64_t lo = b * HK_SUMSQ_BLOCK, hi = lo + HK_SUMSQ_BLOCK < j->n ? lo + HK_SUMSQ_BLOCK : j->n;
+        double acc[HK_SUMSQ_LANES] = {0};
+        int64_t i = lo;
+        for (; i + HK_SUMSQ_LANES <= hi; i += HK_SUMSQ_LANES)
+            for (int l = 0; l < HK_SUMSQ_LANES; l++)
+                acc[l] += (double)x[i + l] * (double)x[i + l];
+        for (int l = 0; i < hi; i++, l++)
+            acc[l] += (double)x[i] * (double)x[i];
+        double s = 0;
+        for (int l = 0; l < HK_SUMSQ_LANES; l++)
+            s += acc[l];
+        j->part[k] = s;
+    }
+}
+
+double hk_sumsq_f32(const float *x, int64_t n)
+{
+    enum { GROUP = 64 }; /* blocks per pool call: their sums on the stack */
+    double part[GROUP], s = 0;
+    int64_t nb = n > 0 ? (n + HK_SUMSQ_BLOCK - 1) / HK_SUMSQ_BLOCK : 0;
+    for (int64_t g = 0; g < nb; g += GROUP) {
+        int64_t m = nb - g < GROUP ? nb - g : GROUP;
+        SumsqJob j = {x, n, g, part};
+        hk_parallel_for(m, 1, sumsq_blocks, &j);
+        for (int64_t b = 0; b < m; b++)
+            s += part[b];
+    }
+    return s;
 }

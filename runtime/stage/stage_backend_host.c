@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hk_bf16.h"
+#include "hk_train.h"
 #include "stage_internal.h"
 
 const char *stage_be_name(void) { return "host"; }
@@ -68,13 +69,11 @@ int stage_be_copy(StageRt *rt, void *dst, const void *src, size_t n) {
     return 0;
 }
 int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha) {
-    for (int64_t i = 0; i < n; i++) y[i] += x[i] * alpha;
+    hk_axpy_par_f32(n, alpha, x, y); /* y + alpha x: the product commutes */
     return 0;
 }
 int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {
-    double s = 0; /* in double: millions of squares */
-    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
-    *out = s;
+    *out = hk_sumsq_f32(x, n); /* in double: millions of squares */
     return 0;
 }
 int stage_be_round_sr(StageRt *rt, const float *x, uint16_t *y, int64_t n, int64_t key,
