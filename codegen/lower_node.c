@@ -276,11 +276,18 @@ static int lw_unary(LnCtx *c, int op) {
 
 /* Identity, Reshape, Squeeze, Unsqueeze, Flatten, TpCopy, Dropout
  * (inference): row-major data is unchanged */
+/* lower_node.h; views: memplan.c plan_views */
+int ln_same_buffer(LnCtx *c, const IrValue *x, const IrValue *y) {
+    LeArg a = {0}, b = {0};
+    if (c->loc(c->u, x, &a) != 0 || c->loc(c->u, y, &b) != 0) return 0;
+    return a.kind == b.kind && a.kind != LE_ARG_NULL && a.off == b.off;
+}
+
 static int lw_copy(LnCtx *c, int unused) {
     const IrValue *x = IN(0), *y = OUT(0);
     if (ln_numel(x) != ln_numel(y)) return ln_fail(c, "output size");
     int64_t nb = ln_numel(x) * (int64_t)esz(x);
-    if (nb) {
+    if (nb && !ln_same_buffer(c, x, y)) {
         LeCall *k = ln_push(c, "hetrt_copy");
         ln_ptr(c, k, y);
         ln_ptr(c, k, x);

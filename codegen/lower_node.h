@@ -116,6 +116,9 @@ int ln_unary_op(LnCtx *c, int *op);
 /* A Cast with `sr` (--bf16-rounding stochastic): hetrt_round_bf16_sr, host
  * and device alike (the runtime supplies the step). */
 int lower_cast_sr(LnCtx *c);
+/* 1 when x and y are planned at the same bytes (a view of the memory plan):
+ * a copy of one into the other is left out */
+int ln_same_buffer(LnCtx *c, const IrValue *x, const IrValue *y);
 /* Slice's starts, ends, axes, steps (constant operands i0..i0+3) resolved
  * for data of shape xs by ONNX's clamping rules; 0, or -1 when not constant
  * or invalid */

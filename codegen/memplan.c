@@ -625,6 +625,72 @@ static void order_update(const PartStage *st, MemPlan *mp, ActList *out) {
     free(ord), free(rank), free(lastrd), free(pend);
 }
 
+/* ------------------------------------------------------------ views */
+
+/* A Reshape, Squeeze, Unsqueeze, Flatten or Identity output holds its
+ * input's bytes unchanged (row-major), so it can be the same bytes: no copy
+ * and no second buffer (gpt_tiny's attention heads and their gradients were
+ * 84 copies, 7.5 MB a step).  The two share one buffer whose live range
+ * covers both (plan_scratch follows view_of); values are written once, by
+ * their producer and only read after that (hetrt_send, hetrt_accum and
+ * hetrt_loss read), so sharing is safe whenever both live in the same
+ * place for the same function.  Not aliased: parameters, constants and
+ * inputs (the root must be a computed value); values of different regions
+ * or phases (a forward scratch value the backward's view would outlive);
+ * and the parameter gradients grad/P, which keep their copy: ZeRO-2's
+ * hetrt_accum_scatter reduce-scatters them in place, and the planner's
+ * per-layer arena model (driver/plan_arena.c) measures an embedding layer
+ * alone with two received gradients where the binary has one, which the
+ * copy's bytes happen to offset (a view put gpt_tiny's embedding stage 12 %
+ * under its prediction, past issue 17's 5 %). */
+static int view_root(const MemPlan *mp, int id) {
+    while (mp && mp->view_of && mp->view_of[id] >= 0) id = mp->view_of[id];
+    return id;
+}
+
+static int is_view_op(IrOp op) {
+    return op == IR_OP_RESHAPE || op == IR_OP_SQUEEZE || op == IR_OP_UNSQUEEZE ||
+           op == IR_OP_FLATTEN || op == IR_OP_IDENTITY;
+}
+
+static void plan_views(const PartStage *st, MemPlan *mp) {
+    IrGraph *t = st->train;
+    mp->view_of = ir_xmalloc(((size_t)t->nvalues + 1) * sizeof *mp->view_of);
+    char *no = ir_xcalloc((size_t)t->nvalues + 1, 1);
+    for (int i = 0; i < t->nvalues; i++) mp->view_of[i] = -1;
+    for (int p = 0; p < mp->nparams; p++)
+        if (mp->params[p].grad) no[mp->params[p].grad->id] = 1;
+    for (int i = 0; i < t->nnodes; i++) {
+        IrNode *n = t->nodes[i];
+        if (n->dead || !is_view_op(n->op) || n->nin < 1 || n->nout != 1 || !n->in[0] ||
+            !n->out[0])
+            continue;
+        IrValue *y = n->out[0];
+        int r = view_root(mp, n->in[0]->id);
+        const IrValue *rv = t->values[r];
+        const MpLoc *lr = &mp->train_loc[r], *ly = &mp->train_loc[y->id];
+        if (no[r] || no[y->id] || y->producer != n || !rv->producer ||
+            rv->kind == IR_VK_PARAM || rv->kind == IR_VK_CONST ||
+            rv->producer->phase != n->phase || lr->region != ly->region ||
+            (lr->region != HETC_BUF_ARENA && lr->region != HETC_BUF_SLOT) ||
+            lr->bytes != ly->bytes)
+            continue;
+        mp->view_of[y->id] = r;
+        mp->nviews++;
+    }
+    free(no);
+}
+
+/* after the roots are placed: each view takes its root's place */
+static void place_views(MemPlan *mp) {
+    for (int i = 0; i < mp->ntrain_loc && mp->view_of; i++)
+        if (mp->view_of[i] >= 0) {
+            const MpLoc *r = &mp->train_loc[view_root(mp, i)];
+            MpLoc *l = &mp->train_loc[i];
+            l->off = r->off, l->first = r->first, l->last = r->last;
+        }
+}
+
 /* ------------------------------------------------------------ live ranges */
 
 /* The values action `a` of function fn reads (r) and writes (w). */
@@ -665,14 +731,16 @@ static int plan_scratch(const PartStage *st, MemPlan *mp, int fn, MpLoc *loc, in
     IrValue *tmp[1], **r, **w;
     int nr, nw;
     const char *gname = fn == MP_FN_UPDATE ? "update" : "train";
+    /* a view's reads and writes are its root's (plan_views) */
+    const MemPlan *vm = fn == MP_FN_UPDATE ? NULL : mp;
     for (int pos = 0; pos < mp->nacts[fn]; pos++) {
         act_values(st, mp, fn, &mp->acts[fn][pos], &r, &nr, &w, &nw, tmp);
         for (int k = 0; k < nw; k++) {
-            MpLoc *l = w[k] ? &loc[w[k]->id] : NULL;
+            MpLoc *l = w[k] ? &loc[view_root(vm, w[k]->id)] : NULL;
             if (l && l->off == -1 && l->first < 0) l->first = l->last = pos;
         }
         for (int k = 0; k < nr; k++) {
-            MpLoc *l = r[k] ? &loc[r[k]->id] : NULL;
+            MpLoc *l = r[k] ? &loc[view_root(vm, r[k]->id)] : NULL;
             if (!l || l->off != -1) continue;
             if (l->first < 0)
                 return ir_errorf(err,
@@ -686,7 +754,7 @@ static int plan_scratch(const PartStage *st, MemPlan *mp, int fn, MpLoc *loc, in
     FfBuf *bufs = ir_xcalloc((size_t)nloc + 1, sizeof *bufs);
     int *ids = ir_xcalloc((size_t)nloc + 1, sizeof *ids), n = 0;
     for (int i = 0; i < nloc; i++)
-        if (loc[i].off == -1 && loc[i].first >= 0) {
+        if (loc[i].off == -1 && loc[i].first >= 0 && view_root(vm, i) == i) {
             ids[n] = i;
             bufs[n++] = (FfBuf){loc[i].first, loc[i].last,
                                 align_up(loc[i].bytes ? loc[i].bytes : 1), 0};
@@ -760,11 +828,12 @@ int memplan_build_fused(const PartStage *st, int nslots, const FuseGraph *ft,
     for (int f = 0; f < MP_NFN; f++) mp->acts[f] = al[f].a, mp->nacts[f] = al[f].n;
     if (rc) goto fail;
 
+    plan_views(st, mp);
     /* slot: inputs and forward values, one after another */
     int64_t so = 0;
     for (int i = 0; i < t->nvalues; i++) {
         MpLoc *l = &mp->train_loc[i];
-        if (l->region != HETC_BUF_SLOT) continue;
+        if (l->region != HETC_BUF_SLOT || mp->view_of[i] >= 0) continue;
         l->off = so;
         so += align_up(l->bytes ? l->bytes : 1);
     }
@@ -780,6 +849,7 @@ int memplan_build_fused(const PartStage *st, int nslots, const FuseGraph *ft,
         plan_scratch(st, mp, MP_FN_UPDATE, mp->upd_loc, mp->nupd_loc, &mp->upd_scratch_bytes,
                      err))
         goto fail;
+    place_views(mp);
     MpLoc *locs[2] = {mp->train_loc, mp->upd_loc};
     int nlocs[2] = {mp->ntrain_loc, mp->nupd_loc};
     for (int g = 0; g < 2; g++)
@@ -817,6 +887,7 @@ void memplan_free(MemPlan *mp) {
     free(mp->params);
     free(mp->train_loc);
     free(mp->upd_loc);
+    free(mp->view_of);
     for (int f = 0; f < MP_NFN; f++) free(mp->acts[f]);
     memset(mp, 0, sizeof *mp);
 }

@@ -132,6 +132,12 @@ typedef struct MemPlan {
      * (HETC_BUF_NONE), its members have no action but the last, whose
      * MP_NODE runs the group and reads / writes the group's external values */
     const struct FuseGraph *fuse[2];
+    /* views (plan_views): by train-graph value id, the value whose bytes a
+     * Reshape / Squeeze / Unsqueeze / Flatten / Identity output shares (its
+     * loc is that value's: the lowering's copy is then onto itself, which
+     * the runtime skips), or -1 */
+    int *view_of;
+    int nviews;
 } MemPlan;
 
 /* Plan stage `st` with nslots activation slots.  Errors name the stage and

@@ -365,7 +365,7 @@ static void regions(const MemPlan *mp, const PartStage *st) {
     }
 }
 
-static int64_t overlaps_checked;
+static int64_t overlaps_checked, views_checked;
 
 /* live ranges from the call order, then every pair of scratch buffers */
 static void intervals(const MemPlan *mp, const PartStage *st, int fn, int64_t *sum) {
@@ -373,12 +373,34 @@ static void intervals(const MemPlan *mp, const PartStage *st, int fn, int64_t *s
     IrGraph *g = graph ? st->update : st->train;
     int *first = malloc(sizeof *first * (size_t)g->nvalues), *last = malloc(sizeof *last * (size_t)g->nvalues);
     for (int i = 0; i < g->nvalues; i++) first[i] = last[i] = -1;
+    /* a view (memplan's view_of: a Reshape / Squeeze / Unsqueeze / Flatten /
+     * Identity output sharing its input's bytes) is one buffer with its
+     * root: it must be such an op's output, of the root's bytes and at the
+     * root's place, and the buffer lives from the first write of either to
+     * the last access of either */
+    int *root = malloc(sizeof *root * (size_t)g->nvalues);
+    for (int i = 0; i < g->nvalues; i++) {
+        root[i] = i;
+        while (!graph && mp->view_of && mp->view_of[root[i]] >= 0) root[i] = mp->view_of[root[i]];
+        if (root[i] == i) continue;
+        const IrValue *v = g->values[i];
+        const IrNode *p = v->producer;
+        IrOp op = p ? p->op : IR_OP_IDENTITY;
+        CHECK(p && (op == IR_OP_RESHAPE || op == IR_OP_SQUEEZE || op == IR_OP_UNSQUEEZE ||
+                    op == IR_OP_FLATTEN || op == IR_OP_IDENTITY) && p->in[0],
+              "view '%s' is not the output of a view op", v->name);
+        const MpLoc *lv = memplan_loc(mp, st, graph, v);
+        const MpLoc *lr = memplan_loc(mp, st, graph, g->values[root[i]]);
+        CHECK(lv->region == lr->region && lv->off == lr->off && lv->bytes == lr->bytes,
+              "view '%s' is not at its root '%s''s bytes", v->name, g->values[root[i]]->name);
+        views_checked++;
+    }
     Acc acc[4096];
     for (int pos = 0; pos < mp->nacts[fn]; pos++) {
         int n = accesses(mp, st, fn, &mp->acts[fn][pos], acc);
         for (int k = 0; k < n; k++) {
             if (!acc[k].v) continue;
-            int id = acc[k].v->id;
+            int id = root[acc[k].v->id];
             if (acc[k].write && first[id] < 0) first[id] = pos;
             if (last[id] < pos) last[id] = pos;
         }
@@ -393,7 +415,7 @@ static void intervals(const MemPlan *mp, const PartStage *st, int fn, int64_t *s
             int owner = graph ? MP_FN_UPDATE
                         : v->producer && v->producer->phase == IR_PHASE_FWD ? MP_FN_FORWARD
                                                                              : MP_FN_BACKWARD;
-            if (owner != fn) continue;
+            if (owner != fn || root[i] != i) continue;
             CHECK(first[i] >= 0, "scratch value '%s' never written in its function",
                   g->values[i]->name);
             sc[n++] = i;
@@ -415,6 +437,7 @@ static void intervals(const MemPlan *mp, const PartStage *st, int fn, int64_t *s
     free(sc);
     free(first);
     free(last);
+    free(root);
 }
 
 static void counts(const MemPlan *mp, const PartStage *st) {
@@ -739,6 +762,8 @@ int main(int argc, char **argv) {
     errors();
     zero_slices();
     printf("%lld live scratch pairs checked\n", (long long)overlaps_checked);
+    printf("%lld views (values sharing their input's bytes) checked\n", (long long)views_checked);
+    CHECK(views_checked > 0, "no view planned (gpt_tiny's attention Reshapes should be)");
     if (fails) {
         fprintf(stderr, "%d failures\n", fails);
         return 1;
