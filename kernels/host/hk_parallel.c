@@ -214,3 +214,31 @@ void hk_parallel_for(int64_t n, int64_t grain, HkRangeFn fn, void *ctx) {
     while (atomic_load(&pool.refs) > 0) sched_yield();
     pthread_mutex_unlock(&pool.busy);
 }
+
+/* Large copies and zero fills on the pool: between two kernels a stage
+ * program copies or clears megabytes (gradient carries, accumulators) on
+ * one core while the others wait. */
+#define HK_MEM_CHUNK ((int64_t)1 << 16)
+typedef struct MemJob {
+    char *dst;
+    const char *src; /* NULL: zero fill */
+    size_t n;
+} MemJob;
+
+static void mem_chunks(void *vj, int64_t c0, int64_t c1) {
+    const MemJob *j = vj;
+    size_t b = (size_t)c0 * HK_MEM_CHUNK, e = (size_t)c1 * HK_MEM_CHUNK;
+    if (e > j->n) e = j->n;
+    if (j->src) memcpy(j->dst + b, j->src + b, e - b);
+    else memset(j->dst + b, 0, e - b);
+}
+
+void hk_parallel_memcpy(void *dst, const void *src, size_t n) {
+    MemJob j = {dst, src, n};
+    hk_parallel_for((int64_t)((n + HK_MEM_CHUNK - 1) / HK_MEM_CHUNK), 1, mem_chunks, &j);
+}
+
+void hk_parallel_memset0(void *dst, size_t n) {
+    MemJob j = {dst, NULL, n};
+    hk_parallel_for((int64_t)((n + HK_MEM_CHUNK - 1) / HK_MEM_CHUNK), 1, mem_chunks, &j);
+}

@@ -16,6 +16,7 @@
 #ifndef HETC_HK_PARALLEL_H
 #define HETC_HK_PARALLEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef void (*HkRangeFn)(void *ctx, int64_t begin, int64_t end);
@@ -30,6 +31,11 @@ int hk_parallel_threads(void);
  * it: the buffer is then allocated by the same thread on the same call
  * every step, whichever threads happen to take the chunks. */
 int hk_parallel_worker(void);
+
+/* memcpy / memset of large buffers split across the pool (64 KiB
+ * chunks); dst and src must not overlap */
+void hk_parallel_memcpy(void *dst, const void *src, size_t n);
+void hk_parallel_memset0(void *dst, size_t n);
 
 /* Grains, in items, sized so one chunk is ~10-50 us of work: cheap
  * arithmetic, transcendental maps, and whole rows (pass the row length). */

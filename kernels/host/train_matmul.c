@@ -49,19 +49,27 @@ int hk_matmul_backward_f32(const float *a, const float *b, const float *dc, int6
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         return bad(err, "matmul backward: dimension exceeds BLAS int range");
     int64_t sa = a_shared ? 0 : M * K, sb = b_shared ? 0 : K * N, sc = M * N;
-    /* A zero-sized reduction (M, N or batch empty) still defines the
-     * gradient: zero, unless accumulating. */
-    if (da && !accum)
-        memset(da, 0, sizeof(float) * (size_t)((a_shared ? 1 : batch) * M * K));
-    if (db && !accum)
-        memset(db, 0, sizeof(float) * (size_t)((b_shared ? 1 : batch) * K * N));
-    if (M == 0 || N == 0 || K == 0)
+    if (M == 0 || N == 0 || K == 0) {
+        /* A zero-sized reduction (M, N or batch empty) still defines the
+         * gradient: zero, unless accumulating. */
+        if (da && !accum)
+            memset(da, 0, sizeof(float) * (size_t)((a_shared ? 1 : batch) * M * K));
+        if (db && !accum)
+            memset(db, 0, sizeof(float) * (size_t)((b_shared ? 1 : batch) * K * N));
         return 0;
+    }
+    /* beta 0 where a gradient starts (not accumulating; the first batch
+     * entry of a shared operand's sum): the sgemm zeroes its own blocks of
+     * the output, in parallel, where a memset of the whole output on this
+     * thread used to precede a beta-1 sgemm -- the same sums onto a zeroed
+     * output, so the same bits */
     for (int64_t i = 0; i < batch; i++) {
         if (da)
-            grad_a(b + i * sb, dc + i * sc, M, N, K, ta, tb, 1.0f, da + i * sa);
+            grad_a(b + i * sb, dc + i * sc, M, N, K, ta, tb,
+                   accum || (a_shared && i > 0) ? 1.0f : 0.0f, da + i * sa);
         if (db)
-            grad_b(a + i * sa, dc + i * sc, M, N, K, ta, tb, 1.0f, db + i * sb);
+            grad_b(a + i * sa, dc + i * sc, M, N, K, ta, tb,
+                   accum || (b_shared && i > 0) ? 1.0f : 0.0f, db + i * sb);
     }
     return 0;
 }

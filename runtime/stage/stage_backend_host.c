@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hk_bf16.h"
+#include "hk_parallel.h"
 #include "hk_train.h"
 #include "stage_internal.h"
 
@@ -61,11 +62,14 @@ int stage_be_get(StageRt *rt, void *dst, const void *src, size_t n) {
     return 0;
 }
 int stage_be_zero(StageRt *rt, void *dst, size_t n) {
-    if (n) memset(dst, 0, n);
+    if (n) hk_parallel_memset0(dst, n);
     return 0;
 }
 int stage_be_copy(StageRt *rt, void *dst, const void *src, size_t n) {
-    if (n && dst != src) memmove(dst, src, n);
+    if (!n || dst == src) return 0;
+    const char *d = dst, *s = src;
+    if (d + n <= s || s + n <= d) hk_parallel_memcpy(dst, src, n); /* disjoint */
+    else memmove(dst, src, n);
     return 0;
 }
 int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha) {
