@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "hk.h"
+#include "hk_parallel.h"
 #include "hk_sgemm.h"
 #include "hk_train.h"
 
@@ -525,6 +526,106 @@ static void case_attention(int64_t H, int64_t T, int64_t D, int causal) {
     free(y1), free(dq1), free(dk1), free(dv1);
 }
 
+/* ------------------------------------------------------------ optimizer, norm, memory */
+/* The fused AdamW on the pool, in place and out of place, against the
+ * element-wise reference of its float chain (the kernel's comment: no FMA,
+ * the scalars rounded as the op chain rounds them), bit for bit. */
+static void case_adamw(int64_t n) {
+    float *p = fvec(n, -1, 1), *m = fvec(n, -0.1f, 0.1f), *v = fvec(n, 0, 0.01f),
+          *g = fvec(n, -1, 1);
+    float *wp = fzero(n), *wm = fzero(n), *wv = fzero(n), *po = fzero(n), *mo = fzero(n),
+          *vo = fzero(n);
+    const double b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+    const float lr = 1e-3f, cs = 0.75f;
+    const int64_t step = 3;
+    volatile float t = (float)step; /* the reference, written out */
+    float bc1 = 1.0f - (float)pow((double)(float)b1, (double)t);
+    float bc2 = 1.0f - (float)pow((double)(float)b2, (double)t);
+    float fb1 = (float)b1, omb1 = (float)(1.0 - b1), fb2 = (float)b2, omb2 = (float)(1.0 - b2);
+    float decay = 1.0f - lr * (float)wd, step_size = lr / bc1;
+    float bc2s = (float)sqrt((double)bc2), feps = (float)eps;
+    for (int64_t i = 0; i < n; i++) {
+        volatile float gi = g[i] * cs;
+        volatile float mi = m[i] * fb1 + gi * omb1;
+        volatile float vi = v[i] * fb2 + (gi * gi) * omb2;
+        volatile float den = sqrtf(vi) / bc2s + feps;
+        volatile float pi = p[i] * decay;
+        wm[i] = mi, wv[i] = vi;
+        wp[i] = pi - (mi / den) * step_size;
+    }
+    char err[256] = "";
+    ok(hk_adamw_fused_f32(p, m, v, g, n, lr, step, &cs, b1, b2, eps, wd, po, mo, vo, err),
+       "adamw out of place", err);
+    check("adamw P (out of place)", po, wp, n, 0);
+    check("adamw m (out of place)", mo, wm, n, 0);
+    check("adamw v (out of place)", vo, wv, n, 0);
+    ok(hk_adamw_fused_f32(p, m, v, g, n, lr, step, &cs, b1, b2, eps, wd, p, m, v, err),
+       "adamw in place", err);
+    check("adamw P (in place)", p, wp, n, 0);
+    check("adamw m (in place)", m, wm, n, 0);
+    free(p), free(m), free(v), free(g), free(wp), free(wm), free(wv), free(po), free(mo), free(vo);
+}
+
+/* axpy on the pool (one add per element: bit for bit); the sum of squares
+ * in its fixed block order against an exactly rounded reference (long
+ * double, within n * 2^-52 relative: the double sum's bound), dumped so the
+ * thread counts must agree; copies and zero fills. */
+static void case_axpy_sumsq_mem(int64_t n) {
+    float *x = fvec(n, -2, 2), *y = fvec(n, -1, 1), *w = fzero(n), *z = fvec(n, 1, 2);
+    for (int64_t i = 0; i < n; i++) w[i] = y[i] + 0.25f * x[i];
+    hk_axpy_par_f32(n, 0.25f, x, y);
+    check("axpy (pool)", y, w, n, 0);
+    long double ref = 0;
+    for (int64_t i = 0; i < n; i++) ref += (long double)x[i] * (long double)x[i];
+    double s = hk_sumsq_f32(x, n);
+    double rel = ref != 0 ? fabs((double)((s - ref) / ref)) : fabs(s);
+    printf("%-34s n=%-8lld rel err %.2g\n", "sum of squares (blocks)", (long long)n, rel);
+    if (rel > (double)(n + 1) * 0x1p-52) {
+        printf("  FAIL: %.17g vs %.17Lg\n", s, ref);
+        failures++;
+    }
+    fwrite(&s, sizeof s, 1, dump);
+    hk_parallel_memcpy(z, x, sizeof(float) * (size_t)n);
+    check("memcpy (pool)", z, x, n, 0);
+    hk_parallel_memset0(z, sizeof(float) * (size_t)n);
+    float *zero = fzero(n);
+    check("memset 0 (pool)", z, zero, n, 0);
+    free(x), free(y), free(w), free(z), free(zero);
+}
+
+/* The weight gradient of a Linear: an output full of NaN beforehand must
+ * not matter (beta 0 where the gradient starts), and it equals a double
+ * product within the float bound; with accum it adds to what is there. */
+static void case_linear_dw(int64_t M, int64_t K, int64_t N) {
+    float *x = fvec(M * K, -1, 1), *dy = fvec(M * N, -1, 1), *dw = fzero(K * N),
+          *acc = fvec(K * N, -1, 1), *acc0 = fzero(K * N);
+    memcpy(acc0, acc, sizeof(float) * (size_t)(K * N));
+    for (int64_t i = 0; i < K * N; i++) dw[i] = NAN;
+    char err[256] = "";
+    ok(hk_linear_backward_f32(x, NULL, dy, M, K, N, NULL, dw, NULL, 0, err), "linear dw", err);
+    ok(hk_linear_backward_f32(x, NULL, dy, M, K, N, NULL, acc, NULL, 1, err), "linear dw accum",
+       err);
+    int64_t bad = 0;
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++) {
+            double sum = 0, mag = 0;
+            for (int64_t i = 0; i < M; i++) {
+                sum += (double)x[i * K + k] * dy[i * N + j];
+                mag += fabs((double)x[i * K + k] * dy[i * N + j]);
+            }
+            double tol = (double)(M + 2) * 0x1p-23 * mag;
+            if (!(fabs(dw[k * N + j] - sum) <= tol)) bad++;
+            if (!(fabs(acc[k * N + j] - (acc0[k * N + j] + sum)) <=
+                  tol + 0x1p-23 * fabs(acc0[k * N + j] + sum) * 2))
+                bad++;
+        }
+    printf("%-34s %lldx%lldx%lld: %lld outside the error bound\n", "linear dw (NaN before)",
+           (long long)M, (long long)K, (long long)N, (long long)bad);
+    if (bad) failures++;
+    fwrite(dw, sizeof(float), (size_t)(K * N), dump);
+    free(x), free(dy), free(dw), free(acc), free(acc0);
+}
+
 /* ------------------------------------------------------------ movement */
 static void case_transpose(int rank, const int64_t *dims, const int64_t *perm) {
     int64_t n = hk_numel(rank, dims), xs[HK_MAX_RANK], yd[HK_MAX_RANK], idx[HK_MAX_RANK] = {0};
@@ -587,6 +688,12 @@ int main(int argc, char **argv) {
     case_gemm(700, 300, 129, 1, 1, 1.0f); /* row blocks, transposed operands, beta */
     case_gemm(257, 259, 65, 0, 1, 0.0f);
     case_gemm(9, 7, 5, 1, 0, 0.5f);       /* too small to split */
+    case_adamw(100003);
+    case_adamw(7);
+    case_axpy_sumsq_mem(300007);
+    case_axpy_sumsq_mem(5);
+    case_linear_dw(256, 64, 192);
+    case_linear_dw(33, 7, 5);
     case_attention(6, 67, 16, 1);
     case_attention(3, 33, 8, 0);
     { int64_t d[] = {67, 301, 3}, p[] = {2, 0, 1}; case_transpose(3, d, p); }
