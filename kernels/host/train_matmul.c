@@ -5,6 +5,7 @@
 
 #include "hk_parallel.h"
 #include "hk_train.h"
+#include "hk_vmath.h"
 
 static int bad(char *err, const char *msg)
 {
@@ -87,6 +88,7 @@ typedef struct DbiasJob {
     int accum;
 } DbiasJob;
 
+HK_VECTOR_CLONES /* the columns' double adds in vector lanes (the same bits) */
 static void dbias_blocks(void *vctx, int64_t b0, int64_t b1) {
     const DbiasJob *j = vctx;
     for (int64_t b = b0; b < b1; b++) {

@@ -93,7 +93,7 @@ static double row_lse(const float *row, int64_t V)
             mx = row[j];
     if (mx == -INFINITY)
         return mx; /* all -inf: exp sum is 0 */
-    return mx + log(hk_sum_exp_f32(row, 1, V, mx));
+    return mx + log(hk_sum_exp_f32_lanes(row, V, mx)); /* the loss's log-sum-exp */
 }
 
 typedef struct LseJob {
@@ -170,6 +170,10 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
 /* one row of the mean loss's gradient, w * (softmax(row) - onehot(t)), l
  * the row's log-sum-exp over the whole vocabulary; a t outside [0, n) (a
  * column of another TP rank) has no onehot term here */
+/* vector clones: the exps in AVX-512 / AVX2 lanes (the same per-element
+ * ops, -ffp-contract=off: the same bits); it was the generic SSE2 build's
+ * two lanes, 3 % of a GPT-2-shape step */
+HK_VECTOR_CLONES
 static void ce_row_grad(const float *row, int64_t n, double l, int64_t t, double w, float *d)
 {
     for (int64_t j = 0; j < n; j++)
