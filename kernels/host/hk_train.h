@@ -258,9 +258,7 @@ double hk_clip_scale(double total_norm, double max_norm);
 /* x *= s */
 void hk_scale_f32(float *x, int64_t n, float s);
 /* y += alpha x (gradient accumulation over microbatches) */
-void hk_axpy_f32(int64_t n, float alpha, const float *x, float *y);
-/* the same on the kernel pool, vectorized (the same bits) */
-void hk_axpy_par_f32(int64_t n, float alpha, const float *x, float *y);
+void hk_axpy_f32(int64_t n, float alpha, const float *x, float *y); /* on the kernel pool */
 /* sum of x[i]^2 in double, in blocks summed in a fixed order whatever the
  * threads (the gradient norm) */
 double hk_sumsq_f32(const float *x, int64_t n);

@@ -3,7 +3,6 @@
  * torch's fp32 formulas to within an ulp or two. */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "hk_parallel.h"
@@ -198,14 +197,8 @@ void hk_scale_f32(float *x, int64_t n, float s)
         x[i] *= s;
 }
 
-void hk_axpy_f32(int64_t n, float alpha, const float *x, float *y)
-{
-    for (int64_t i = 0; i < n; i++)
-        y[i] += alpha * x[i];
-}
-
-/* The same on the kernel pool (one call per element: the same bits),
- * vectorized (this file: -O3, no FMA contraction) */
+/* y += alpha x on the kernel pool (one add per element: the bits do not
+ * depend on the threads), vectorized (this file: -O3, no FMA contraction) */
 typedef struct AxpyJob {
     const float *x;
     float *y;
@@ -222,7 +215,7 @@ static void axpy_span(void *vj, int64_t lo, int64_t hi) {
         y[i] += alpha * x[i];
 }
 
-void hk_axpy_par_f32(int64_t n, float alpha, const float *x, float *y)
+void hk_axpy_f32(int64_t n, float alpha, const float *x, float *y)
 {
     AxpyJob j = {x, y, alpha};
     hk_parallel_for(n, HK_GRAIN_CHEAP, axpy_span, &j);

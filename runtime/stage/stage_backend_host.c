@@ -73,7 +73,7 @@ int stage_be_copy(StageRt *rt, void *dst, const void *src, size_t n) {
     return 0;
 }
 int stage_be_axpy(StageRt *rt, float *y, const float *x, int64_t n, float alpha) {
-    hk_axpy_par_f32(n, alpha, x, y); /* y + alpha x: the product commutes */
+    hk_axpy_f32(n, alpha, x, y); /* y + alpha x: the product commutes */
     return 0;
 }
 int stage_be_sumsq(StageRt *rt, const float *x, int64_t n, double *out) {

@@ -573,7 +573,7 @@ static void case_adamw(int64_t n) {
 static void case_axpy_sumsq_mem(int64_t n) {
     float *x = fvec(n, -2, 2), *y = fvec(n, -1, 1), *w = fzero(n), *z = fvec(n, 1, 2);
     for (int64_t i = 0; i < n; i++) w[i] = y[i] + 0.25f * x[i];
-    hk_axpy_par_f32(n, 0.25f, x, y);
+    hk_axpy_f32(n, 0.25f, x, y);
     check("axpy (pool)", y, w, n, 0);
     long double ref = 0;
     for (int64_t i = 0; i < n; i++) ref += (long double)x[i] * (long double)x[i];
