@@ -306,6 +306,21 @@ class StageTest:
               f"to {w:.2g}", flush=True)
         return more
 
+    def expect_same_resume(self, out, ckpt, p, at, last, label):
+        """A copy of the checkpoint directory ckpt without step last's
+        checkpoint, resumed by out/launch.sh to step last: steps at+1..last
+        must print the uninterrupted run p's loss and grad-norm text
+        exactly.  Returns whether they did."""
+        ckr = self.path(os.path.basename(ckpt) + "_resume")
+        shutil.copytree(ckpt, ckr)
+        shutil.rmtree(os.path.join(ckr, "step_%08d" % last), ignore_errors=True)
+        r = self.launch(out, last, "--checkpoint-dir", ckr, "--resume", timeout=600)
+        want = {k: v for k, v in step_lines(p.stdout).items() if k > at}
+        res = step_lines(r.stdout)
+        ok = r.returncode == 0 and len(want) == last - at and res == want
+        self.check(ok, f"{label} resumed from step {at}: exit {r.returncode}, {res} != {want}")
+        return ok
+
     def finish(self):
         print("FAILED" if self.failures else "OK", len(self.failures), "failures")
         sys.exit(1 if self.failures else 0)

@@ -34,7 +34,6 @@ usage: test_stages_bf16.py HETC WORKDIR
 import json
 import os
 import re
-import shutil
 
 import stagetest
 from stagetest import StageTest
@@ -74,15 +73,7 @@ if check(p.returncode == 0, f"hetc compile --precision bf16-mixed exit {p.return
         got3, w3 = t.expect_losses(p, "bf16-mixed, 3 DP-1 stages", reft, n=STEPS, tol=1e-3,
                                    as_text=True)
         # resumed from the middle checkpoint: the later steps' text, exactly
-        ckr = t.path("ckpt3_resume")
-        shutil.copytree(ck3, ckr)
-        shutil.rmtree(os.path.join(ckr, "step_%08d" % STEPS), ignore_errors=True)
-        r = t.launch(out3, STEPS, "--checkpoint-dir", ckr, "--resume", timeout=600)
-        want = {k: v for k, v in stagetest.step_lines(p.stdout).items() if k > STEPS // 2}
-        res = stagetest.step_lines(r.stdout)
-        check(r.returncode == 0 and len(want) == STEPS // 2 and res == want,
-              f"3 stages resumed from step {STEPS // 2}: exit {r.returncode}, {res} != {want}")
-        if res == want:
+        if t.expect_same_resume(out3, ck3, p, STEPS // 2, STEPS, "3 stages"):
             print(f"bf16-mixed, 3 stages resumed from step {STEPS // 2}: steps {STEPS // 2 + 1}-"
                   f"{STEPS} loss and grad norm text == the uninterrupted run's", flush=True)
         check([got3.get(k) for k in (1, 2)] == [reft.get(k) for k in (1, 2)],

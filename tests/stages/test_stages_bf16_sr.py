@@ -27,7 +27,6 @@ usage: test_stages_bf16_sr.py HETC WORKDIR
 import json
 import os
 import re
-import shutil
 
 import stagetest
 from stagetest import StageTest
@@ -97,17 +96,10 @@ if check(p.returncode == 0, f"hetc compile --plan three.json {' '.join(SR)}: exi
           f"3 DP-1 stages: steps 1-2 print other losses than hetc train: {got3} {reft}")
     check(grad_norm1(p.stdout) == grad_norm1(rt.stdout) and grad_norm1(p.stdout),
           f"step 1 grad norm {grad_norm1(p.stdout)} vs hetc train's {grad_norm1(rt.stdout)}")
-    ckr = t.path("ckpt3_resume")
-    shutil.copytree(ck3, ckr)
-    shutil.rmtree(os.path.join(ckr, "step_%08d" % STEPS), ignore_errors=True)
-    r = t.launch(out3, STEPS, "--checkpoint-dir", ckr, "--resume", timeout=600)
-    want = {k: v for k, v in stagetest.step_lines(p.stdout).items() if k > STEPS // 2}
-    res = stagetest.step_lines(r.stdout)
-    check(r.returncode == 0 and len(want) == STEPS // 2 and res == want,
-          f"3 stages resumed from step {STEPS // 2}: exit {r.returncode}, {res} != {want}")
+    same = t.expect_same_resume(out3, ck3, p, STEPS // 2, STEPS, "3 stages")
     print(f"stochastic rounding: 3 DP-1 stages == hetc train to {w3:.2g} (steps 1-2 and the "
           f"step-1 grad norm as text); resumed from step {STEPS // 2}: steps {STEPS // 2 + 1}-"
-          f"{STEPS} {'identical' if res == want else 'DIFFERENT'}", flush=True)
+          f"{STEPS} {'identical' if same else 'DIFFERENT'}", flush=True)
 
 # refusals
 stagetest.OPT = base_opt
