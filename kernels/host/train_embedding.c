@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "hk_parallel.h"
 #include "hk_train.h"
 
 static int id_at(HkDType idt, const void *ids, int64_t i, int64_t *out)
@@ -70,8 +71,8 @@ int hk_embedding_backward_shard_f32(HkDType idt, const void *ids, int64_t n, con
 {
     if (check_ids(idt, ids, n, Vfull, "embedding backward", err))
         return -1;
-    if (!accum)
-        memset(dtable, 0, sizeof(float) * (size_t)(V * D));
+    if (!accum) /* on the pool: GPT-2's [50257, 768] table is 154 MB */
+        hk_parallel_memset0(dtable, sizeof(float) * (size_t)(V * D));
     /* fp32 scatter-add in id order, like torch's CPU embedding_backward */
     for (int64_t i = 0; i < n; i++) {
         int64_t r = local_row(idt, ids, i, start, V, Vfull);
