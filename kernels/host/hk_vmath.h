@@ -10,6 +10,11 @@
  * fixed order, so results do not depend on the machine, the vector width
  * (target_clones) or the thread count.
  *
+ * One exception, hk_exp_f: the wide softmax-shaped exps (the loss over the
+ * vocabulary, attention rows) take e^x in float, also within 1 ulp of the
+ * correctly rounded result (swept the same way), at twice the vector
+ * width; the sums around them stay in double.
+ *
  * Domain notes: hk_exp_d saturates its argument to [-800, 800] (beyond
  * that the double result is 0 or +inf anyway, as for exp) and passes NaN
  * through; inputs come from floats, so subnormal results are produced by
@@ -17,6 +22,7 @@
 #ifndef HETC_HK_VMATH_H
 #define HETC_HK_VMATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -75,6 +81,50 @@ HK_INLINE double hk_exp_d(double x) {
     uint64_t b1 = hk_asu64(k1 + shift) - hk_asu64(shift) + 1023u;
     uint64_t b2 = hk_asu64(k2 + shift) - hk_asu64(shift) + 1023u;
     double y = p * hk_asf64(b1 << 52) * hk_asf64(b2 << 52);
+    return x != x ? x : y;
+}
+
+/* e^x for float x, in float: within 1 ulp of the correctly rounded result
+ * over every float (tests/kernels/test_vmath.c sweeps it), and 99.6 % of
+ * floats exact.  For the wide exps of the softmax-shaped kernels (the
+ * loss over a 50,257-word vocabulary, attention rows), where hk_exp_d's
+ * double lanes were half the vector width: 16 AVX-512 lanes instead of 8.
+ * Same structure as hk_exp_d: k = round(x / ln2) by the shift trick, r =
+ * x - k ln2 in two parts (|r| <= ln2/2), e^r = 1 + (r + r^2 q(r)) with q
+ * the Taylor terms through r^7 (the last addition carries the rounding,
+ * so the result is within an ulp), and 2^k as two normal-float factors
+ * so k in [-150, 128] stays representable: underflow to subnormals and 0,
+ * overflow to inf, NaN through. */
+HK_INLINE float hk_exp_f(float x) {
+    const float shift = 0x1.8p23f; /* round-to-nearest integer trick */
+    const float log2e = 1.44269504088896341f;
+    const float ln2hi = 0x1.62e4p-1f; /* trailing zeros: k*ln2hi exact */
+    const float ln2lo = 0x1.7f7d1cp-20f;
+    float xc = x != x ? 0.0f : x;
+    xc = xc > 88.8f ? 88.8f : xc;
+    xc = xc < -104.0f ? -104.0f : xc;
+    float kd = xc * log2e + shift;
+    kd -= shift; /* |k| <= 151 */
+    float r = (xc - kd * ln2hi) - kd * ln2lo;
+    float q = 1.0f / 5040.0f;
+    q = q * r + 1.0f / 720.0f;
+    q = q * r + 1.0f / 120.0f;
+    q = q * r + 1.0f / 24.0f;
+    q = q * r + 1.0f / 6.0f;
+    q = q * r + 0.5f;
+    float p = 1.0f + (r + (r * r) * q);
+    float k1 = (kd * 0.5f + shift) - shift, k2 = kd - k1;
+    float t1 = k1 + shift, t2 = k2 + shift, ts = shift;
+    uint32_t b1, b2, bs;
+    memcpy(&b1, &t1, 4);
+    memcpy(&b2, &t2, 4);
+    memcpy(&bs, &ts, 4);
+    b1 = (b1 - bs + 127u) << 23; /* unsigned 32-bit add and shift only */
+    b2 = (b2 - bs + 127u) << 23;
+    float f1, f2;
+    memcpy(&f1, &b1, 4);
+    memcpy(&f2, &b2, 4);
+    float y = p * f1 * f2;
     return x != x ? x : y;
 }
 
@@ -160,6 +210,42 @@ HK_INLINE double hk_sum_exp_f32_lanes(const float *x, int64_t n, double m) {
     double s = 0;
     for (int l = 0; l < HK_SUMEXP_LANES; l++) s += acc[l];
     return s;
+}
+
+/* hk_sum_exp_f32_lanes with hk_exp_f: the exps in float (e^(x[j] - m),
+ * the difference a float subtraction, correctly rounded), added in the
+ * same 8 double lanes, so the same fixed association. */
+HK_INLINE double hk_sum_expf_f32_lanes(const float *x, int64_t n, float m) {
+    double acc[HK_SUMEXP_LANES] = {0};
+    float buf[HK_SUMEXP_BLOCK];
+    for (int64_t j = 0; j < n; j += HK_SUMEXP_BLOCK) {
+        int64_t len = n - j < HK_SUMEXP_BLOCK ? n - j : HK_SUMEXP_BLOCK;
+        for (int64_t k = 0; k < len; k++) buf[k] = hk_exp_f(x[j + k] - m);
+        int64_t k = 0;
+        for (; k + HK_SUMEXP_LANES <= len; k += HK_SUMEXP_LANES)
+            for (int l = 0; l < HK_SUMEXP_LANES; l++) acc[l] += (double)buf[k + l];
+        for (int l = 0; k < len; k++, l++) acc[l] += (double)buf[k];
+    }
+    double s = 0;
+    for (int l = 0; l < HK_SUMEXP_LANES; l++) s += acc[l];
+    return s;
+}
+
+/* max of x[0..n), NaNs skipped (as a running `x > m ? x : m` skips them),
+ * -inf for n = 0.  In 16 lanes, combined in order: GCC vectorizes that,
+ * not one running max (without -ffast-math); it was 60 % of the loss's
+ * log-sum-exp once the exps were float.  The value is the running max's
+ * (max is associative on non-NaN floats; only a zero's sign may differ). */
+#define HK_MAX_LANES 16
+HK_INLINE float hk_max_f32(const float *x, int64_t n) {
+    float m[HK_MAX_LANES], r = -INFINITY;
+    for (int l = 0; l < HK_MAX_LANES; l++) m[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + HK_MAX_LANES <= n; j += HK_MAX_LANES)
+        for (int l = 0; l < HK_MAX_LANES; l++) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+    for (; j < n; j++) r = x[j] > r ? x[j] : r;
+    for (int l = 0; l < HK_MAX_LANES; l++) r = m[l] > r ? m[l] : r;
+    return r;
 }
 
 /* Functions holding a hot loop get one clone per vector ISA, picked at

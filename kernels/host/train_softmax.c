@@ -84,16 +84,16 @@ static int target_at(HkDType tdt, const void *t, int64_t i, int64_t *out)
     return 0;
 }
 
+/* the row's log-sum-exp: the exps in float (hk_exp_f, within an ulp;
+ * the double exps were the loss's time on a 50,257-word vocabulary),
+ * summed in double lanes, the log in double */
 HK_VECTOR_CLONES
 static double row_lse(const float *row, int64_t V)
 {
-    double mx = -INFINITY;
-    for (int64_t j = 0; j < V; j++)
-        if (row[j] > mx)
-            mx = row[j];
+    float mx = hk_max_f32(row, V);
     if (mx == -INFINITY)
-        return mx; /* all -inf: exp sum is 0 */
-    return mx + log(hk_sum_exp_f32_lanes(row, V, mx)); /* the loss's log-sum-exp */
+        return -INFINITY; /* all -inf: exp sum is 0 */
+    return (double)mx + log(hk_sum_expf_f32_lanes(row, V, mx));
 }
 
 typedef struct LseJob {
@@ -172,12 +172,17 @@ int hk_cross_entropy_fwd_f32(const float *logits, HkDType tdt, const void *targe
  * column of another TP rank) has no onehot term here */
 /* vector clones: the exps in AVX-512 / AVX2 lanes (the same per-element
  * ops, -ffp-contract=off: the same bits); it was the generic SSE2 build's
- * two lanes, 3 % of a GPT-2-shape step */
+ * two lanes, 3 % of a GPT-2-shape step.  The exps are float (hk_exp_f) of
+ * x - l with l split into two floats, (x - lh) - ll, so the argument keeps
+ * l's double precision to within an ulp of the difference (torch's
+ * log-softmax rounds x - lse to float once); the target's term, where
+ * softmax - 1 can cancel, stays in double. */
 HK_VECTOR_CLONES
 static void ce_row_grad(const float *row, int64_t n, double l, int64_t t, double w, float *d)
 {
+    float lh = (float)l, ll = isfinite(l) ? (float)(l - (double)lh) : 0.0f, wf = (float)w;
     for (int64_t j = 0; j < n; j++)
-        d[j] = (float)(w * hk_exp_d((double)row[j] - l));
+        d[j] = wf * hk_exp_f((row[j] - lh) - ll);
     if (t >= 0 && t < n)
         d[t] = (float)(w * (hk_exp_d((double)row[t] - l) - 1.0));
 }
@@ -256,7 +261,7 @@ int hk_vocab_ce_stats_f32(const float *logits, HkDType tdt, const void *targets,
         return -1;
     for (int64_t i = 0; i < N; i++) {
         const float *row = logits + i * Vl;
-        double m = rowmax[i], s = hk_sum_exp_f32(row, 1, Vl, m);
+        double s = hk_sum_expf_f32_lanes(row, Vl, rowmax[i]); /* as row_lse's */
         int64_t t = 0;
         target_at(tdt, targets, i, &t);
         int own = !(use_ignore && t == ignore_index) && t >= start && t < start + Vl;

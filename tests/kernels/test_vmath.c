@@ -1,6 +1,7 @@
 /* Accuracy of kernels/host/hk_vmath.h against double-precision libm.
  *
- * For each function f in {exp, tanh, sigmoid, gelu_tanh, silu}: every
+ * For each function f in {exp, exp_f (float), tanh, sigmoid, gelu_tanh,
+ * silu}: every
  * STRIDE-th float bit pattern (both signs, all exponents: zeros,
  * subnormals, normals, inf, nan) plus special values is evaluated as
  * (float)f_vmath(x) and as (float)f_libm((double)x); the two floats must
@@ -40,6 +41,7 @@ static double v_gelu_tanh(double x) { return hk_gelu_tanh_d(x); }
 static double v_gelu_tanh_grad(double x) { return hk_gelu_tanh_grad_d(x); }
 static double v_silu(double x) { return x * hk_sigmoid_d(x); }
 static double v_exp(double x) { return hk_exp_d(x); }
+static double v_exp_f(double x) { return hk_exp_f((float)x); } /* x is a float */
 static double v_tanh(double x) { return hk_tanh_d(x); }
 static double v_sigmoid(double x) { return hk_sigmoid_d(x); }
 
@@ -60,6 +62,7 @@ int main(int argc, char **argv) {
     uint32_t stride = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 97;
     if (stride == 0) stride = 1;
     const Fn fns[] = {{"exp", v_exp, exp},
+                      {"exp_f", v_exp_f, exp},
                       {"tanh", v_tanh, tanh},
                       {"sigmoid", v_sigmoid, ref_sigmoid},
                       {"gelu_tanh", v_gelu_tanh, ref_gelu_tanh},
