@@ -127,36 +127,83 @@ static LLVMValueRef sigmoid_d(Fe *e, LLVMValueRef x) {
     return sel(e, neg, fmul(e, ex, s), s);
 }
 
-/* hk_one_pm_tanh_d */
-static void one_pm_tanh_d(Fe *e, LLVMValueRef u, LLVMValueRef *plus, LLVMValueRef *minus) {
-    LLVMValueRef neg = fcmp(e, LLVMRealOLT, u, dc(e, 0.0));
+/* ------------------------------------------------------------ float math
+ * The float twins (hk_vmath.h's hk_exp_f, hk_gelu_tanh_f and its grad), the
+ * same operations in the same order on f32 values. */
+static LLVMValueRef fc(Fe *e, float v) { return LLVMConstReal(e->f32, (double)v); }
+static LLVMValueRef ext(Fe *e, LLVMValueRef f) { return LLVMBuildFPExt(e->b, f, e->f64, ""); }
+static LLVMValueRef trunc_(Fe *e, LLVMValueRef d) { return LLVMBuildFPTrunc(e->b, d, e->f32, ""); }
+
+/* hk_exp_f */
+static LLVMValueRef exp_f(Fe *e, LLVMValueRef x) {
+    const float shift = 0x1.8p23f, log2e = 1.44269504088896341f;
+    const float ln2hi = 0x1.62e4p-1f, ln2lo = 0x1.7f7d1cp-20f;
+    LLVMValueRef xc = sel(e, isnan_(e, x), fc(e, 0.0f), x);
+    xc = sel(e, fcmp(e, LLVMRealOGT, xc, fc(e, 88.8f)), fc(e, 88.8f), xc);
+    xc = sel(e, fcmp(e, LLVMRealOLT, xc, fc(e, -104.0f)), fc(e, -104.0f), xc);
+    LLVMValueRef kd = fadd(e, fmul(e, xc, fc(e, log2e)), fc(e, shift));
+    kd = fsub(e, kd, fc(e, shift));
+    LLVMValueRef r = fsub(e, fsub(e, xc, fmul(e, kd, fc(e, ln2hi))), fmul(e, kd, fc(e, ln2lo)));
+    static const float coef[] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f};
+    LLVMValueRef q = fc(e, 1.0f / 5040.0f);
+    for (size_t i = 0; i < sizeof coef / sizeof coef[0]; i++)
+        q = fadd(e, fmul(e, q, r), fc(e, coef[i]));
+    LLVMValueRef p = fadd(e, fc(e, 1.0f), fadd(e, r, fmul(e, fmul(e, r, r), q)));
+    LLVMValueRef k1 = fsub(e, fadd(e, fmul(e, kd, fc(e, 0.5f)), fc(e, shift)), fc(e, shift));
+    LLVMValueRef k2 = fsub(e, kd, k1);
+    uint32_t shu;
+    memcpy(&shu, &shift, sizeof shu);
+    LLVMValueRef pw[2];
+    LLVMValueRef ks[2] = {k1, k2};
+    for (int i = 0; i < 2; i++) {
+        LLVMValueRef bits = LLVMBuildBitCast(e->b, fadd(e, ks[i], fc(e, shift)), e->i32, "");
+        bits = LLVMBuildSub(e->b, bits, LLVMConstInt(e->i32, shu, 0), "");
+        bits = LLVMBuildAdd(e->b, bits, LLVMConstInt(e->i32, 127, 0), "");
+        bits = LLVMBuildShl(e->b, bits, LLVMConstInt(e->i32, 23, 0), "");
+        pw[i] = LLVMBuildBitCast(e->b, bits, e->f32, "");
+    }
+    LLVMValueRef y = fmul(e, fmul(e, p, pw[0]), pw[1]);
+    return sel(e, isnan_(e, x), x, y);
+}
+
+/* hk_one_pm_tanh_f */
+static void one_pm_tanh_f(Fe *e, LLVMValueRef u, LLVMValueRef *plus, LLVMValueRef *minus) {
+    LLVMValueRef neg = fcmp(e, LLVMRealOLT, u, fc(e, 0.0f));
     LLVMValueRef a = sel(e, neg, fneg(e, u), u);
-    LLVMValueRef ex = exp_d(e, fmul(e, dc(e, -2.0), a));
-    LLVMValueRef big = fdiv(e, dc(e, 2.0), fadd(e, dc(e, 1.0), ex));
+    LLVMValueRef ex = exp_f(e, fmul(e, fc(e, -2.0f), a));
+    LLVMValueRef big = fdiv(e, fc(e, 2.0f), fadd(e, fc(e, 1.0f), ex));
     LLVMValueRef small = fmul(e, big, ex);
     *plus = sel(e, neg, small, big);
     *minus = sel(e, neg, big, small);
 }
 
-#define SQRT_2_OVER_PI 0.79788456080286535588
-/* u = sqrt(2/pi) (x + 0.044715 x^3), as hk_gelu_tanh_d writes it */
-static LLVMValueRef gelu_u(Fe *e, LLVMValueRef x) {
-    LLVMValueRef c = fmul(e, fmul(e, fmul(e, dc(e, 0.044715), x), x), x);
-    return fmul(e, dc(e, SQRT_2_OVER_PI), fadd(e, x, c));
+/* hk_vmath.h's HK_SQRT_2_OVER_PI_F, HK_GELU_A_F, HK_GELU_3A_F (that header
+ * includes math.h, whose fadd / fmul this file's helpers shadow) */
+#define GELU_S_F ((float)0.79788456080286535588)
+#define GELU_A_F 0.044715f
+#define GELU_3A_F (3.0f * 0.044715f)
+/* hk_gelu_tanh_u_f: sqrt(2/pi) (x + 0.044715 x^3) */
+static LLVMValueRef gelu_u_f(Fe *e, LLVMValueRef x) {
+    LLVMValueRef c = fmul(e, fmul(e, fmul(e, fc(e, GELU_A_F), x), x), x);
+    return fmul(e, fc(e, GELU_S_F), fadd(e, x, c));
 }
 
-static LLVMValueRef gelu_tanh_d(Fe *e, LLVMValueRef x) {
-    LLVMValueRef p, m;
-    one_pm_tanh_d(e, gelu_u(e, x), &p, &m);
-    return fmul(e, fmul(e, dc(e, 0.5), x), p);
+/* hk_gelu_tanh_f and hk_gelu_tanh_grad_f of a double holding a float,
+ * widened back (exactly) for the double caller */
+static LLVMValueRef gelu_tanh_f(Fe *e, LLVMValueRef xd) {
+    LLVMValueRef x = trunc_(e, xd), p, m;
+    one_pm_tanh_f(e, gelu_u_f(e, x), &p, &m);
+    return ext(e, fmul(e, fmul(e, fc(e, 0.5f), x), p));
 }
-
-static LLVMValueRef gelu_tanh_grad_d(Fe *e, LLVMValueRef x) {
-    LLVMValueRef p, m;
-    one_pm_tanh_d(e, gelu_u(e, x), &p, &m);
-    LLVMValueRef t = fmul(e, fmul(e, fmul(e, dc(e, 0.5), x), fmul(e, p, m)), dc(e, SQRT_2_OVER_PI));
-    LLVMValueRef q = fadd(e, dc(e, 1.0), fmul(e, fmul(e, dc(e, 3.0 * 0.044715), x), x));
-    return fadd(e, fmul(e, dc(e, 0.5), p), fmul(e, t, q));
+static LLVMValueRef gelu_tanh_grad_f(Fe *e, LLVMValueRef xd) {
+    LLVMValueRef x = trunc_(e, xd), p, m;
+    one_pm_tanh_f(e, gelu_u_f(e, x), &p, &m);
+    LLVMValueRef xc = sel(e, fcmp(e, LLVMRealOGT, x, fc(e, 20.0f)), fc(e, 20.0f), x);
+    xc = sel(e, fcmp(e, LLVMRealOLT, xc, fc(e, -20.0f)), fc(e, -20.0f), xc);
+    LLVMValueRef t = fmul(e, fmul(e, fmul(e, fc(e, 0.5f), xc), fmul(e, p, m)),
+                          fc(e, GELU_S_F));
+    LLVMValueRef q = fadd(e, fc(e, 1.0f), fmul(e, fmul(e, fc(e, GELU_3A_F), xc), xc));
+    return ext(e, fadd(e, fmul(e, fc(e, 0.5f), p), fmul(e, t, q)));
 }
 
 /* hk_unary.c apply_f32 (f32 data evaluated in double) */
@@ -181,7 +228,7 @@ static LLVMValueRef unary_d(Fe *e, int op, LLVMValueRef x) {
         LLVMValueRef er = call1(e, "erf", e->f64, fmul(e, x, dc(e, 0.70710678118654752440)));
         return fmul(e, fmul(e, dc(e, 0.5), x), fadd(e, dc(e, 1.0), er));
     }
-    case HK_GELU_TANH: return gelu_tanh_d(e, x);
+    case HK_GELU_TANH: return gelu_tanh_f(e, x);
     case HK_SILU: return fmul(e, x, sigmoid_d(e, x));
     default: return x;
     }
@@ -209,7 +256,7 @@ static LLVMValueRef ug_deriv(Fe *e, int op, LLVMValueRef x, LLVMValueRef y) {
         LLVMValueRef g = exp_d(e, fmul(e, fmul(e, dc(e, -0.5), x), x));
         return fadd(e, a, fmul(e, fmul(e, x, dc(e, 0.39894228040143267794)), g));
     }
-    case HK_UG_GELU_TANH: return gelu_tanh_grad_d(e, x);
+    case HK_UG_GELU_TANH: return gelu_tanh_grad_f(e, x);
     case HK_UG_SILU: {
         LLVMValueRef s = sigmoid_d(e, x);
         return fmul(e, s, fadd(e, dc(e, 1.0), fmul(e, x, fsub(e, dc(e, 1.0), s))));
@@ -235,7 +282,6 @@ static int ug_reads_y(int op) {
 
 /* ------------------------------------------------------------ the program */
 
-static LLVMValueRef ext(Fe *e, LLVMValueRef f) { return LLVMBuildFPExt(e->b, f, e->f64, ""); }
 
 /* bf16 as integer operations (kernels/host/hk_bf16.h's twins), so every
  * target lowers them: widen = the bits in the top half; the rounding is
@@ -264,7 +310,6 @@ static LLVMValueRef bf16_bits(Fe *e, LLVMValueRef f) {
     LLVMValueRef x = LLVMBuildBitCast(e->b, f, e->i32, "");
     return LLVMBuildTrunc(e->b, LLVMBuildLShr(e->b, x, ci32(e, 16), ""), e->i16, "");
 }
-static LLVMValueRef trunc_(Fe *e, LLVMValueRef d) { return LLVMBuildFPTrunc(e->b, d, e->f32, ""); }
 
 /* Emits the element at input indices idx[]: loads, the instructions, and
  * stores of the outputs at element index oidx. */

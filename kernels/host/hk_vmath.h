@@ -10,10 +10,11 @@
  * fixed order, so results do not depend on the machine, the vector width
  * (target_clones) or the thread count.
  *
- * One exception, hk_exp_f: the wide softmax-shaped exps (the loss over the
- * vocabulary, attention rows) take e^x in float, also within 1 ulp of the
- * correctly rounded result (swept the same way), at twice the vector
- * width; the sums around them stay in double.
+ * Two exceptions run in float, at twice the vector width: hk_exp_f, for
+ * the wide softmax-shaped exps (the loss over the vocabulary, attention
+ * rows; within 1 ulp of the correctly rounded e^x, swept the same way; the
+ * sums around them stay in double), and GELU-tanh with its derivative
+ * (hk_gelu_tanh_f, whose bound is below).
  *
  * Domain notes: hk_exp_d saturates its argument to [-800, 800] (beyond
  * that the double result is 0 or +inf anyway, as for exp) and passes NaN
@@ -150,29 +151,44 @@ static inline double hk_sigmoid_d(double x) {
     return x < 0 ? e * s : s;
 }
 
-/* 1 + tanh(u) = 2 sigmoid(2u) and 1 - tanh(u) = 2 sigmoid(-2u), each
- * without the cancellation of forming tanh first (GELU's tails). */
-static inline void hk_one_pm_tanh_d(double u, double *plus, double *minus) {
-    double a = u < 0 ? -u : u;
-    double e = hk_exp_d(-2.0 * a); /* (0, 1] */
-    double big = 2.0 / (1.0 + e), small = big * e;
+/* GELU, tanh approximation, in float: 0.5 x (1 + tanh(u)), u =
+ * sqrt(2/pi) (x + 0.044715 x^3) -- torch's gelu(approximate="tanh") and
+ * the CUDA kernels compute it in float too.  Evaluated in double it was
+ * 10 % of a gpt_tiny step (one double division and a degree-11 exp per
+ * element); in float it runs at twice the vector width.  1 + tanh(u) =
+ * 2 sigmoid(2u) and 1 - tanh(u) = 2 sigmoid(-2u) are formed without the
+ * cancellation of forming tanh first (the tails).  The error grows with
+ * |u| where the rounded u moves e^-2|u| (tests/kernels/test_vmath.c
+ * states and checks the bound: within 8 + 8|u| ulps, the far negative
+ * tail included); codegen/fused_llvm.c emits the same operations. */
+#define HK_SQRT_2_OVER_PI 0.79788456080286535588
+#define HK_SQRT_2_OVER_PI_F ((float)HK_SQRT_2_OVER_PI)
+#define HK_GELU_A_F 0.044715f
+#define HK_GELU_3A_F (3.0f * 0.044715f) /* folded in float */
+HK_INLINE void hk_one_pm_tanh_f(float u, float *plus, float *minus) {
+    float a = u < 0 ? -u : u;
+    float e = hk_exp_f(-2.0f * a); /* (0, 1] */
+    float big = 2.0f / (1.0f + e), small = big * e;
     *plus = u < 0 ? small : big;
     *minus = u < 0 ? big : small;
 }
-
-/* GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi)(x + 0.044715 x^3) */
-#define HK_SQRT_2_OVER_PI 0.79788456080286535588
-static inline double hk_gelu_tanh_d(double x) {
-    double u = HK_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), p, m;
-    hk_one_pm_tanh_d(u, &p, &m);
-    return 0.5 * x * p;
+HK_INLINE float hk_gelu_tanh_u_f(float x) {
+    return HK_SQRT_2_OVER_PI_F * (x + HK_GELU_A_F * x * x * x);
+}
+HK_INLINE float hk_gelu_tanh_f(float x) {
+    float p, m;
+    hk_one_pm_tanh_f(hk_gelu_tanh_u_f(x), &p, &m);
+    return 0.5f * x * p;
 }
 /* its derivative (torch GeluBackward, approximate="tanh"):
  * 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
-static inline double hk_gelu_tanh_grad_d(double x) {
-    double u = HK_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), p, m;
-    hk_one_pm_tanh_d(u, &p, &m);
-    return 0.5 * p + 0.5 * x * (p * m) * HK_SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x);
+HK_INLINE float hk_gelu_tanh_grad_f(float x) {
+    float p, m;
+    hk_one_pm_tanh_f(hk_gelu_tanh_u_f(x), &p, &m);
+    /* the second term with x capped at +-20, where p m is already 0 in
+     * float, so x^2 cannot overflow into 0 * inf */
+    float xc = x > 20.0f ? 20.0f : x < -20.0f ? -20.0f : x;
+    return 0.5f * p + 0.5f * xc * (p * m) * HK_SQRT_2_OVER_PI_F * (1.0f + HK_GELU_3A_F * xc * xc);
 }
 
 /* sum over j < n of e^(x[j*stride] - m), added in j order (so it equals

@@ -13,7 +13,8 @@
 
 /* Each rule is f'(x, y) evaluated in double and rounded once.  exp, tanh
  * and the sigmoid come from hk_vmath.h (vectorizable, < 1e-12 relative,
- * so the float results match libm's to within an ulp); erf stays libm. */
+ * so the float results match libm's to within an ulp); erf stays libm.
+ * GELU-tanh's derivative is hk_vmath.h's float one (its bound there). */
 
 /* forward y(x), used only when the rule reads y and the caller passes none */
 static inline double ug_fwd(HkUnaryGrad op, double x)
@@ -45,8 +46,8 @@ static inline double ug_deriv(HkUnaryGrad op, double x, double y)
     case HK_UG_RECIPROCAL: return -y * y;
     /* torch GeluBackward (approximate="none"): Phi(x) + x phi(x) */
     case HK_UG_GELU: return 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * INV_SQRT_2PI * hk_exp_d(-0.5 * x * x);
-    /* torch GeluBackward (approximate="tanh"), hk_vmath.h */
-    case HK_UG_GELU_TANH: return hk_gelu_tanh_grad_d(x);
+    /* torch GeluBackward (approximate="tanh"), in float: hk_vmath.h (x is a float) */
+    case HK_UG_GELU_TANH: return hk_gelu_tanh_grad_f((float)x);
     /* torch silu_backward: s (1 + x (1 - s)) */
     case HK_UG_SILU: {
         double s = hk_sigmoid_d(x);

@@ -1,12 +1,20 @@
 /* Accuracy of kernels/host/hk_vmath.h against double-precision libm.
  *
- * For each function f in {exp, exp_f (float), tanh, sigmoid, gelu_tanh,
- * silu}: every
+ * For each function f in {exp, exp_f (float), tanh, sigmoid, silu}: every
  * STRIDE-th float bit pattern (both signs, all exponents: zeros,
  * subnormals, normals, inf, nan) plus special values is evaluated as
  * (float)f_vmath(x) and as (float)f_libm((double)x); the two floats must
  * agree to within MAX_ULP units in the last place (NaN must give NaN,
  * +-inf and +-0 must match exactly).  Prints the measured max per function.
+ *
+ * GELU-tanh and its derivative are computed in float (hk_vmath.h), so
+ * their bound is looser and stated per input: the value within
+ * 8 + 8|u| ulps (u = sqrt(2/pi)(x + 0.044715 x^3): u's five roundings and
+ * its two float constants move e^-2|u| by up to ~7|u| 2^-23 relative;
+ * every float measured stays within 0.76 of the bound), the derivative within
+ * (8 + 8|u|) 2^-24 of the sum of its two terms' magnitudes (it crosses
+ * zero near x = -0.75, where a relative bound cannot hold), plus the
+ * spacing of subnormal floats carried through (far negative tails).
  *
  *   test_vmath [STRIDE]     (default 97: ~44 M inputs per function)
  */
@@ -25,20 +33,13 @@ static double ref_sigmoid(double x) {
     double e = exp(x);
     return e / (1.0 + e);
 }
-/* GELU-tanh and its derivative in the cancellation-free form
- * 1 + tanh(u) = 2 / (1 + e^-2u), 1 - tanh(u) = 2 / (1 + e^2u) (libm exp) */
+/* GELU-tanh in the cancellation-free form 1 + tanh(u) = 2 / (1 + e^-2u)
+ * (libm exp; its derivative is formed in gelu_sweep) */
 static double ref_gelu_tanh(double x) {
     double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
     return x / (1.0 + exp(-2.0 * u));
 }
-static double ref_gelu_tanh_grad(double x) {
-    double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
-    double p = 2.0 / (1.0 + exp(-2.0 * u)), m = 2.0 / (1.0 + exp(2.0 * u));
-    return 0.5 * p + 0.5 * x * (p * m) * 0.79788456080286535588 * (1.0 + 3.0 * 0.044715 * x * x);
-}
 static double ref_silu(double x) { return x * ref_sigmoid(x); }
-static double v_gelu_tanh(double x) { return hk_gelu_tanh_d(x); }
-static double v_gelu_tanh_grad(double x) { return hk_gelu_tanh_grad_d(x); }
 static double v_silu(double x) { return x * hk_sigmoid_d(x); }
 static double v_exp(double x) { return hk_exp_d(x); }
 static double v_exp_f(double x) { return hk_exp_f((float)x); } /* x is a float */
@@ -58,6 +59,63 @@ typedef struct Fn {
     double (*v)(double), (*ref)(double);
 } Fn;
 
+/* the float GELU-tanh pair against the double formulas, each input's
+ * error over its bound (above); the worst ratio must stay <= 1 */
+static int gelu_sweep(uint32_t stride, const float *specials, size_t nspecials) {
+    int fail = 0, shown = 0;
+    double worst[2] = {0, 0};
+    float worst_x[2] = {0, 0};
+    for (uint64_t b = 0; b < (1ull << 32) + nspecials;) {
+        float x;
+        if (b < (1ull << 32)) {
+            uint32_t u = (uint32_t)b;
+            memcpy(&x, &u, 4);
+            b += stride;
+            if (b >= (1ull << 32)) b = 1ull << 32;
+        } else {
+            x = specials[b - (1ull << 32)];
+            b++;
+        }
+        double xd = x, u = 0.79788456080286535588 * (xd + 0.044715 * xd * xd * xd);
+        double p = 2.0 / (1.0 + exp(-2.0 * u)), m = 2.0 / (1.0 + exp(2.0 * u));
+        /* the second term is 0 past |x| = 30 (p m underflows in double);
+         * capped there so +-inf gets the limit, not inf * 0 */
+        double xq = xd > 30 ? 30 : xd < -30 ? -30 : xd;
+        double terms[2] = {0.5 * p, 0.5 * xq * (p * m) * 0.79788456080286535588 *
+                                        (1.0 + 3.0 * 0.044715 * xq * xq)};
+        float got[2] = {hk_gelu_tanh_f(x), hk_gelu_tanh_grad_f(x)};
+        float want[2] = {(float)ref_gelu_tanh(xd), (float)(terms[0] + terms[1])};
+        double k = 8.0 + 8.0 * fabs(u);
+        for (int f = 0; f < 2; f++) {
+            if (isnan(want[f]) || isnan(got[f]) || isinf(want[f]) || isinf(got[f])) {
+                if (isnan(want[f]) != isnan(got[f]) || (!isnan(want[f]) && got[f] != want[f])) {
+                    if (shown++ < 10)
+                        fprintf(stderr, "gelu_tanh%s(%a): got %a want %a\n", f ? "_grad" : "", x,
+                                got[f], want[f]);
+                    fail = 1;
+                }
+                continue;
+            }
+            double r;
+            if (f == 0) /* ulps */
+                r = (double)llabs(ulp_key(got[0]) - ulp_key(want[0])) / k;
+            else {
+                double e = fabs((double)got[1] - (terms[0] + terms[1]));
+                /* plus the subnormal e^-2|u| (spacing 2^-149) carried
+                 * through x and the polynomial factor */
+                double lim = k * 0x1p-24 * (fabs(terms[0]) + fabs(terms[1])) +
+                             (1.0 + fabs(xq) * (1.0 + 3.0 * 0.044715 * xq * xq)) * 0x1p-147;
+                r = e / lim;
+            }
+            if (r > worst[f]) worst[f] = r, worst_x[f] = x;
+        }
+    }
+    printf("%-15s max %.2f of 8 + 8|u| ulps (at %a)\n", "gelu_tanh_f", worst[0], worst_x[0]);
+    printf("%-15s max %.2f of (8 + 8|u|) 2^-24 (|a| + |b|) (at %a)\n", "gelu_tanh_grad_f",
+           worst[1], worst_x[1]);
+    return fail || worst[0] > 1 || worst[1] > 1;
+}
+
 int main(int argc, char **argv) {
     uint32_t stride = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 97;
     if (stride == 0) stride = 1;
@@ -65,8 +123,6 @@ int main(int argc, char **argv) {
                       {"exp_f", v_exp_f, exp},
                       {"tanh", v_tanh, tanh},
                       {"sigmoid", v_sigmoid, ref_sigmoid},
-                      {"gelu_tanh", v_gelu_tanh, ref_gelu_tanh},
-                      {"gelu_tanh_grad", v_gelu_tanh_grad, ref_gelu_tanh_grad},
                       {"silu", v_silu, ref_silu}};
     const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f,
                               1.17549435e-38f, 88.72283f, 88.72284f, 89.0f, -87.33655f,
@@ -118,5 +174,6 @@ int main(int argc, char **argv) {
                worst_x, (unsigned long long)count);
         if (worst > MAX_ULP) fail = 1;
     }
+    fail |= gelu_sweep(stride, specials, sizeof specials / sizeof specials[0]);
     return fail;
 }
