@@ -59,23 +59,31 @@ typedef struct Fn {
     double (*v)(double), (*ref)(double);
 } Fn;
 
+/* the sweep's next input into *x: every stride-th float bit pattern from
+ * *b = 0, then the specials; 0 when done */
+static int next_input(uint64_t *b, uint32_t stride, const float *specials, size_t nspecials,
+                      float *x) {
+    if (*b >= (1ull << 32) + nspecials) return 0;
+    if (*b < (1ull << 32)) {
+        uint32_t u = (uint32_t)*b;
+        memcpy(x, &u, 4);
+        *b += stride;
+        if (*b >= (1ull << 32)) *b = 1ull << 32;
+    } else {
+        *x = specials[*b - (1ull << 32)];
+        ++*b;
+    }
+    return 1;
+}
+
 /* the float GELU-tanh pair against the double formulas, each input's
  * error over its bound (above); the worst ratio must stay <= 1 */
 static int gelu_sweep(uint32_t stride, const float *specials, size_t nspecials) {
     int fail = 0, shown = 0;
     double worst[2] = {0, 0};
     float worst_x[2] = {0, 0};
-    for (uint64_t b = 0; b < (1ull << 32) + nspecials;) {
-        float x;
-        if (b < (1ull << 32)) {
-            uint32_t u = (uint32_t)b;
-            memcpy(&x, &u, 4);
-            b += stride;
-            if (b >= (1ull << 32)) b = 1ull << 32;
-        } else {
-            x = specials[b - (1ull << 32)];
-            b++;
-        }
+    float x;
+    for (uint64_t b = 0; next_input(&b, stride, specials, nspecials, &x);) {
         double xd = x, u = 0.79788456080286535588 * (xd + 0.044715 * xd * xd * xd);
         double p = 2.0 / (1.0 + exp(-2.0 * u)), m = 2.0 / (1.0 + exp(2.0 * u));
         /* the second term is 0 past |x| = 30 (p m underflows in double);
@@ -128,22 +136,14 @@ int main(int argc, char **argv) {
                               1.17549435e-38f, 88.72283f, 88.72284f, 89.0f, -87.33655f,
                               -103.97207f, -104.0f, -150.0f, 3.4028235e38f, -3.4028235e38f,
                               1e-8f, -1e-8f, 0.01f, -0.01f, 9.0f, -9.0f, 20.0f, -20.0f};
+    const size_t nspecials = sizeof specials / sizeof specials[0];
     int fail = 0, shown = 0;
     for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
         int64_t worst = 0;
         float worst_x = 0;
         uint64_t count = 0;
-        for (uint64_t b = 0; b < (1ull << 32) + sizeof specials / sizeof specials[0];) {
-            float x;
-            if (b < (1ull << 32)) {
-                uint32_t u = (uint32_t)b;
-                memcpy(&x, &u, 4);
-                b += stride;
-                if (b >= (1ull << 32)) b = 1ull << 32;
-            } else {
-                x = specials[b - (1ull << 32)];
-                b++;
-            }
+        float x;
+        for (uint64_t b = 0; next_input(&b, stride, specials, nspecials, &x);) {
             count++;
             float got = (float)fns[f].v(x), want = (float)fns[f].ref(x);
             if (isnan(want) || isnan(got)) {
@@ -174,6 +174,6 @@ int main(int argc, char **argv) {
                worst_x, (unsigned long long)count);
         if (worst > MAX_ULP) fail = 1;
     }
-    fail |= gelu_sweep(stride, specials, sizeof specials / sizeof specials[0]);
+    fail |= gelu_sweep(stride, specials, nspecials);
     return fail;
 }
