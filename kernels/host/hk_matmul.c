@@ -155,8 +155,8 @@ typedef struct AttnJob {
 /* One attention row's P (hk.h): hk_vmath.h's float exp (hk_exp_f, within
  * an ulp, 16 AVX-512 lanes; libm's, one call per element, was ~7 % of a
  * gpt_tiny step, and double lanes half the width), summed in double in
- * hk_sum_expf_f32_lanes' 8 lanes (element c into lane c % 8, the lanes
- * added in order: one dependent add per element was the row's time), one
+ * hk_vmath.h's 8 lanes (hk_lanes_add_f32, as hk_sum_expf_f32_lanes; one
+ * dependent add per element was the row's time), one
  * rounding of e / sum per element.  Rows up to HK_ATTN_ROW_BUF keys keep
  * their exps in a buffer, longer ones compute them twice; the same sum
  * either way, so each row's bits depend only on the row. */
@@ -166,14 +166,11 @@ void hk_attn_softmax_row(float *row, int64_t lim, int64_t S) {
     float m = hk_max_f32(row, lim);
     if (lim <= HK_ATTN_ROW_BUF) {
         float e[HK_ATTN_ROW_BUF];
-        double acc[HK_SUMEXP_LANES] = {0}, sum = 0;
+        double acc[HK_SUMEXP_LANES] = {0};
         for (int64_t c = 0; c < lim; c++) e[c] = hk_exp_f(row[c] - m);
-        int64_t c = 0;
-        for (; c + HK_SUMEXP_LANES <= lim; c += HK_SUMEXP_LANES)
-            for (int l = 0; l < HK_SUMEXP_LANES; l++) acc[l] += (double)e[c + l];
-        for (int l = 0; c < lim; c++, l++) acc[l] += (double)e[c];
-        for (int l = 0; l < HK_SUMEXP_LANES; l++) sum += acc[l];
-        for (c = 0; c < lim; c++) row[c] = (float)((double)e[c] / sum);
+        hk_lanes_add_f32(acc, e, lim);
+        double sum = hk_lanes_total(acc);
+        for (int64_t c = 0; c < lim; c++) row[c] = (float)((double)e[c] / sum);
     } else {
         double sum = hk_sum_expf_f32_lanes(row, lim, m);
         for (int64_t c = 0; c < lim; c++) row[c] = (float)((double)hk_exp_f(row[c] - m) / sum);

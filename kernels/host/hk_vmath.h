@@ -206,45 +206,39 @@ HK_INLINE double hk_sum_exp_f32(const float *x, int64_t stride, int64_t n, doubl
     return s;
 }
 
-/* The same sum over a contiguous row in HK_SUMEXP_LANES interleaved
- * accumulators (element j into lane j % LANES), the lanes then added in
- * order: a fixed association, so the same bits on every thread count and
- * ISA, but not the in-order sum's.  The in-order double sum is one
- * dependent add per element; over a 50,257-word vocabulary row that add
- * chain, not the exps, was the cross entropy's time. */
+/* Sums in HK_SUMEXP_LANES interleaved double accumulators (element j into
+ * lane j % LANES), the lanes then added in order: a fixed association, so
+ * the same bits on every thread count and ISA, but not the in-order sum's.
+ * The in-order double sum is one dependent add per element; over a
+ * 50,257-word vocabulary row that add chain, not the exps, was the cross
+ * entropy's time.  hk_lanes_add_f32 adds x[0..n) into acc, x[0] into lane
+ * 0: called on consecutive pieces that start at multiples of LANES, it
+ * keeps element j in lane j % LANES. */
 #define HK_SUMEXP_LANES 8
-HK_INLINE double hk_sum_exp_f32_lanes(const float *x, int64_t n, double m) {
-    double acc[HK_SUMEXP_LANES] = {0}, buf[HK_SUMEXP_BLOCK];
-    for (int64_t j = 0; j < n; j += HK_SUMEXP_BLOCK) {
-        int64_t len = n - j < HK_SUMEXP_BLOCK ? n - j : HK_SUMEXP_BLOCK;
-        for (int64_t k = 0; k < len; k++) buf[k] = hk_exp_d((double)x[j + k] - m);
-        int64_t k = 0;
-        for (; k + HK_SUMEXP_LANES <= len; k += HK_SUMEXP_LANES)
-            for (int l = 0; l < HK_SUMEXP_LANES; l++) acc[l] += buf[k + l];
-        for (int l = 0; k < len; k++, l++) acc[l] += buf[k];
-    }
+HK_INLINE void hk_lanes_add_f32(double *acc, const float *x, int64_t n) {
+    int64_t k = 0;
+    for (; k + HK_SUMEXP_LANES <= n; k += HK_SUMEXP_LANES)
+        for (int l = 0; l < HK_SUMEXP_LANES; l++) acc[l] += (double)x[k + l];
+    for (int l = 0; k < n; k++, l++) acc[l] += (double)x[k];
+}
+HK_INLINE double hk_lanes_total(const double *acc) {
     double s = 0;
     for (int l = 0; l < HK_SUMEXP_LANES; l++) s += acc[l];
     return s;
 }
 
-/* hk_sum_exp_f32_lanes with hk_exp_f: the exps in float (e^(x[j] - m),
- * the difference a float subtraction, correctly rounded), added in the
- * same 8 double lanes, so the same fixed association. */
+/* sum over j < n of e^(x[j] - m) with hk_exp_f (the difference a float
+ * subtraction, correctly rounded), in the lanes above, HK_SUMEXP_BLOCK
+ * exps at a time */
 HK_INLINE double hk_sum_expf_f32_lanes(const float *x, int64_t n, float m) {
     double acc[HK_SUMEXP_LANES] = {0};
     float buf[HK_SUMEXP_BLOCK];
     for (int64_t j = 0; j < n; j += HK_SUMEXP_BLOCK) {
         int64_t len = n - j < HK_SUMEXP_BLOCK ? n - j : HK_SUMEXP_BLOCK;
         for (int64_t k = 0; k < len; k++) buf[k] = hk_exp_f(x[j + k] - m);
-        int64_t k = 0;
-        for (; k + HK_SUMEXP_LANES <= len; k += HK_SUMEXP_LANES)
-            for (int l = 0; l < HK_SUMEXP_LANES; l++) acc[l] += (double)buf[k + l];
-        for (int l = 0; k < len; k++, l++) acc[l] += (double)buf[k];
+        hk_lanes_add_f32(acc, buf, len);
     }
-    double s = 0;
-    for (int l = 0; l < HK_SUMEXP_LANES; l++) s += acc[l];
-    return s;
+    return hk_lanes_total(acc);
 }
 
 /* max of x[0..n), NaNs skipped (as a running `x > m ? x : m` skips them),
